@@ -1,0 +1,9 @@
+// Umbrella header of the public C++ API.
+#pragma once
+
+#include "flashlab/elementwise.h"
+#include "flashlab/error.h"
+#include "flashlab/reduce.h"
+#include "flashlab/streams.h"
+#include "flashlab/tensor.h"
+#include "flashlab/validate.h"

@@ -1,0 +1,42 @@
+// Argument checks shared by every public entry. Each throws flashlab::Error with the message
+//   <op>: argument '<name>': expected <what>, got <what was given>
+// and is called before anything is launched, so a rejected call changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "flashlab/error.h"
+#include "flashlab/tensor.h"
+
+namespace flashlab::check {
+
+// Names the op and the argument for every message below.
+struct Arg {
+  const char* op;
+  const char* name;
+  const TensorView& t;
+};
+
+[[noreturn]] void fail(const Arg& a, const std::string& expected, const std::string& got);
+
+void cuda(const Arg& a);                                     // on a CUDA device, non-null
+void same_device(const Arg& a, const Arg& ref);              // same CUDA device index
+void dtype_in(const Arg& a, std::initializer_list<DType> allowed);
+void dtype_eq(const Arg& a, const Arg& ref);
+void ndim(const Arg& a, int n);
+void shape_eq(const Arg& a, const Arg& ref);
+void shape(const Arg& a, std::initializer_list<int64_t> expected);
+void contiguous(const Arg& a);
+void nonempty(const Arg& a);
+void aligned(const Arg& a, int64_t bytes);                   // data pointer multiple of bytes
+void last_dim_contiguous(const Arg& a);                      // stride[-1] == 1
+void no_overlap(const Arg& a, const Arg& b);                 // disjoint memory ranges (unless identical)
+void rung(const char* op, int rung, int num_rungs);          // 1 <= rung <= num_rungs
+
+// Counts kernel launches made by the library (every FLASHLAB_LAUNCH). Tests use it to prove
+// that a rejected call launched nothing.
+int64_t launch_count();
+void note_launch();
+
+}  // namespace flashlab::check

@@ -1,0 +1,41 @@
+// Warp and block sum reductions in fp32.
+//
+// warp_reduce_sum: butterfly over __shfl_xor_sync; after log2(32) = 5 steps every lane holds
+// the warp's sum, with no shared memory and no __syncthreads. The summation order is fixed,
+// so the result is deterministic.
+// block_reduce_sum: each warp reduces, lane 0 of each warp writes one value to shared memory,
+// then warp 0 reduces those kThreads/32 values. One __syncthreads in the middle.
+#pragma once
+
+namespace flashlab::kernels {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float warp_reduce_sum(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// Sum over the block; the result is valid in thread 0. Every thread of the block must call it.
+// Safe to call more than once per kernel (a trailing barrier protects the scratch array).
+template <int kThreads>
+__device__ __forceinline__ float block_reduce_sum(float v) {
+  static_assert(kThreads % kWarpSize == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
+  constexpr int kWarps = kThreads / kWarpSize;
+  __shared__ float warp_sums[kWarps];  // (kWarps,)
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  v = warp_reduce_sum(v);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  if (warp == 0) {
+    total = lane < kWarps ? warp_sums[lane] : 0.f;
+    total = warp_reduce_sum(total);
+  }
+  __syncthreads();
+  return total;
+}
+
+}  // namespace flashlab::kernels

@@ -1,0 +1,61 @@
+// Rung 5 — many elements per thread, 16-byte loads, fixed grid, then one small pass.
+//
+// Changes from rung 4: the grid is fixed to a few blocks per SM (at most kSumMaxBlocks) and
+// strides over the array; each thread sums kSumUnroll 16-byte vectors per trip with all loads
+// issued before the adds, so 64 bytes per thread are in flight. Each thread ends with one fp32
+// partial, the block combines them with block_reduce_sum (shuffles + 8 words of shared
+// memory), and a second launch of one block sums the <= kSumMaxBlocks block partials.
+// Head/tail: elements before the first 16-byte boundary and after the last whole vector are
+// read with scalar loads (the same split as vector add rung 3), so any pointer and length work.
+// The summation order depends only on n, the pointer's offset mod 16 and the grid: fixed.
+#pragma once
+
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/reduce.cuh"
+#include "kernels/common/vec.cuh"
+#include "kernels/reduce/01_atomic.cuh"
+#include "kernels/reduce/params.h"
+
+namespace flashlab::kernels {
+
+inline constexpr int kSumUnroll = 4;
+inline constexpr int kSumMaxBlocks = 1024;  // partials fit one block of the final pass
+
+// This thread's share of sum(x[0:n)): thread `rank` of `nthreads` cooperating threads.
+template <typename T>
+__device__ __forceinline__ float thread_partial_sum(const T* x, int64_t n, int64_t rank, int64_t nthreads) {
+  using V = Vec<T>;
+  constexpr int kU = kSumUnroll;
+  const int64_t head = vec_head(x, n);
+  const int64_t nvec = (n - head) / V::kN;
+  const int64_t body_end = head + nvec * V::kN;
+  float acc = 0.f;
+  // Head and tail: fewer than 2 * V::kN elements, one per thread.
+  if (rank < head) acc += to_float(x[rank]);
+  if (rank < n - body_end) acc += to_float(x[body_end + rank]);
+  const V* body = reinterpret_cast<const V*>(x + head);
+  for (int64_t base = rank; base < nvec; base += kU * nthreads) {
+    V v[kU];
+#pragma unroll
+    for (int k = 0; k < kU; ++k)
+      if (base + k * nthreads < nvec) v[k] = load_vec(reinterpret_cast<const T*>(body + base + k * nthreads));
+#pragma unroll
+    for (int k = 0; k < kU; ++k)
+      if (base + k * nthreads < nvec) {
+#pragma unroll
+        for (int j = 0; j < V::kN; ++j) acc += to_float(v[k].v[j]);
+      }
+  }
+  return acc;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSumThreads) sum_vec_multi_kernel(const __grid_constant__ SumPassParams p) {
+  const int64_t rank = static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x;
+  const float block_sum =
+      block_reduce_sum<kSumThreads>(thread_partial_sum(static_cast<const T*>(p.in), p.n, rank,
+                                                       static_cast<int64_t>(gridDim.x) * kSumThreads));
+  if (threadIdx.x == 0) p.out[blockIdx.x] = block_sum;
+}
+
+}  // namespace flashlab::kernels

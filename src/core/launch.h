@@ -1,0 +1,50 @@
+// Host-side launch helpers shared by every op's host file (internal, not installed).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "flashlab/error.h"
+#include "flashlab/validate.h"
+
+// Launches a kernel, counts it, and checks the launch error right away.
+#define FLASHLAB_LAUNCH(kernel, grid, block, smem, stream, ...)          \
+  do {                                                                   \
+    ::flashlab::check::note_launch();                                    \
+    kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);          \
+    FLASHLAB_CUDA_CHECK(cudaGetLastError());                             \
+  } while (0)
+
+namespace flashlab::detail {
+
+// Multiprocessor count of the current device (cached per device).
+int sm_count();
+
+// Device scratch memory owned by the library, one buffer per (device, stream), grown on
+// demand and zero-filled when (re)allocated. Never freed (like a BLAS handle's workspace).
+// Growing synchronizes the device; a warm-up call of the largest size avoids it later.
+void* workspace(cudaStream_t stream, int64_t bytes);
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace flashlab::detail
+
+namespace flashlab::detail {
+
+// Makes `index` the current device for the scope, restoring the previous one after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != index) FLASHLAB_CUDA_CHECK(cudaSetDevice(index));
+  }
+  ~DeviceGuard() { cudaSetDevice(prev_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+
+}  // namespace flashlab::detail

@@ -1,0 +1,143 @@
+// Host side of the reduce family: validation, then dispatch to a rung.
+#include <algorithm>
+
+#include "flashlab/reduce.h"
+#include "flashlab/validate.h"
+#include "kernels/reduce/02_smem_interleaved.cuh"
+#include "kernels/reduce/03_smem_sequential.cuh"
+#include "kernels/reduce/04_warp_shuffle.cuh"
+#include "kernels/reduce/06_one_pass.cuh"
+#include "kernels/reduce/row_sum.cuh"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+
+namespace flashlab {
+
+namespace {
+
+using namespace kernels;
+
+// Blocks of the fixed-grid rungs (5, 6): enough resident blocks to fill every SM
+// (2048 threads / 256 = 8 per SM), never more than the final pass can take in one block.
+int fixed_grid(int64_t n) {
+  const int64_t per_block = static_cast<int64_t>(kSumThreads) * kSumUnroll * 4;  // >= 4 vectors each
+  const int64_t want = std::max<int64_t>(1, detail::ceil_div(n, per_block));
+  return static_cast<int>(std::min<int64_t>({want, static_cast<int64_t>(detail::sm_count()) * 8, kSumMaxBlocks}));
+}
+
+// Rungs 2-4: one element per thread, each pass shrinks n by `shrink` into the workspace,
+// until one value is left, which the last pass writes to out. Passes ping-pong between two
+// halves of the workspace.
+template <typename T, typename KernelIn, typename KernelF32>
+void sum_multipass(KernelIn first, KernelF32 rest, int64_t shrink, const void* x, int64_t n, float* out,
+                   cudaStream_t stream) {
+  const int64_t max_partials = detail::ceil_div(n, shrink);
+  float* ws = static_cast<float*>(detail::workspace(stream, 2 * max_partials * sizeof(float)));
+  float* bufs[2] = {ws, ws + max_partials};
+  int64_t count = detail::ceil_div(n, shrink);
+  float* dst = count == 1 ? out : bufs[0];
+  const int grid0 = static_cast<int>(detail::ceil_div(n, kSumThreads));
+  FLASHLAB_LAUNCH(first, grid0, kSumThreads, 0, stream, SumPassParams{x, n, dst});
+  for (int pass = 1; count > 1; ++pass) {
+    const float* src = dst;
+    const int64_t next = detail::ceil_div(count, shrink);
+    dst = next == 1 ? out : bufs[pass % 2];
+    FLASHLAB_LAUNCH(rest, static_cast<int>(detail::ceil_div(count, kSumThreads)), kSumThreads, 0, stream,
+                    SumPassParams{src, count, dst});
+    count = next;
+  }
+}
+
+template <typename T>
+void launch_sum(const void* x, int64_t n, float* out, cudaStream_t stream, int rung) {
+  switch (rung) {
+    case 1: {
+      FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), stream));
+      const int grid = static_cast<int>(std::min<int64_t>(detail::ceil_div(n, kSumThreads),
+                                                          static_cast<int64_t>(detail::sm_count()) * 8));
+      FLASHLAB_LAUNCH(sum_atomic_kernel<T>, grid, kSumThreads, 0, stream, SumPassParams{x, n, out});
+      return;
+    }
+    case 2:
+      return sum_multipass<T>(sum_smem_interleaved_kernel<T>, sum_smem_interleaved_kernel<float>, kSumThreads,
+                              x, n, out, stream);
+    case 3:
+      return sum_multipass<T>(sum_smem_sequential_kernel<T>, sum_smem_sequential_kernel<float>, kSumThreads, x,
+                              n, out, stream);
+    case 4:
+      return sum_multipass<T>(sum_warp_shuffle_kernel<T>, sum_warp_shuffle_kernel<float>, kWarpSize, x, n,
+                              out, stream);
+    case 5: {
+      const int grid = fixed_grid(n);
+      if (grid == 1) {
+        FLASHLAB_LAUNCH(sum_vec_multi_kernel<T>, 1, kSumThreads, 0, stream, SumPassParams{x, n, out});
+        return;
+      }
+      float* partials = static_cast<float*>(detail::workspace(stream, kSumMaxBlocks * sizeof(float)));
+      FLASHLAB_LAUNCH(sum_vec_multi_kernel<T>, grid, kSumThreads, 0, stream, SumPassParams{x, n, partials});
+      FLASHLAB_LAUNCH(sum_vec_multi_kernel<float>, 1, kSumThreads, 0, stream, SumPassParams{partials, grid, out});
+      return;
+    }
+    default: {
+      // Workspace: kSumMaxBlocks partials, then the counter (kept zero between calls).
+      auto* ws = static_cast<char*>(detail::workspace(stream, kSumMaxBlocks * sizeof(float) + sizeof(unsigned)));
+      const SumOnePassParams p{x, n, out, reinterpret_cast<float*>(ws),
+                               reinterpret_cast<unsigned*>(ws + kSumMaxBlocks * sizeof(float))};
+      FLASHLAB_LAUNCH(sum_one_pass_kernel<T>, fixed_grid(n), kSumThreads, 0, stream, p);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void sum(const TensorView& x, const TensorView& out, cudaStream_t stream, int rung) {
+  constexpr const char* op = "sum";
+  const check::Arg X{op, "x", x}, O{op, "out", out};
+  check::rung(op, rung, kSumRungs);
+  check::cuda(X);
+  check::cuda(O);
+  check::same_device(O, X);
+  check::dtype_in(X, {DType::kF32, DType::kBF16});
+  check::dtype_in(O, {DType::kF32});
+  check::contiguous(X);
+  check::nonempty(X);
+  check::shape(O, {1});
+  check::aligned(X, dtype_size(x.dtype));
+  check::aligned(O, sizeof(float));
+  check::no_overlap(O, X);
+  detail::DeviceGuard guard(x.device.index);
+  DTYPE_SWITCH(x.dtype, T, [&] { launch_sum<T>(x.data, x.numel(), out.ptr<float>(), stream, rung); });
+}
+
+void row_sum(const TensorView& x, const TensorView& out, cudaStream_t stream) {
+  constexpr const char* op = "row_sum";
+  const check::Arg X{op, "x", x}, O{op, "out", out};
+  check::cuda(X);
+  check::cuda(O);
+  check::same_device(O, X);
+  check::dtype_in(X, {DType::kF32, DType::kBF16});
+  check::dtype_in(O, {DType::kF32});
+  check::ndim(X, 2);
+  check::nonempty(X);
+  check::last_dim_contiguous(X);
+  if (x.shape[0] > 1 && x.strides[0] < x.shape[1])
+    check::fail(X, ">= cols row stride (rows must not overlap)",
+                detail::concat("row stride ", x.strides[0], " for ", x.shape[1], " cols"));
+  check::contiguous(O);
+  check::shape(O, {x.shape[0]});
+  check::aligned(X, dtype_size(x.dtype));
+  check::aligned(O, sizeof(float));
+  check::no_overlap(O, X);
+  detail::DeviceGuard guard(x.device.index);
+  const RowSumParams p{x.data, x.shape[0], x.shape[1], x.shape[0] > 1 ? x.strides[0] : x.shape[1],
+                       out.ptr<float>()};
+  const int grid = static_cast<int>(std::min<int64_t>(p.rows, static_cast<int64_t>(detail::sm_count()) * 16));
+  DTYPE_SWITCH(x.dtype, T, [&] {
+    // Short rows: 64 threads keep every thread busy; long rows: 256 threads, 8 blocks per SM.
+    if (p.cols <= 2048) FLASHLAB_LAUNCH((row_sum_kernel<T, 64>), grid, 64, 0, stream, p);
+    else FLASHLAB_LAUNCH((row_sum_kernel<T, 256>), grid, 256, 0, stream, p);
+  });
+}
+
+}  // namespace flashlab

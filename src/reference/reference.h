@@ -1,0 +1,16 @@
+// float64 CPU references: the oracle of every test. Inputs are given already widened to
+// double (the exact values the kernel reads); outputs are double.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace flashlab::reference {
+
+std::vector<double> vector_add(const std::vector<double>& a, const std::vector<double>& b);
+double sum(const std::vector<double>& x);  // compensated (Neumaier) summation in double
+std::vector<double> row_sum(const std::vector<double>& x, int64_t rows, int64_t cols);
+double pipeline_poly(double x);            // the streams pipeline's polynomial
+std::vector<double> pipeline_poly(const std::vector<double>& x);
+
+}  // namespace flashlab::reference
