@@ -48,7 +48,7 @@ void streams_pipeline(const TensorView& host_in, const TensorView& host_out, con
     const size_t bytes = static_cast<size_t>(len) * sizeof(float);
     FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(din + off, hin + off, bytes, cudaMemcpyHostToDevice, s));
     const int grid = static_cast<int>(std::min<int64_t>(detail::ceil_div(len, kernels::kPipelineThreads), blocks_cap));
-    FLASHLAB_LAUNCH(kernels::pipeline_poly_kernel, grid, kernels::kPipelineThreads, 0, s, din + off, dout + off, len);
+    FLASHLAB_LAUNCH(kernels::pipeline_f_kernel, grid, kernels::kPipelineThreads, 0, s, din + off, dout + off, len);
     FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(hout + off, dout + off, bytes, cudaMemcpyDeviceToHost, s));
   }
 }

@@ -10,7 +10,7 @@
 
 namespace flashlab {
 
-// host_out = f(host_in) with f(x) = the polynomial of kernels/streams/pipeline.cuh, moving
+// host_out = f(host_in) with f of kernels/streams/pipeline_math.h, element by element, moving
 // through device buffers: copy in (H2D), kernel, copy out (D2H).
 // The range is cut into num_chunks chunks issued round-robin over `streams`; with one stream
 // and one chunk this is the serial version. Returns once everything is enqueued: synchronize

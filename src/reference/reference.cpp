@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/streams/params.h"  // same polynomial as the kernel
+#include "kernels/streams/pipeline_math.h"  // same polynomial as the kernel
 
 namespace flashlab::reference {
 
@@ -30,15 +30,21 @@ std::vector<double> row_sum(const std::vector<double>& x, int64_t rows, int64_t 
   return out;
 }
 
-double pipeline_poly(double x) {
+double pipeline_poly(double t) {
   double y = 0.0;
-  for (int k = kPipelinePolyDegree; k >= 0; --k) y = y * x + ((k & 1) ? -1.0 : 1.0) / (k + 2);
+  for (int k = kPipelinePolyDegree; k >= 0; --k) y = y * -t + 1.0 / (k + 2);
   return y;
 }
 
-std::vector<double> pipeline_poly(const std::vector<double>& x) {
+double pipeline_f(double x) {
+  double acc = 0.0;
+  for (int j = 1; j <= kPipelineTerms; ++j) acc += pipeline_poly(x * j / kPipelineTerms);
+  return acc / kPipelineTerms;
+}
+
+std::vector<double> pipeline_f(const std::vector<double>& x) {
   std::vector<double> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = pipeline_poly(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) y[i] = pipeline_f(x[i]);
   return y;
 }
 
