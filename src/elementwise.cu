@@ -1,4 +1,6 @@
 // Host side of the elementwise family: validation, then dispatch to a rung.
+#include <algorithm>
+
 #include "flashlab/elementwise.h"
 #include "flashlab/validate.h"
 #include "kernels/elementwise/03_vec16_tail.cuh"
@@ -9,29 +11,28 @@ namespace flashlab {
 
 namespace {
 
-// Grid-stride kernels need only enough blocks to fill the machine: kBlocksPerSm resident
-// 256-thread blocks per SM, fewer when n is small.
-constexpr int kBlocksPerSm = 8;
-
-int grid_for(int64_t items_per_block_trip, int64_t n) {
-  const int64_t want = detail::ceil_div(n, items_per_block_trip);
-  const int64_t cap = static_cast<int64_t>(detail::sm_count()) * kBlocksPerSm;
-  return static_cast<int>(want < cap ? (want > 0 ? want : 1) : cap);
+// Grid-stride kernels need only as many blocks as fit on the device at once (one wave),
+// fewer when n is small.
+template <typename Kernel>
+int grid_for(Kernel kernel, int64_t items_per_block_trip, int64_t n) {
+  const int64_t want = std::max<int64_t>(1, detail::ceil_div(n, items_per_block_trip));
+  return static_cast<int>(std::min<int64_t>(
+      want, detail::resident_blocks(reinterpret_cast<const void*>(kernel), kernels::kVectorAddThreads)));
 }
 
 template <typename T>
 void launch_vector_add(const VectorAddParams& p, cudaStream_t stream, int rung) {
   using namespace kernels;
+  auto launch = [&](auto kernel, int64_t elems_per_block_trip) {
+    FLASHLAB_LAUNCH(kernel, grid_for(kernel, elems_per_block_trip, p.n), kVectorAddThreads, 0, stream, p);
+  };
   constexpr int64_t kVecTrip = static_cast<int64_t>(kVectorAddThreads) * kVectorAddUnroll * Vec<T>::kN;
-  const bool vec_ok = vector_add_same_alignment<T>(p);
-  if (rung == 1 || (rung == 3 && !vec_ok)) {
-    FLASHLAB_LAUNCH(vector_add_grid_stride_kernel<T>, grid_for(kVectorAddThreads, p.n), kVectorAddThreads, 0,
-                    stream, p);
-  } else if (rung == 2) {
-    FLASHLAB_LAUNCH(vector_add_vec16_kernel<T>, grid_for(kVecTrip, p.n), kVectorAddThreads, 0, stream, p);
-  } else {
-    FLASHLAB_LAUNCH(vector_add_vec16_tail_kernel<T>, grid_for(kVecTrip, p.n), kVectorAddThreads, 0, stream, p);
-  }
+  if (rung == 1 || (rung == 3 && !vector_add_same_alignment<T>(p)))
+    launch(vector_add_grid_stride_kernel<T>, kVectorAddThreads);
+  else if (rung == 2)
+    launch(vector_add_vec16_kernel<T>, kVecTrip);
+  else
+    launch(vector_add_vec16_tail_kernel<T>, kVecTrip);
 }
 
 }  // namespace

@@ -17,12 +17,14 @@ namespace {
 
 using namespace kernels;
 
-// Blocks of the fixed-grid rungs (5, 6): enough resident blocks to fill every SM
-// (2048 threads / 256 = 8 per SM), never more than the final pass can take in one block.
-int fixed_grid(int64_t n) {
-  const int64_t per_block = static_cast<int64_t>(kSumThreads) * kSumUnroll * 4;  // >= 4 vectors each
+// Blocks of the fixed-grid rungs (5, 6): one resident wave, never more than the final pass
+// can take in one block, and at least 4 vectors per thread.
+template <typename Kernel>
+int fixed_grid(Kernel kernel, int64_t n) {
+  const int64_t per_block = static_cast<int64_t>(kSumThreads) * kSumUnroll * 4;
   const int64_t want = std::max<int64_t>(1, detail::ceil_div(n, per_block));
-  return static_cast<int>(std::min<int64_t>({want, static_cast<int64_t>(detail::sm_count()) * 8, kSumMaxBlocks}));
+  const int64_t resident = detail::resident_blocks(reinterpret_cast<const void*>(kernel), kSumThreads);
+  return static_cast<int>(std::min<int64_t>({want, resident, kSumMaxBlocks}));
 }
 
 // Rungs 2-4: one element per thread, each pass shrinks n by `shrink` into the workspace,
@@ -68,7 +70,7 @@ void launch_sum(const void* x, int64_t n, float* out, cudaStream_t stream, int r
       return sum_multipass<T>(sum_warp_shuffle_kernel<T>, sum_warp_shuffle_kernel<float>, kWarpSize, x, n,
                               out, stream);
     case 5: {
-      const int grid = fixed_grid(n);
+      const int grid = fixed_grid(sum_vec_multi_kernel<T>, n);
       if (grid == 1) {
         FLASHLAB_LAUNCH(sum_vec_multi_kernel<T>, 1, kSumThreads, 0, stream, SumPassParams{x, n, out});
         return;
@@ -79,11 +81,11 @@ void launch_sum(const void* x, int64_t n, float* out, cudaStream_t stream, int r
       return;
     }
     default: {
-      // Workspace: kSumMaxBlocks partials, then the counter (kept zero between calls).
-      auto* ws = static_cast<char*>(detail::workspace(stream, kSumMaxBlocks * sizeof(float) + sizeof(unsigned)));
-      const SumOnePassParams p{x, n, out, reinterpret_cast<float*>(ws),
-                               reinterpret_cast<unsigned*>(ws + kSumMaxBlocks * sizeof(float))};
-      FLASHLAB_LAUNCH(sum_one_pass_kernel<T>, fixed_grid(n), kSumThreads, 0, stream, p);
+      auto* partials = static_cast<float*>(detail::workspace(stream, kSumMaxBlocks * sizeof(float)));
+      auto* counter = static_cast<unsigned*>(
+          detail::workspace(stream, sizeof(unsigned), detail::Workspace::kCounters));  // zero between calls
+      const SumOnePassParams p{x, n, out, partials, counter};
+      FLASHLAB_LAUNCH(sum_one_pass_kernel<T>, fixed_grid(sum_one_pass_kernel<T>, n), kSumThreads, 0, stream, p);
       return;
     }
   }
@@ -132,11 +134,16 @@ void row_sum(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   detail::DeviceGuard guard(x.device.index);
   const RowSumParams p{x.data, x.shape[0], x.shape[1], x.shape[0] > 1 ? x.strides[0] : x.shape[1],
                        out.ptr<float>()};
-  const int grid = static_cast<int>(std::min<int64_t>(p.rows, static_cast<int64_t>(detail::sm_count()) * 16));
   DTYPE_SWITCH(x.dtype, T, [&] {
-    // Short rows: 64 threads keep every thread busy; long rows: 256 threads, 8 blocks per SM.
-    if (p.cols <= 2048) FLASHLAB_LAUNCH((row_sum_kernel<T, 64>), grid, 64, 0, stream, p);
-    else FLASHLAB_LAUNCH((row_sum_kernel<T, 256>), grid, 256, 0, stream, p);
+    auto launch = [&](auto kernel, int threads, int64_t rows_per_block) {
+      const int64_t want = detail::ceil_div(p.rows, rows_per_block);
+      const int grid = static_cast<int>(
+          std::min<int64_t>(want, detail::resident_blocks(reinterpret_cast<const void*>(kernel), threads)));
+      FLASHLAB_LAUNCH(kernel, grid, threads, 0, stream, p);
+    };
+    if (p.cols <= kRowSumWarpMaxCols) launch(row_sum_warp_kernel<T, 256>, 256, 256 / kWarpSize);
+    else if (p.cols <= 4096) launch(row_sum_block_kernel<T, 128>, 128, 1);
+    else launch(row_sum_block_kernel<T, 256>, 256, 1);
   });
 }
 

@@ -2,7 +2,8 @@
 //
 // Changes from rung 4: the grid is fixed to a few blocks per SM (at most kSumMaxBlocks) and
 // strides over the array; each thread sums kSumUnroll 16-byte vectors per trip with all loads
-// issued before the adds, so 64 bytes per thread are in flight. Each thread ends with one fp32
+// issued before the adds, so 64 bytes per thread are in flight, and one accumulator per
+// vector so the adds form kSumUnroll independent chains. Each thread ends with one fp32
 // partial, the block combines them with block_reduce_sum (shuffles + 8 words of shared
 // memory), and a second launch of one block sums the <= kSumMaxBlocks block partials.
 // Head/tail: elements before the first 16-byte boundary and after the last whole vector are
@@ -21,7 +22,22 @@ namespace flashlab::kernels {
 inline constexpr int kSumUnroll = 4;
 inline constexpr int kSumMaxBlocks = 1024;  // partials fit one block of the final pass
 
+// Sum of one vector's elements as a pairwise tree: log2(kN) dependent adds instead of kN.
+template <typename T>
+__device__ __forceinline__ float vec_sum(const Vec<T>& v) {
+  float s[Vec<T>::kN];
+#pragma unroll
+  for (int j = 0; j < Vec<T>::kN; ++j) s[j] = to_float(v.v[j]);
+#pragma unroll
+  for (int w = Vec<T>::kN / 2; w > 0; w /= 2)
+#pragma unroll
+    for (int j = 0; j < w; ++j) s[j] += s[j + w];
+  return s[0];
+}
+
 // This thread's share of sum(x[0:n)): thread `rank` of `nthreads` cooperating threads.
+// One accumulator per unrolled vector keeps the kSumUnroll add chains independent, so the
+// adds of bf16 data (8 elements per vector) do not serialise behind one register.
 template <typename T>
 __device__ __forceinline__ float thread_partial_sum(const T* x, int64_t n, int64_t rank, int64_t nthreads) {
   using V = Vec<T>;
@@ -29,11 +45,12 @@ __device__ __forceinline__ float thread_partial_sum(const T* x, int64_t n, int64
   const int64_t head = vec_head(x, n);
   const int64_t nvec = (n - head) / V::kN;
   const int64_t body_end = head + nvec * V::kN;
-  float acc = 0.f;
+  float edge = 0.f;
   // Head and tail: fewer than 2 * V::kN elements, one per thread.
-  if (rank < head) acc += to_float(x[rank]);
-  if (rank < n - body_end) acc += to_float(x[body_end + rank]);
+  if (rank < head) edge += to_float(x[rank]);
+  if (rank < n - body_end) edge += to_float(x[body_end + rank]);
   const V* body = reinterpret_cast<const V*>(x + head);
+  float acc[kU] = {};
   for (int64_t base = rank; base < nvec; base += kU * nthreads) {
     V v[kU];
 #pragma unroll
@@ -41,12 +58,12 @@ __device__ __forceinline__ float thread_partial_sum(const T* x, int64_t n, int64
       if (base + k * nthreads < nvec) v[k] = load_vec(reinterpret_cast<const T*>(body + base + k * nthreads));
 #pragma unroll
     for (int k = 0; k < kU; ++k)
-      if (base + k * nthreads < nvec) {
-#pragma unroll
-        for (int j = 0; j < V::kN; ++j) acc += to_float(v[k].v[j]);
-      }
+      if (base + k * nthreads < nvec) acc[k] += vec_sum(v[k]);
   }
-  return acc;
+  float total = edge;
+#pragma unroll
+  for (int k = 0; k < kU; ++k) total += acc[k];
+  return total;
 }
 
 template <typename T>

@@ -1,9 +1,13 @@
-// Row-wise sum: out[r] = sum_c x[r, c], one block per row.
+// Row-wise sum: out[r] = sum_c x[r, c].
 //
-// Built from the top sum rung's pieces: each thread of the block takes its share of the row
-// with thread_partial_sum (16-byte loads, head/tail for rows that do not start on a 16-byte
-// boundary, e.g. an odd row stride), then block_reduce_sum. Rows are independent, so there
-// is no second pass. Blocks loop over rows (grid-stride) so the grid stays a few per SM.
+// Built from the top sum rung's pieces: the threads of a row take their shares with
+// thread_partial_sum (16-byte loads, head/tail for rows that do not start on a 16-byte
+// boundary, e.g. an odd row stride), then reduce. Rows are independent, so there is no second
+// pass. Two shapes of work:
+//   row_sum_warp_kernel:  one warp per row, for short rows (a block per row would leave most
+//                         of its threads idle and pay a barrier for a few hundred bytes);
+//   row_sum_block_kernel: one block per row, for long rows.
+// Both loop over rows (grid-stride) with a grid of one resident wave.
 #pragma once
 
 #include "kernels/common/reduce.cuh"
@@ -12,8 +16,22 @@
 
 namespace flashlab::kernels {
 
+inline constexpr int kRowSumWarpMaxCols = 1024;  // longest row a single warp takes
+
 template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads) row_sum_kernel(const __grid_constant__ RowSumParams p) {
+__global__ void __launch_bounds__(kThreads) row_sum_warp_kernel(const __grid_constant__ RowSumParams p) {
+  constexpr int kWarps = kThreads / kWarpSize;
+  const T* in = static_cast<const T*>(p.in);
+  const int lane = threadIdx.x % kWarpSize;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarpSize; r < p.rows;
+       r += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const float s = warp_reduce_sum(thread_partial_sum(in + r * p.row_stride, p.cols, lane, kWarpSize));
+    if (lane == 0) p.out[r] = s;
+  }
+}
+
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads) row_sum_block_kernel(const __grid_constant__ RowSumParams p) {
   const T* in = static_cast<const T*>(p.in);
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const float s = block_reduce_sum<kThreads>(thread_partial_sum(in + r * p.row_stride, p.cols,

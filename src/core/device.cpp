@@ -1,6 +1,7 @@
+#include <algorithm>
 #include <map>
 #include <mutex>
-#include <utility>
+#include <tuple>
 
 #include "src/core/launch.h"
 
@@ -20,17 +21,35 @@ int sm_count() {
   return n;
 }
 
-void* workspace(cudaStream_t stream, int64_t bytes) {
+int resident_blocks(const void* kernel, int threads) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int>, int> cache;
+  int dev = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({dev, kernel, threads});
+    if (it != cache.end()) return it->second;
+  }
+  int per_sm = 0;
+  FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  const int blocks = std::max(1, per_sm) * sm_count();
+  std::lock_guard<std::mutex> lock(mu);
+  cache[{dev, kernel, threads}] = blocks;
+  return blocks;
+}
+
+void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind) {
   struct Buffer {
     void* ptr = nullptr;
     int64_t bytes = 0;
   };
   static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, Buffer> cache;
+  static std::map<std::tuple<int, cudaStream_t, Workspace>, Buffer> cache;
   int dev = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  Buffer& buf = cache[{dev, stream}];
+  Buffer& buf = cache[{dev, stream, kind}];
   if (buf.bytes < bytes) {
     if (buf.ptr != nullptr) {
       FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -21,10 +21,17 @@ namespace flashlab::detail {
 // Multiprocessor count of the current device (cached per device).
 int sm_count();
 
-// Device scratch memory owned by the library, one buffer per (device, stream), grown on
-// demand and zero-filled when (re)allocated. Never freed (like a BLAS handle's workspace).
-// Growing synchronizes the device; a warm-up call of the largest size avoids it later.
-void* workspace(cudaStream_t stream, int64_t bytes);
+// Blocks of `threads` threads of `kernel` that fit on the whole device at once (occupancy x
+// SMs, cached per kernel and device): the grid of a persistent, grid-stride kernel.
+int resident_blocks(const void* kernel, int threads);
+
+// Device memory owned by the library, one buffer per (device, stream, kind), grown on demand
+// and never freed (like a BLAS handle's workspace). Growing synchronizes the stream; a warm-up
+// call of the largest size avoids it later.
+//   kScratch: contents undefined on entry (partial sums between passes).
+//   kCounters: zero-filled when allocated; every kernel that uses it must leave it zero.
+enum class Workspace { kScratch, kCounters };
+void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind = Workspace::kScratch);
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -125,7 +125,8 @@ TEST(RowSum, AwkwardShapesAndStrides) {
   std::mt19937_64 rng(6);
   for (DType dt : {DType::kF32, DType::kBF16}) {
     for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {1, 1}, {1, 4097}, {7, 111}, {99, 500}, {16, 2048}, {16, 2049}, {3, 128256}, {4096, 64}})
+             {1, 1}, {1, 4097}, {7, 111}, {99, 500}, {1000, 1024}, {10, 1025}, {16, 4096}, {16, 4097},
+             {3, 128256}, {4096, 64}})
       check_row_sum(dt, rows, cols, cols, rng);
     check_row_sum(dt, 33, 100, 103, rng);  // odd row stride: rows start off 16-byte boundaries
     check_row_sum(dt, 5, 4096, 5000, rng);

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The one entry on a GPU machine (no registry there): build (Release, sm_90a, all cores), GPU
+# tests, benchmarks with peers, all results and logs into OUTDIR.
+#   scripts/device.sh [OUTDIR]
+# Environment:
+#   FLASHLAB_FILTER=vector_add   run one op's tests and benchmarks (a substring of case names)
+#   FLASHLAB_QUICK=1             smaller benchmark sizes
+#   FLASHLAB_SANITIZE=1          also run the GPU tests under compute-sanitizer (memcheck, racecheck)
+#   FLASHLAB_PROFILE=SUBSTR      also run scripts/profile.sh on matching benchmark cases
+#   FLASHLAB_COMMIT=<sha>        the commit being measured (the GPU machine has no .git)
+# Needs, carried in .deps/: wheels/ (apache-tvm-ffi cp312, nvidia-cutlass) and googletest/.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+out=$(mkdir -p "${1:-build/device-out}" && cd "${1:-build/device-out}" && pwd)
+log="$out/device.log"
+: >"$log"
+exec > >(tee -a "$log") 2>&1
+export PATH=/usr/local/cuda/bin:$PATH
+export FLASHLAB_COMMIT=${FLASHLAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+filter=${FLASHLAB_FILTER:-}
+status=0
+step() { printf '\n==== %s ====\n' "$*"; }
+fail() { echo "FAILED: $*"; status=1; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || fail "nvidia-smi"
+nvcc --version | tail -n 2
+python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' || true
+export FLASHLAB_DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
+
+step "offline Python deps (.deps/wheels -> /tmp/flashlab-site)"
+site=/tmp/flashlab-site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+  .deps/wheels/apache_tvm_ffi-*-cp312-*.whl || fail "installing apache-tvm-ffi wheel"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+if [ ! -f .deps/cutlass/include/cute/tensor.hpp ]; then
+  bash scripts/unpack_cutlass.sh .deps/wheels/nvidia_cutlass-4.2.0.0-*.whl .deps/cutlass || fail "unpacking CUTLASS"
+fi
+
+step "build (preset gpu, $(nproc) jobs)"
+cmake --preset gpu -DPython3_EXECUTABLE="$(command -v python3)" -DFLASHLAB_PTXAS_VERBOSE=ON \
+  -DFLASHLAB_REQUIRE_CUTLASS=ON >"$out/build.log" 2>&1 &&
+  cmake --build --preset gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; fail "build"; }
+# Resource report: every kernel's registers, smem, stack and spills, in one file.
+grep -E "Compiling entry|Function properties|spill|Used [0-9]+ registers" "$out/build.log" >"$out/ptxas.txt" || true
+spills=$(grep -E "[1-9][0-9]* bytes spill (stores|loads)" "$out/ptxas.txt" | wc -l)
+echo "kernels with spills: $spills"
+[ "$spills" -eq 0 ] || fail "register spills (see ptxas.txt)"
+# SASS: count of 128-bit global loads/stores and shuffles per kernel, to check the rungs do what they say.
+if [ -f build/gpu/libflashlab.so ]; then
+  cuobjdump --dump-sass build/gpu/libflashlab.so | python3 scripts/sass_summary.py >"$out/sass.txt" || true
+fi
+
+step "C++ tests"
+gtest_filter='*'
+case "$filter" in
+  vector_add*) gtest_filter='VectorAdd*' ;;
+  reduce*|sum*) gtest_filter='Sum*:RowSum*' ;;
+  row_sum*) gtest_filter='RowSum*' ;;
+  streams*) gtest_filter='Streams*' ;;
+esac
+./build/gpu/tests/test_cpu --gtest_brief=1 || fail "CPU tests"
+./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"
+if [ "${FLASHLAB_SANITIZE:-0}" = 1 ]; then
+  step "compute-sanitizer"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 ./build/gpu/tests/test_gpu \
+      --gtest_filter="${FLASHLAB_SANITIZE_FILTER:-VectorAdd.AnyAlignment*:Sum.Determ*:RowSum*}" --gtest_brief=1 \
+      >"$out/sanitizer_$tool.log" 2>&1 && echo "$tool: clean" || { tail -n 30 "$out/sanitizer_$tool.log"; fail "$tool"; }
+  done
+fi
+
+step "Python tests"
+PYTHONPATH="$root/python:$PYTHONPATH" FLASHLAB_LIB_DIR="$root/build/gpu/bindings" \
+  python3 -m pytest tests/python -q -p no:cacheprovider || fail "Python tests"
+
+step "benchmarks"
+bench_args=(--out build/gpu/bench.json)
+[ -n "$filter" ] && bench_args+=(--filter "$filter")
+[ "${FLASHLAB_QUICK:-0}" = 1 ] && bench_args+=(--quick)
+if ./build/gpu/bench/flashlab_bench "${bench_args[@]}"; then
+  # Peers in the same run; the merged file is named bench/results/<gpu>_<date>_<sha>.json.
+  if python3 bench/peers.py --in build/gpu/bench.json ${FLASHLAB_QUICK:+--quick}; then
+    cp "$(ls -t bench/results/*.json | head -n1)" "$out/"
+  else
+    fail "peers"
+  fi
+else
+  fail "flashlab_bench"
+fi
+if [ -n "${FLASHLAB_PROFILE:-}" ]; then
+  step "ncu profile: $FLASHLAB_PROFILE"
+  bash scripts/profile.sh "$FLASHLAB_PROFILE" "$out/profile" || fail "profile"
+fi
+
+step "summary"
+ls -la "$out"
+[ $status -eq 0 ] && echo "device.sh: all steps passed" || echo "device.sh: some steps FAILED"
+exit $status
