@@ -81,7 +81,9 @@ bench_args=(--out build/gpu/bench.json)
 [ "${FLASHLAB_QUICK:-0}" = 1 ] && bench_args+=(--quick)
 if ./build/gpu/bench/flashlab_bench "${bench_args[@]}"; then
   # Peers in the same run; the merged file is named bench/results/<gpu>_<date>_<sha>.json.
-  if python3 bench/peers.py --in build/gpu/bench.json ${FLASHLAB_QUICK:+--quick}; then
+  peer_args=(--in build/gpu/bench.json)
+  [ "${FLASHLAB_QUICK:-0}" = 1 ] && peer_args+=(--quick)
+  if python3 bench/peers.py "${peer_args[@]}"; then
     cp "$(ls -t bench/results/*.json | head -n1)" "$out/"
   else
     fail "peers"

@@ -4,13 +4,16 @@
 #   scripts/profile.sh <filter> [outdir] [-- extra flashlab_bench args]
 #
 # Runs `ncu --clock-control none` (the GPU keeps its own clocks, as in the benchmark) on
-# build/gpu/bench/flashlab_bench --filter <filter> --reps $PROFILE_REPS with the sections
+# build/gpu/bench/flashlab_bench --filter <filter> --reps $PROFILE_REPS (case names are
+# "<op>/<dtype>", e.g. "vector_add/bf16"; the start-up peak measurement, cuBLAS GEMM included,
+# is profiled too and listed in the summary) with the sections
 # SpeedOfLight, Occupancy, WarpStateStats and MemoryWorkloadAnalysis, and writes to outdir
 # (default build/gpu/profile/):
 #   <name>.ncu-rep      the full report (open it in ncu-ui, or `ncu --import`)
 #   <name>.raw.csv      every collected metric, one row per kernel launch
 #   <name>.summary.txt  one line per kernel: time, memory and SM throughput (% of peak),
 #                       achieved occupancy, the top warp stall reasons
+#   <name>.log, <name>.bench.json   ncu's output and the profiled run's own results
 # where <name> is the filter with unsafe characters replaced by '_'.
 #
 # Environment:
@@ -23,13 +26,13 @@ set -euo pipefail
 die() { echo "profile.sh: error: $*" >&2; exit 1; }
 
 [[ $# -ge 1 && -n "$1" && "$1" != -* ]] || die "usage: scripts/profile.sh <filter> [outdir] [-- extra bench args]"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 filter=$1; shift
-outdir=build/gpu/profile
+outdir=$repo/build/gpu/profile
 if [[ $# -ge 1 && "$1" != "--" ]]; then outdir=$1; shift; fi
 if [[ $# -ge 1 && "$1" == "--" ]]; then shift; fi
 extra=("$@")
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${FLASHLAB_BENCH:-$repo/build/gpu/bench/flashlab_bench}
 ncu=${NCU:-ncu}
 reps=${PROFILE_REPS:-1}
@@ -50,7 +53,8 @@ if ! "$ncu" --clock-control none --target-processes all \
       --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section MemoryWorkloadAnalysis \
       --export "$base" --force-overwrite ${NCU_ARGS:-} \
-      "$bin" --filter "$filter" --reps "$reps" ${extra[@]+"${extra[@]}"} 2>&1 | tee "$base.log"; then
+      "$bin" --filter "$filter" --reps "$reps" --out "$base.bench.json" \
+      ${extra[@]+"${extra[@]}"} 2>&1 | tee "$base.log"; then
   die "ncu or the benchmark failed (log: $base.log)"
 fi
 [[ -s "$base.ncu-rep" ]] ||

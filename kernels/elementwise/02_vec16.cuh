@@ -43,27 +43,29 @@ __device__ __forceinline__ Vec<__nv_bfloat16> add_vec(const Vec<__nv_bfloat16>& 
   return r;
 }
 
-// Adds nvec aligned vectors starting at a/b/out; the grid strides over tiles.
+// Adds nvec aligned vectors starting at a/b/out; the grid strides over tiles of
+// kUnroll * blockDim vectors. Full tiles run with no bounds checks (every load of a trip is
+// issued back to back); the one partial tile, if any, is done by a single block with checks.
 template <typename T>
 __device__ __forceinline__ void vector_add_vec_body(const T* a, const T* b, T* out, int64_t nvec) {
   using V = Vec<T>;
   constexpr int kU = kVectorAddUnroll;
   const int64_t tile = static_cast<int64_t>(kU) * blockDim.x;
-  for (int64_t base = blockIdx.x * tile; base < nvec; base += tile * gridDim.x) {
+  const int64_t full_tiles = nvec / tile;
+  for (int64_t t = blockIdx.x; t < full_tiles; t += gridDim.x) {
+    const int64_t base = t * tile + threadIdx.x;
     V va[kU], vb[kU];
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
-      const int64_t i = base + k * blockDim.x + threadIdx.x;
-      if (i < nvec) {
-        va[k] = load_vec(a + i * V::kN);
-        vb[k] = load_vec(b + i * V::kN);
-      }
+      va[k] = load_vec(a + (base + k * blockDim.x) * V::kN);
+      vb[k] = load_vec(b + (base + k * blockDim.x) * V::kN);
     }
 #pragma unroll
-    for (int k = 0; k < kU; ++k) {
-      const int64_t i = base + k * blockDim.x + threadIdx.x;
-      if (i < nvec) store_vec(out + i * V::kN, add_vec(va[k], vb[k]));
-    }
+    for (int k = 0; k < kU; ++k) store_vec(out + (base + k * blockDim.x) * V::kN, add_vec(va[k], vb[k]));
+  }
+  if (blockIdx.x == full_tiles % gridDim.x) {
+    for (int64_t i = full_tiles * tile + threadIdx.x; i < nvec; i += blockDim.x)
+      store_vec(out + i * V::kN, add_vec(load_vec(a + i * V::kN), load_vec(b + i * V::kN)));
   }
 }
 

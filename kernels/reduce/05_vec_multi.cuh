@@ -51,15 +51,16 @@ __device__ __forceinline__ float thread_partial_sum(const T* x, int64_t n, int64
   if (rank < n - body_end) edge += to_float(x[body_end + rank]);
   const V* body = reinterpret_cast<const V*>(x + head);
   float acc[kU] = {};
-  for (int64_t base = rank; base < nvec; base += kU * nthreads) {
+  // Full trips (all kU vectors in range) with no bounds checks, then the remainder.
+  int64_t base = rank;
+  for (; base + (kU - 1) * nthreads < nvec; base += kU * nthreads) {
     V v[kU];
 #pragma unroll
-    for (int k = 0; k < kU; ++k)
-      if (base + k * nthreads < nvec) v[k] = load_vec(reinterpret_cast<const T*>(body + base + k * nthreads));
+    for (int k = 0; k < kU; ++k) v[k] = load_vec(reinterpret_cast<const T*>(body + base + k * nthreads));
 #pragma unroll
-    for (int k = 0; k < kU; ++k)
-      if (base + k * nthreads < nvec) acc[k] += vec_sum(v[k]);
+    for (int k = 0; k < kU; ++k) acc[k] += vec_sum(v[k]);
   }
+  for (; base < nvec; base += nthreads) acc[0] += vec_sum(load_vec(reinterpret_cast<const T*>(body + base)));
   float total = edge;
 #pragma unroll
   for (int k = 0; k < kU; ++k) total += acc[k];
