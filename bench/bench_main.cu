@@ -67,7 +67,7 @@ void bench_row_sum(Harness& h, DType dt) {
     fill_random(x.p, rows * cols, dt == DType::kBF16, 14, h.stream());
     const double ms =
         h.time_ms([&] { row_sum(view(x.p, dt, {rows, cols}), view(out.p, DType::kF32, {rows}), h.stream()); });
-    h.add({"row_sum", "flashlab", "block_per_row", dtype_name(dt), 1, {{"rows", rows}, {"cols", cols}}, ms,
+    h.add({"row_sum", "flashlab", "vec16_rows", dtype_name(dt), 1, {{"rows", rows}, {"cols", cols}}, ms,
            bytes + 4.0 * rows, static_cast<double>(rows * cols), {}});
   }
 }

@@ -19,13 +19,13 @@ struct alignas(kVecBytes) Vec {
   T v[kN];
 };
 
-// Streaming 128-bit load (ld.global.cs, LDG.E.EF.128): the data is read once, so it should not
-// push reused lines out of L2. Not the read-only path (ld.global.nc): that lets the compiler
-// hoist stores above these loads (it assumes no aliasing), which both halves the bytes in
-// flight per thread and is wrong for in-place calls (out == a).
+// Plain coherent 128-bit load (LDG.E.128). Measured alternatives (H100, 2^28 elements, see
+// docs/ladder/elementwise.md): the read-only path ld.global.nc is as fast but lets the compiler
+// hoist stores above later loads (it assumes no aliasing: half the bytes in flight, and wrong
+// for in-place calls); evict-first ld.global.cs / last-use ld.global.lu cost 3-4% of bandwidth.
 template <typename T>
 __device__ __forceinline__ Vec<T> load_vec(const T* p) {
-  const int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
+  const int4 raw = *reinterpret_cast<const int4*>(p);
   return *reinterpret_cast<const Vec<T>*>(&raw);
 }
 
