@@ -135,15 +135,27 @@ void row_sum(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   const RowSumParams p{x.data, x.shape[0], x.shape[1], x.shape[0] > 1 ? x.strides[0] : x.shape[1],
                        out.ptr<float>()};
   DTYPE_SWITCH(x.dtype, T, [&] {
-    auto launch = [&](auto kernel, int threads, int64_t rows_per_block) {
-      const int64_t want = detail::ceil_div(p.rows, rows_per_block);
+    auto launch = [&](auto kernel, const RowSumParams& params, int threads, int64_t rows_per_block) {
+      const int64_t want = detail::ceil_div(params.rows, rows_per_block);
       const int grid = static_cast<int>(
           std::min<int64_t>(want, detail::resident_blocks(reinterpret_cast<const void*>(kernel), threads)));
-      FLASHLAB_LAUNCH(kernel, grid, threads, 0, stream, p);
+      FLASHLAB_LAUNCH(kernel, grid, threads, 0, stream, params);
     };
-    if (p.cols <= kRowSumWarpMaxCols) launch(row_sum_warp_kernel<T, 256>, 256, 256 / kWarpSize);
-    else if (p.cols <= 4096) launch(row_sum_block_kernel<T, 128>, 128, 1);
-    else launch(row_sum_block_kernel<T, 256>, 256, 1);
+    if (p.cols <= kRowSumWarpMaxCols) return launch(row_sum_warp_kernel<T, 256>, p, 256, 256 / kWarpSize);
+    // Few long rows: split each row over several blocks so that one wave of blocks has work.
+    const int64_t wave = detail::resident_blocks(reinterpret_cast<const void*>(row_sum_split_kernel<T, 256>), 256);
+    const int64_t splits = std::min(detail::ceil_div(wave, p.rows), p.cols / kRowSumMinChunk);
+    if (splits >= 2) {
+      const int64_t chunk = detail::ceil_div(detail::ceil_div(p.cols, splits), 64) * 64;  // whole 16-byte vectors
+      const int64_t items = p.rows * splits;
+      auto* partials = static_cast<float*>(detail::workspace(stream, items * sizeof(float)));
+      FLASHLAB_LAUNCH((row_sum_split_kernel<T, 256>), static_cast<int>(std::min(items, wave)), 256, 0, stream, p,
+                      splits, chunk, partials);
+      const RowSumParams second{partials, p.rows, splits, splits, p.out};
+      return launch(row_sum_warp_kernel<float, 256>, second, 256, 256 / kWarpSize);
+    }
+    if (p.cols <= 4096) return launch(row_sum_block_kernel<T, 128>, p, 128, 1);
+    launch(row_sum_block_kernel<T, 256>, p, 256, 1);
   });
 }
 

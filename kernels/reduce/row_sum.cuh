@@ -6,8 +6,12 @@
 // pass. Two shapes of work:
 //   row_sum_warp_kernel:  one warp per row, for short rows (a block per row would leave most
 //                         of its threads idle and pay a barrier for a few hundred bytes);
-//   row_sum_block_kernel: one block per row, for long rows.
-// Both loop over rows (grid-stride) with a grid of one resident wave.
+//   row_sum_block_kernel: one block per row, for long rows;
+//   row_sum_split_kernel: several blocks per row, for few long rows (64 x 128256: one block
+//                         per row would leave half the SMs idle). Each block sums one chunk
+//                         of a row into a (rows, splits) scratch, then row_sum_warp_kernel sums
+//                         the scratch rows: two launches, still no atomics, still deterministic.
+// The kernels loop over their work items (grid-stride) with a grid of one resident wave.
 #pragma once
 
 #include "kernels/common/reduce.cuh"
@@ -17,6 +21,7 @@
 namespace flashlab::kernels {
 
 inline constexpr int kRowSumWarpMaxCols = 1024;  // longest row a single warp takes
+inline constexpr int kRowSumMinChunk = 4096;     // shortest piece of a row a split block takes
 
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) row_sum_warp_kernel(const __grid_constant__ RowSumParams p) {
@@ -37,6 +42,20 @@ __global__ void __launch_bounds__(kThreads) row_sum_block_kernel(const __grid_co
     const float s = block_reduce_sum<kThreads>(thread_partial_sum(in + r * p.row_stride, p.cols,
                                                                   threadIdx.x, kThreads));
     if (threadIdx.x == 0) p.out[r] = s;
+  }
+}
+
+// Work item i = (row i / splits, chunk i % splits); chunk c covers [c * chunk, (c+1) * chunk).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    row_sum_split_kernel(const __grid_constant__ RowSumParams p, int64_t splits, int64_t chunk, float* partials) {
+  const T* in = static_cast<const T*>(p.in);
+  for (int64_t i = blockIdx.x; i < p.rows * splits; i += gridDim.x) {
+    const int64_t r = i / splits, c0 = (i % splits) * chunk;
+    const int64_t len = c0 + chunk <= p.cols ? chunk : p.cols - c0;
+    const float s = block_reduce_sum<kThreads>(
+        len > 0 ? thread_partial_sum(in + r * p.row_stride + c0, len, threadIdx.x, kThreads) : 0.f);
+    if (threadIdx.x == 0) partials[i] = s;  // (rows, splits) row-major
   }
 }
 

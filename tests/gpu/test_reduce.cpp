@@ -129,6 +129,10 @@ TEST(RowSum, AwkwardShapesAndStrides) {
              {3, 128256}, {4096, 64}})
       check_row_sum(dt, rows, cols, cols, rng);
     check_row_sum(dt, 33, 100, 103, rng);  // odd row stride: rows start off 16-byte boundaries
+    // Rows split over several blocks (few long rows), incl. chunks past the end of the row.
+    check_row_sum(dt, 2, 8193, 8193, rng);
+    check_row_sum(dt, 7, 100000, 100003, rng);
+    check_row_sum(dt, 1, (1 << 22) + 1, (1 << 22) + 1, rng);
     check_row_sum(dt, 5, 4096, 5000, rng);
   }
   check_row_sum(DType::kF32, 20000, 256, 256, rng);  // more rows than the grid
