@@ -16,6 +16,9 @@ from pathlib import Path
 
 FLASHLAB = "flashlab"
 
+# Ops whose bytes cross PCIe/NVLink-C2C to the host: device copy bandwidth is not their ceiling.
+HOST_LINK_OPS = ("streams_pipeline",)
+
 DTYPE_BYTES = {
     "fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2,
     "e4m3": 1, "e5m2": 1, "int8": 1, "uint8": 1, "u8": 1, "int32": 4, "int64": 8,
@@ -160,6 +163,13 @@ def fmt_shape(shape: dict | None) -> str:
     return " ".join(f"{k}={fmt_int(v)}" for k, v in (shape or {}).items())
 
 
+def fmt_ms(v) -> str:
+    """Four significant digits, zeros kept so a column of times lines up: 0.5500, 12.30."""
+    if not v:
+        return "–"
+    return f"{v:.1f}" if v >= 1e4 else f"{v:#.4g}".rstrip(".")
+
+
 def fmt_num(v, digits: int = 3) -> str:
     if v is None:
         return "–"
@@ -167,4 +177,4 @@ def fmt_num(v, digits: int = 3) -> str:
         return "0"
     if abs(v) >= 10 ** digits:
         return f"{v:.0f}"
-    return f"{v:.{digits}g}"
+    return f"{v:#.{digits}g}".rstrip(".")  # '#' keeps zeros: 3.00, not 3

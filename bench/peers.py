@@ -1,6 +1,6 @@
 """Time the peer libraries on the shapes the C++ harness measured, and merge them into one file.
 
-    python bench/peers.py --in build/gpu/bench.json [--out bench/results/<name>.json] [--quick]
+    python bench/peers.py --in build/gpu/bench.json [--out FILE | --out-dir DIR] [--quick]
 
 For every distinct (op, dtype, shape) of the harness rows that has a peer here, the peers run in
 this one process with the same byte/flop accounting as the harness, and their rows are appended
@@ -105,8 +105,8 @@ def merge_peer_rows(doc: dict, peer_rows: list[dict], notes: list[str],
     return out
 
 
-def default_out_path(doc: dict) -> Path:
-    return RESULTS_DIR / common.results_filename(doc)
+def default_out_path(doc: dict, out_dir=RESULTS_DIR) -> Path:
+    return Path(out_dir) / common.results_filename(doc)
 
 
 # ---------------------------------------------------------------- torch side (GPU machine)
@@ -151,10 +151,11 @@ class Timer:
 
     def flush(self):
         self.flush_buf.zero_()
-        # Keep the GPU busy a little longer so the CPU cost of launching fn (dynamo guards,
-        # Triton's launcher: tens of us) lands before the start event, not inside the timing.
+        # Keep the GPU busy long enough that the CPU cost of launching fn (dynamo guards,
+        # Triton's launcher) is paid before the start event runs, not inside the timing:
+        # measured on an H100, 60 us was not always enough for a torch.compile call.
         if hasattr(self.torch.cuda, "_sleep"):
-            self.torch.cuda._sleep(100_000)  # cycles, ~60 us at 1.7 GHz
+            self.torch.cuda._sleep(1_000_000)  # cycles, ~0.5 ms
 
     def _timed(self, fn, reps):
         ev = self.torch.cuda.Event
@@ -262,7 +263,9 @@ def run_peers(cases: list[dict], quick: bool = False, log=print) -> tuple[list[d
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--in", dest="inp", required=True, help="harness JSON (build/gpu/bench.json)")
-    p.add_argument("--out", help="merged results file (default bench/results/<gpu>_<date>_<sha>.json)")
+    p.add_argument("--out", help="merged results file (default OUT_DIR/<gpu>_<date>_<sha>.json)")
+    p.add_argument("--out-dir", default=str(RESULTS_DIR),
+                   help="folder for the default-named file (default bench/results)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (0.1 s per case)")
     args = p.parse_args(argv)
 
@@ -288,7 +291,7 @@ def main(argv=None) -> int:
     if triton is not None:
         versions["triton"] = triton.__version__
     merged = merge_peer_rows(doc, rows, notes, versions)
-    out = Path(args.out) if args.out else default_out_path(doc)
+    out = Path(args.out) if args.out else default_out_path(doc, args.out_dir)
     common.write_results(out, merged)
     print(f"peers.py: {len(rows)} peer rows, {len(notes)} failures -> {out}")
     return 0
