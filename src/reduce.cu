@@ -148,11 +148,12 @@ void row_sum(const TensorView& x, const TensorView& out, cudaStream_t stream) {
     if (splits >= 2) {
       const int64_t chunk = detail::ceil_div(detail::ceil_div(p.cols, splits), 64) * 64;  // whole 16-byte vectors
       const int64_t items = p.rows * splits;
-      auto* partials = static_cast<float*>(detail::workspace(stream, items * sizeof(float)));
+      const RowSumSplit split{
+          splits, chunk, static_cast<float*>(detail::workspace(stream, items * sizeof(float))),
+          static_cast<unsigned*>(detail::workspace(stream, p.rows * sizeof(unsigned), detail::Workspace::kCounters))};
       FLASHLAB_LAUNCH((row_sum_split_kernel<T, 256>), static_cast<int>(std::min(items, wave)), 256, 0, stream, p,
-                      splits, chunk, partials);
-      const RowSumParams second{partials, p.rows, splits, splits, p.out};
-      return launch(row_sum_warp_kernel<float, 256>, second, 256, 256 / kWarpSize);
+                      split);
+      return;
     }
     if (p.cols <= 4096) return launch(row_sum_block_kernel<T, 128>, p, 128, 1);
     launch(row_sum_block_kernel<T, 256>, p, 256, 1);

@@ -29,4 +29,12 @@ struct RowSumParams {
   float* out;          // (rows,) fp32
 };
 
+// Extra state of the split row_sum: each row is cut into `splits` chunks of `chunk` elements.
+struct RowSumSplit {
+  int64_t splits;         // chunks per row, >= 2
+  int64_t chunk;          // elements per chunk (the last chunk of a row may be shorter or empty)
+  float* partials;        // (rows, splits) scratch
+  unsigned int* counters; // (rows,) chunks done per row; zero on entry and on exit
+};
+
 }  // namespace flashlab

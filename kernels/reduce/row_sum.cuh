@@ -9,8 +9,8 @@
 //   row_sum_block_kernel: one block per row, for long rows;
 //   row_sum_split_kernel: several blocks per row, for few long rows (64 x 128256: one block
 //                         per row would leave half the SMs idle). Each block sums one chunk
-//                         of a row into a (rows, splits) scratch, then row_sum_warp_kernel sums
-//                         the scratch rows: two launches, still no atomics, still deterministic.
+//                         of a row; the last block of a row (a ticket per row, as in sum rung
+//                         6) adds the row's chunk sums in order. One launch, deterministic.
 // The kernels loop over their work items (grid-stride) with a grid of one resident wave.
 #pragma once
 
@@ -46,16 +46,35 @@ __global__ void __launch_bounds__(kThreads) row_sum_block_kernel(const __grid_co
 }
 
 // Work item i = (row i / splits, chunk i % splits); chunk c covers [c * chunk, (c+1) * chunk).
+// Rung 6's ticket scheme, per row: the block that finishes a row's last chunk adds the row's
+// partials in chunk order (deterministic), writes out[r] and resets the row's counter to zero.
 template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-    row_sum_split_kernel(const __grid_constant__ RowSumParams p, int64_t splits, int64_t chunk, float* partials) {
+__global__ void __launch_bounds__(kThreads) row_sum_split_kernel(const __grid_constant__ RowSumParams p,
+                                                                 const __grid_constant__ RowSumSplit split) {
+  __shared__ bool is_last;
   const T* in = static_cast<const T*>(p.in);
-  for (int64_t i = blockIdx.x; i < p.rows * splits; i += gridDim.x) {
-    const int64_t r = i / splits, c0 = (i % splits) * chunk;
-    const int64_t len = c0 + chunk <= p.cols ? chunk : p.cols - c0;
+  for (int64_t i = blockIdx.x; i < p.rows * split.splits; i += gridDim.x) {
+    const int64_t r = i / split.splits, c0 = (i % split.splits) * split.chunk;
+    const int64_t len = c0 + split.chunk <= p.cols ? split.chunk : p.cols - c0;
     const float s = block_reduce_sum<kThreads>(
         len > 0 ? thread_partial_sum(in + r * p.row_stride + c0, len, threadIdx.x, kThreads) : 0.f);
-    if (threadIdx.x == 0) partials[i] = s;  // (rows, splits) row-major
+    if (threadIdx.x == 0) {
+      split.partials[i] = s;
+      __threadfence();  // partial visible before the ticket is taken
+      is_last = atomicAdd(split.counters + r, 1u) == split.splits - 1;
+    }
+    __syncthreads();
+    if (is_last) {
+      __threadfence();  // see the other blocks' partials of this row
+      float acc = 0.f;
+      for (int64_t c = threadIdx.x; c < split.splits; c += kThreads) acc += __ldcg(split.partials + r * split.splits + c);
+      const float total = block_reduce_sum<kThreads>(acc);
+      if (threadIdx.x == 0) {
+        p.out[r] = total;
+        split.counters[r] = 0u;
+      }
+    }
+    __syncthreads();  // is_last is rewritten by the next item
   }
 }
 
