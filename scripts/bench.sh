@@ -17,4 +17,4 @@ export FLASHLAB_COMMIT=${FLASHLAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/nu
 ./build/gpu/bench/flashlab_bench --out build/gpu/bench.json "$@"
 py=${BENCH_PYTHON:-python3}  # the interpreter that has torch
 "$py" bench/peers.py --in build/gpu/bench.json --out-dir bench/results
-"$py" bench/report.py --readme README.md --plots docs/plots
+"$py" bench/report.py --readme README.md --plots docs/plots --docs docs/ladder

@@ -80,16 +80,17 @@ _HOST = np.zeros(1 << 16, dtype=np.uint8)
 _HOST_BASE = (_HOST.ctypes.data + 255) // 256 * 256  # 256-byte aligned host address
 
 
-def fake(shape, dtype="float32", device=(kDLCUDA, 0), strides=None, byte_offset=0, offset_bytes=0):
+def fake(shape, dtype="float32", device=(kDLCUDA, 0), strides=None, byte_offset=0, offset_bytes=0, null=False):
     """A tvm_ffi.Tensor claiming to live on `device` (default cuda:0); data is host memory at
-    `_HOST_BASE + offset_bytes` (a distinct base per tensor is not needed: calls fail first)."""
+    `_HOST_BASE + offset_bytes` (a distinct base per tensor is not needed: calls fail first),
+    or a null pointer when `null`."""
     code, bits = _DLPACK_DTYPE[dtype]
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
     strides_arr = (ctypes.c_int64 * max(ndim, 1))(*strides) if strides is not None else None
     managed = _DLManagedTensor()
     managed.dl_tensor = _DLTensor(
-        ctypes.c_void_p(_HOST_BASE + offset_bytes), _DLDevice(*device), ndim, _DLDataType(code, bits, 1),
+        ctypes.c_void_p(None if null else _HOST_BASE + offset_bytes), _DLDevice(*device), ndim, _DLDataType(code, bits, 1),
         ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64)),
         ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64)) if strides_arr is not None else None,
         byte_offset)
@@ -192,6 +193,13 @@ def test_length_zero():
         flashlab.sum(fake([3, 0]), out=fake([1]))
     with raises("row_sum: argument 'x': expected at least one element, got shape [0, 5]"):
         flashlab.row_sum(fake([0, 5]), out=fake([0]))
+
+
+def test_null_pointer():
+    with raises("vector_add: argument 'a': expected a non-null data pointer, got null"):
+        flashlab.vector_add(fake([16], null=True), fake([16]), out=fake([16]))
+    with raises("sum: argument 'out': expected a non-null data pointer, got null"):
+        flashlab.sum(fake([16]), out=fake([1], null=True))
 
 
 def test_devices():
