@@ -1,0 +1,34 @@
+// Benchmark cases, one file per op family (bench/cases_<family>.cu), all run by flashlab_bench.
+// Each case function measures every rung of its op for one dtype and adds one row per rung.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "bench/harness.h"
+#include "flashlab/error.h"
+#include "flashlab/tensor.h"
+
+namespace flashlab::bench {
+
+struct DeviceMem {
+  void* p = nullptr;
+  explicit DeviceMem(size_t bytes) { FLASHLAB_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~DeviceMem() { cudaFree(p); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+};
+
+inline TensorView view(void* p, DType dt, std::vector<int64_t> shape) {
+  return TensorView(p, dt, std::move(shape), Device{DeviceType::kCUDA, 0});
+}
+
+// bench/cases_basic.cu
+void bench_vector_add(Harness& h, DType dt);
+void bench_sum(Harness& h, DType dt);
+void bench_row_sum(Harness& h, DType dt);
+void bench_streams(Harness& h);
+
+}  // namespace flashlab::bench
