@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
       if (h.selected("vector_add/" + d)) bench_vector_add(h, dt);
       if (h.selected("reduce_sum/" + d)) bench_sum(h, dt);
       if (h.selected("row_sum/" + d)) bench_row_sum(h, dt);
+      if (h.selected("rmsnorm/" + d) || h.selected("fused_add_rmsnorm/" + d)) bench_rmsnorm(h, dt);
+      if (h.selected("silu_and_mul/" + d) || h.selected("gelu_and_mul/" + d) || h.selected("gelu_tanh_and_mul/" + d))
+        bench_activation(h, dt);
     }
     if (h.selected("streams_pipeline/fp32")) bench_streams(h);
     h.write_json();

@@ -31,4 +31,10 @@ void bench_sum(Harness& h, DType dt);
 void bench_row_sum(Harness& h, DType dt);
 void bench_streams(Harness& h);
 
+// bench/cases_norm.cu
+void bench_rmsnorm(Harness& h, DType dt);
+
+// bench/cases_activation.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul (each op checks its own filter)
+void bench_activation(Harness& h, DType dt);
+
 }  // namespace flashlab::bench

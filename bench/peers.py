@@ -9,6 +9,11 @@ with the same op, dtype and shape, so every ratio is read from one file of one r
     vector_add  torch (torch.add out=), torch-compile (a + b), triton (our own kernel below)
     reduce_sum  torch (torch.sum, fp32 accumulate), torch-compile
     row_sum     torch (x.sum(dim=1), fp32 accumulate), torch-compile
+    rmsnorm     torch (torch.nn.functional.rms_norm), torch-compile (the Llama formula in fp32)
+    fused_add_rmsnorm  torch (r = x + r; rms_norm(r)), torch-compile (the same, one graph)
+    silu_and_mul       torch (F.silu(x[..., :d]) * x[..., d:]), torch-compile (the same, one graph)
+    gelu_and_mul       torch (F.gelu(x[..., :d], approximate="none") * x[..., d:]), torch-compile
+    gelu_tanh_and_mul  torch (F.gelu(x[..., :d], approximate="tanh") * x[..., d:]), torch-compile
 Timing: warm-up, L2 flushed (a 256 MiB write) before each repetition outside the timed region,
 CUDA events around the call alone, median of >= 20 repetitions (about 0.5 s per case).
 A peer that fails is skipped and named in "peers_note"; the run goes on.
@@ -38,6 +43,11 @@ PEERS = {
     "vector_add": ("torch", "torch-compile", "triton"),
     "reduce_sum": ("torch", "torch-compile"),
     "row_sum": ("torch", "torch-compile"),
+    "rmsnorm": ("torch", "torch-compile"),
+    "fused_add_rmsnorm": ("torch", "torch-compile"),
+    "silu_and_mul": ("torch", "torch-compile"),
+    "gelu_and_mul": ("torch", "torch-compile"),
+    "gelu_tanh_and_mul": ("torch", "torch-compile"),
 }
 # Rows whose shapes the peers follow: our rungs, and the harness's own copy baseline.
 SOURCE_IMPLS = ("flashlab", "cudaMemcpy")
@@ -224,6 +234,49 @@ def _peer_builders(torch, case):
         return {
             "torch": lambda: functools.partial(x.sum, dim=1, dtype=torch.float32),
             "torch-compile": lambda: _compiled(torch, lambda t: t.sum(dim=1, dtype=torch.float32), x),
+        }
+    if op in ("rmsnorm", "fused_add_rmsnorm"):
+        rows, hidden = s["rows"], s["cols"]
+        x, r = _random(torch, (rows, hidden), dtype), _random(torch, (rows, hidden), dtype)
+        w = _random(torch, hidden, dtype)
+        eps = 1e-6
+
+        def rms(t, weight):  # the Llama/FlashInfer formula: fp32 statistics, one rounding
+            tf = t.float()
+            return (tf * torch.rsqrt(tf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(t.dtype)
+
+        if op == "rmsnorm":
+            return {
+                "torch": lambda: functools.partial(torch.nn.functional.rms_norm, x, (hidden,), w, eps),
+                "torch-compile": lambda: _compiled(torch, rms, x, w),
+            }
+
+        def fused_eager(t, res, weight):
+            res = t + res
+            return torch.nn.functional.rms_norm(res, (hidden,), weight, eps), res
+
+        def fused(t, res, weight):
+            res = t + res
+            return rms(res, weight), res
+
+        return {
+            "torch": lambda: functools.partial(fused_eager, x, r, w),
+            "torch-compile": lambda: _compiled(torch, fused, x, r, w),
+        }
+    if op in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+        d = s["cols"]  # the output width; the input is [rows, 2d]
+        x = _random(torch, (s["rows"], 2 * d), dtype)
+        nnf = torch.nn.functional
+        act = {"silu_and_mul": nnf.silu,
+               "gelu_and_mul": functools.partial(nnf.gelu, approximate="none"),
+               "gelu_tanh_and_mul": functools.partial(nnf.gelu, approximate="tanh")}[op]
+
+        def act_and_mul(t):
+            return act(t[..., :d]) * t[..., d:]
+
+        return {
+            "torch": lambda: functools.partial(act_and_mul, x),
+            "torch-compile": lambda: _compiled(torch, act_and_mul, x),
         }
     return {}
 

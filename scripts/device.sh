@@ -59,6 +59,8 @@ case "$filter" in
   reduce*|sum*) gtest_filter='Sum*:RowSum*' ;;
   row_sum*) gtest_filter='RowSum*' ;;
   streams*) gtest_filter='Streams*' ;;
+  rmsnorm*|fused_add_rmsnorm*) gtest_filter='RmsNorm*:FusedAddRmsNorm*' ;;
+  *_and_mul*) gtest_filter='*Activation*:*AndMul*' ;;
 esac
 ./build/gpu/tests/test_cpu --gtest_brief=1 || fail "CPU tests"
 ./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"

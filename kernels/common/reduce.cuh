@@ -38,4 +38,22 @@ __device__ __forceinline__ float block_reduce_sum(float v) {
   return total;
 }
 
+// Sum over the block, returned to every thread; blockDim.x a multiple of 32 (<= 1024), known
+// only at run time. Every thread of the block must call it. Two barriers.
+__device__ __forceinline__ float block_all_reduce_sum(float v) {
+  __shared__ float warp_sums[kWarpSize];  // (up to 32 warps,)
+  __shared__ float total;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  v = warp_reduce_sum(v);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < static_cast<int>(blockDim.x / kWarpSize) ? warp_sums[lane] : 0.f;
+    t = warp_reduce_sum(t);
+    if (lane == 0) total = t;
+  }
+  __syncthreads();
+  return total;
+}
+
 }  // namespace flashlab::kernels

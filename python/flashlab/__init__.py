@@ -11,10 +11,13 @@ from typing import Any
 
 from . import _alloc, _loader
 
-__all__ = ["SUM_RUNGS", "VECTOR_ADD_RUNGS", "library_path", "row_sum", "sum", "vector_add"]
+__all__ = ["ACTIVATION_RUNGS", "RMSNORM_RUNGS", "SUM_RUNGS", "VECTOR_ADD_RUNGS", "fused_add_rmsnorm",
+           "gelu_and_mul", "gelu_tanh_and_mul", "gemma_fused_add_rmsnorm", "gemma_rmsnorm", "library_path", "rmsnorm",
+           "row_sum", "silu_and_mul", "sum", "vector_add"]
 
 VECTOR_ADD_RUNGS = 3  # 1 grid-stride, 2 vec16, 3 vec16 + head/tail (top)
 SUM_RUNGS = 6  # 1 atomic, 2 smem interleaved, 3 smem sequential, 4 warp shuffle, 5 vec16 multi, 6 one pass (top)
+ACTIVATION_RUNGS = 2  # 1 scalar grid-stride, 2 vec16 tiles + scalar edges (top)
 
 _ffi, _path = _loader.load()
 
@@ -55,3 +58,46 @@ def row_sum(x: Any, out: Any = None) -> Any:
         out = _alloc.empty(x, tuple(x.shape[:1]), "float32")
     _ffi.row_sum(x, out)
     return out
+
+
+def _halved_last_dim(x: Any) -> tuple[int, ...]:
+    # [..., 2d] -> [..., d]; a 0-dim input keeps its shape (C++ rejects it, naming 'input').
+    shape = tuple(x.shape)
+    return shape[:-1] + (shape[-1] // 2,) if shape else shape
+
+
+def _act_and_mul(name: str, input: Any, out: Any, rung: int | None) -> Any:  # noqa: A002
+    if out is None:
+        out = _alloc.empty(input, _halved_last_dim(input))
+    getattr(_ffi, name)(input, out, ACTIVATION_RUNGS if rung is None else rung)
+    return out
+
+
+def silu_and_mul(input: Any, out: Any = None, rung: int | None = None) -> Any:  # noqa: A002 (FlashInfer's name)
+    """``out = silu(input[..., :d]) * input[..., d:]`` for ``input`` of shape [..., 2d]. Returns ``out``.
+
+    silu(x) = x / (1 + exp(-x)); fp32, fp16 or bf16, computed in fp32 and rounded once. ``input``
+    rows may be strided (unit stride in the last dim); ``out`` defaults to a new contiguous tensor
+    like ``input`` with the last dim halved; ``rung`` to the top rung.
+    """
+    return _act_and_mul("silu_and_mul", input, out, rung)
+
+
+def gelu_and_mul(input: Any, out: Any = None, rung: int | None = None) -> Any:  # noqa: A002
+    """``out = gelu(input[..., :d]) * input[..., d:]`` with the exact (erf) GELU. Returns ``out``.
+
+    gelu(x) = x/2 * (1 + erf(x / sqrt(2))); otherwise as :func:`silu_and_mul`.
+    """
+    return _act_and_mul("gelu_and_mul", input, out, rung)
+
+
+def gelu_tanh_and_mul(input: Any, out: Any = None, rung: int | None = None) -> Any:  # noqa: A002
+    """``out = gelu_tanh(input[..., :d]) * input[..., d:]``, GELU's tanh approximation. Returns ``out``.
+
+    gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))); otherwise as :func:`silu_and_mul`.
+    """
+    return _act_and_mul("gelu_tanh_and_mul", input, out, rung)
+
+
+from .norm import (RMSNORM_RUNGS, fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm,  # noqa: E402
+                   rmsnorm)

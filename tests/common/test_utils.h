@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include "flashlab/tensor.h"
@@ -32,12 +33,28 @@ inline float bf16_bits_to_f32(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// fp16 through cuda_fp16.h's host conversions (round to nearest even).
+inline uint16_t f32_to_f16_bits(float f) {
+  const __half h = __float2half_rn(f);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+inline float f16_bits_to_f32(uint16_t b) {
+  __half h;
+  std::memcpy(&h, &b, 2);
+  return __half2float(h);
+}
 inline double round_to(DType dt, double x) {
   const float f = static_cast<float>(x);
-  return dt == DType::kBF16 ? bf16_bits_to_f32(f32_to_bf16_bits(f)) : f;
+  if (dt == DType::kBF16) return bf16_bits_to_f32(f32_to_bf16_bits(f));
+  if (dt == DType::kF16) return f16_bits_to_f32(f32_to_f16_bits(f));
+  return f;
 }
-// Unit roundoff of a dtype: 2^-24 fp32, 2^-8 bf16.
-inline double unit_roundoff(DType dt) { return dt == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -24); }
+// Unit roundoff of a dtype: 2^-24 fp32, 2^-11 fp16, 2^-8 bf16.
+inline double unit_roundoff(DType dt) {
+  return std::ldexp(1.0, dt == DType::kBF16 ? -8 : dt == DType::kF16 ? -11 : -24);
+}
 
 // A host tensor: values as the kernel reads them (already rounded to dtype), plus raw bytes.
 struct HostTensor {
@@ -52,10 +69,10 @@ inline HostTensor random_tensor(DType dt, int64_t n, std::mt19937_64& rng, doubl
                std::vector<uint8_t>(static_cast<size_t>(n) * dtype_size(dt))};
   for (int64_t i = 0; i < n; ++i) {
     const float f = static_cast<float>(dist(rng));
-    if (dt == DType::kBF16) {
-      const uint16_t b = f32_to_bf16_bits(f);
+    if (dt == DType::kBF16 || dt == DType::kF16) {
+      const uint16_t b = dt == DType::kBF16 ? f32_to_bf16_bits(f) : f32_to_f16_bits(f);
       std::memcpy(t.bytes.data() + 2 * i, &b, 2);
-      t.values[i] = bf16_bits_to_f32(b);
+      t.values[i] = dt == DType::kBF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
     } else {
       std::memcpy(t.bytes.data() + 4 * i, &f, 4);
       t.values[i] = f;
@@ -68,10 +85,10 @@ inline std::vector<double> decode(DType dt, const std::vector<uint8_t>& bytes) {
   const size_t n = bytes.size() / dtype_size(dt);
   std::vector<double> out(n);
   for (size_t i = 0; i < n; ++i) {
-    if (dt == DType::kBF16) {
+    if (dt == DType::kBF16 || dt == DType::kF16) {
       uint16_t b;
       std::memcpy(&b, bytes.data() + 2 * i, 2);
-      out[i] = bf16_bits_to_f32(b);
+      out[i] = dt == DType::kBF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
     } else {
       float f;
       std::memcpy(&f, bytes.data() + 4 * i, 4);

@@ -265,6 +265,88 @@ def test_torch_cpu_tensor_hits_the_cpp_device_check():
 
 
 # ---------------------------------------------------------------------------------------------
+# CPU-runnable: the gated activations (silu_and_mul, gelu_and_mul, gelu_tanh_and_mul).
+
+ACT_OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
+
+
+def test_activation_rungs_constant():
+    assert flashlab.ACTIVATION_RUNGS == 2
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+def test_activation_numpy_input_hits_the_cpp_device_check(op):
+    x = np.ones((4, 16), np.float32)
+    with raises(f"{op}: argument 'input': expected a CUDA tensor, got cpu tensor"):
+        getattr(flashlab, op)(x)  # out allocated by numpy, shape (4, 8)
+    with raises(f"{op}: argument 'out': expected a CUDA tensor, got cpu tensor"):
+        getattr(flashlab, op)(fake([4, 16]), out=np.empty((4, 8), np.float32))
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+@pytest.mark.parametrize("rung", [0, 3, 2**40])
+def test_activation_bad_rung(op, rung):
+    with raises(f"{op}: argument 'rung': expected 1..2, got {rung}"):
+        getattr(flashlab, op)(np.ones((2, 4), np.float32), rung=rung)
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+def test_activation_shapes(op):
+    fn = getattr(flashlab, op)
+    with raises(f"{op}: argument 'input': expected an even last dim ([..., 2d]: gate then up), got shape [4, 7]"):
+        fn(fake([4, 7], "bfloat16"), out=fake([4, 3], "bfloat16"))
+    with raises(f"{op}: argument 'out': expected shape [4, 8] ('input' with the last dim halved), got [4, 16]"):
+        fn(fake([4, 16]), out=fake([4, 16], offset_bytes=4096))
+    with raises(f"{op}: argument 'out': expected shape [2, 3, 8] ('input' with the last dim halved), got [6, 8]"):
+        fn(fake([2, 3, 16]), out=fake([6, 8], offset_bytes=4096))
+    with raises(f"{op}: argument 'input': expected at least one element, got shape [0, 16]"):
+        fn(fake([0, 16]), out=fake([0, 8]))
+    with raises(f"{op}: argument 'input': expected at least 1 dim ([..., 2d]), got a 0-dim tensor"):
+        fn(fake([]), out=fake([]))
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+def test_activation_dtypes_and_devices(op):
+    fn = getattr(flashlab, op)
+    with raises(f"{op}: argument 'input': expected dtype fp32 or fp16 or bf16, got int32"):
+        fn(fake([4, 16], "int32"), out=fake([4, 8], "int32"))
+    with raises(f"{op}: argument 'out': expected dtype fp16 (same as 'input'), got bf16"):
+        fn(fake([4, 16], "float16"), out=fake([4, 8], "bfloat16"))
+    with raises(f"{op}: argument 'out': expected a tensor on cuda:0 (same as 'input'), got cuda:1"):
+        fn(fake([4, 16]), out=fake([4, 8], device=(kDLCUDA, 1)))
+    with raises(f"{op}: argument 'input': expected a non-null data pointer, got null"):
+        fn(fake([4, 16], null=True), out=fake([4, 8]))
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+def test_activation_strides_alignment_overlap(op):
+    fn = getattr(flashlab, op)
+    with raises(f"{op}: argument 'input': expected unit stride in the last dim, got strides [32, 2]"):
+        fn(fake([4, 16], strides=[32, 2]), out=fake([4, 8], offset_bytes=4096))
+    with raises(f"{op}: argument 'input': expected >= 2d row stride (rows must not overlap), "
+                "got row stride 8 for last dim 16"):
+        fn(fake([4, 16], strides=[8, 1]), out=fake([4, 8], offset_bytes=4096))
+    with raises(f"{op}: argument 'input': expected leading dims that flatten to one row stride, "
+                "got strides [100, 32, 1] for shape [2, 3, 16]"):
+        fn(fake([2, 3, 16], strides=[100, 32, 1]), out=fake([2, 3, 8], offset_bytes=4096))
+    with raises(f"{op}: argument 'out': expected a contiguous tensor, got strides [16, 1] for shape [4, 8]"):
+        fn(fake([4, 16]), out=fake([4, 8], strides=[16, 1], offset_bytes=4096))
+    addr = _HOST_BASE + 1
+    with raises(f"{op}: argument 'input': expected a data pointer aligned to 2 bytes, got address {addr:#x} (offset 1)"):
+        fn(fake([4, 16], "bfloat16", byte_offset=1), out=fake([4, 8], "bfloat16", offset_bytes=4096))
+    with raises(f"{op}: argument 'out': expected memory disjoint from 'input' (no in-place form: out is half as "
+                "wide), got the same data pointer"):
+        fn(fake([4, 16]), out=fake([4, 8]))
+    with raises(f"{op}: argument 'out': expected memory disjoint from 'input' or identical to it, got a partial overlap"):
+        fn(fake([4, 16]), out=fake([4, 8], offset_bytes=64))
+
+
+def test_activation_out_allocation_needs_a_known_framework():
+    with pytest.raises(TypeError, match="pass out= explicitly"):
+        flashlab.silu_and_mul(fake([4, 16]))
+
+
+# ---------------------------------------------------------------------------------------------
 # GPU: numerics of every rung, strides, out=, stream, errors.
 
 _EPS32 = float(np.finfo(np.float32).eps)
@@ -475,3 +557,92 @@ def test_gpu_errors_carry_the_cpp_message():
         flashlab.sum(a[::2])
     with raises("row_sum: argument 'out': expected shape [4], got [5]"):
         flashlab.row_sum(a.view(4, 256), out=torch.empty(5, device="cuda"))
+
+
+# ---- gated activations
+
+def _act64(op: str, x):
+    """act(x[..., :d]) * x[..., d:] in float64 on the CPU (x: a torch tensor of any dtype)."""
+    x64 = x.detach().double().cpu()
+    d = x64.shape[-1] // 2
+    g, u = x64[..., :d], x64[..., d:]
+    if op == "silu_and_mul":
+        a = g / (1 + torch.exp(-g))
+    elif op == "gelu_and_mul":
+        a = 0.5 * g * torch.erfc(-g / math.sqrt(2))
+    else:
+        a = g / (1 + torch.exp(-2 * math.sqrt(2 / math.pi) * (g + 0.044715 * g ** 3)))
+    return (a * u).numpy(), (g * u).abs().max().item()
+
+
+def _act_naive(op: str, x):
+    """The same function in fp32 on the GPU (torch), rounded once to x's dtype."""
+    xf = x.float()
+    d = xf.shape[-1] // 2
+    act = {"silu_and_mul": torch.nn.functional.silu,
+           "gelu_and_mul": lambda t: torch.nn.functional.gelu(t, approximate="none"),
+           "gelu_tanh_and_mul": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[op]
+    return (act(xf[..., :d]) * xf[..., d:]).to(x.dtype)
+
+
+_UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+
+
+def _act_check(op: str, x, out, what: str):
+    # Rounding floor as tests/gpu/test_activation.cpp: the output's unit roundoff x max|ref| + 2 fp32
+    # unit roundoffs x max|gate x up| (CUDA's transcendentals are within 2 ulps).
+    ref64, max_gu = _act64(op, x)
+    naive_err = float(np.abs(_act_naive(op, x).double().cpu().numpy() - ref64).max())
+    floor = _UNIT_ROUNDOFF[str(x.dtype).split(".")[-1]] * float(np.abs(ref64).max()) + 2 * _U32 * max_gu
+    assert tuple(out.shape) == tuple(ref64.shape) and out.dtype == x.dtype
+    _assert_within(out, ref64, naive_err, floor, what)
+
+
+@gpu
+@pytest.mark.parametrize("op", ACT_OPS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("rung", range(1, flashlab.ACTIVATION_RUNGS + 1))
+@pytest.mark.parametrize("rows,d", [(1, 1), (7, 111), (99, 500), (3, 4097), (16, 8192), (2048, 7)])
+def test_activation(op, dtype, rung, rows, d):
+    dt = getattr(torch, dtype)
+    x = (3 * torch.randn(rows, 2 * d, device="cuda", generator=_gen(rows * d + rung))).to(dt)
+    fn = getattr(flashlab, op)
+    out = torch.full((rows, d), float("nan"), device="cuda", dtype=dt)
+    assert fn(x, out=out, rung=rung) is out
+    _act_check(op, x, out, f"{op} rung {rung} {dtype} {rows}x{d} (out given)")
+    _act_check(op, x, fn(x, rung=rung), f"{op} rung {rung} {dtype} {rows}x{d} (out allocated)")
+
+
+@gpu
+@pytest.mark.parametrize("op", ACT_OPS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_activation_views(op, dtype):
+    dt = getattr(torch, dtype)
+    fn = getattr(flashlab, op)
+    vec = 16 // torch.empty(0, dtype=dt).element_size()
+    base = (3 * torch.randn(64, 9000, device="cuda", generator=_gen(17))).to(dt)
+    for x, what in ((base[:, :8192], "column slice, row stride 9000"),
+                    (base[::3, 1:4097], "every third row, odd start"),
+                    (base[:60, :2000].view(20, 3, 2000), "3 dims over strided rows"),
+                    (base.view(-1)[3:3 + 5 * 8192].view(5, 8192), "contiguous, odd start")):
+        shape = (*x.shape[:-1], x.shape[-1] // 2)
+        n = math.prod(shape)
+        fresh = fn(x)  # out 16-byte aligned
+        _act_check(op, x, fresh, f"{op} {dtype} {what}, out allocated")
+        off = x.storage_offset() % vec  # out at the input's offset: vector body + scalar head/tail
+        out = torch.full((n + vec,), float("nan"), device="cuda", dtype=dt)[off:off + n].view(shape)
+        assert fn(x, out=out) is out
+        _act_check(op, x, out, f"{op} {dtype} {what}, out at offset {off}")
+
+
+@gpu
+def test_activation_gpu_errors_carry_the_cpp_message():
+    x = torch.randn(4, 16, device="cuda")
+    with raises("silu_and_mul: argument 'input': expected an even last dim ([..., 2d]: gate then up), got shape [4, 15]"):
+        flashlab.silu_and_mul(x[:, :15])
+    with raises("gelu_and_mul: argument 'out': expected dtype fp32 (same as 'input'), got bf16"):
+        flashlab.gelu_and_mul(x, out=torch.empty(4, 8, device="cuda", dtype=torch.bfloat16))
+    with raises("gelu_tanh_and_mul: argument 'out': expected shape [4, 8] ('input' with the last dim halved), got [4, 16]"):
+        flashlab.gelu_tanh_and_mul(x, out=torch.empty_like(x))
+    with raises("silu_and_mul: argument 'input': expected dtype fp32 or fp16 or bf16, got e4m3"):
+        flashlab.silu_and_mul(x.to(torch.float8_e4m3fn))

@@ -1,0 +1,129 @@
+// Host side of the RMSNorm family: validation, then dispatch to a rung.
+#include <algorithm>
+#include <cmath>
+
+#include "flashlab/norm.h"
+#include "flashlab/validate.h"
+#include "kernels/norm/01_naive.cuh"
+#include "kernels/norm/02_warp.cuh"
+#include "kernels/norm/04_block_vec16_regs.cuh"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+
+namespace flashlab {
+
+namespace {
+
+using namespace kernels;
+
+// The 16-byte vector rungs need every row and the weight to start on a 16-byte boundary.
+template <typename T>
+bool vec16_ok(const RmsNormParams& p, bool fused) {
+  auto aligned = [](const void* ptr, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0 && (stride * sizeof(T)) % kVecBytes == 0;
+  };
+  return p.hidden % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride) &&
+         aligned(p.weight, 0) && (!fused || aligned(p.residual, p.residual_stride));
+}
+
+// Threads for one row of the block rungs: enough that kRmsNormVecsPerThread vectors each cover
+// it, whole warps, 32..1024.
+int block_threads(int64_t nvec) {
+  const int64_t t = detail::ceil_div(detail::ceil_div(nvec, kRmsNormVecsPerThread), kWarpSize) * kWarpSize;
+  return static_cast<int>(std::clamp<int64_t>(t, kWarpSize, 1024));
+}
+
+template <typename T, bool kFused, bool kGemma>
+void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream, int rung) {
+  const int grid_rows = static_cast<int>(p.rows);  // rows <= 2^31 - 1 checked by the caller
+  const int64_t nvec = p.hidden / Vec<T>::kN;
+  if (rung == 1) {
+    if constexpr (!kFused)
+      FLASHLAB_LAUNCH((rmsnorm_naive_kernel<T, kGemma>), static_cast<int>(detail::ceil_div(p.rows, kRmsNormNaiveThreads)),
+                      kRmsNormNaiveThreads, 0, stream, p);
+    return;
+  }
+  if (rung == 2 || !vec16_ok<T>(p, kFused)) {
+    FLASHLAB_LAUNCH((rmsnorm_warp_kernel<T, kFused, kGemma>),
+                    static_cast<int>(detail::ceil_div(p.rows, kRmsNormWarpThreads / kWarpSize)), kRmsNormWarpThreads, 0,
+                    stream, p);
+  } else if (rung == 3 || nvec > static_cast<int64_t>(kRmsNormVecsPerThread) * kRmsNormRegsMaxThreads) {
+    FLASHLAB_LAUNCH((rmsnorm_block_vec16_kernel<T, kFused, kGemma>), grid_rows, block_threads(nvec), 0, stream, p);
+  } else {
+    FLASHLAB_LAUNCH((rmsnorm_block_vec16_regs_kernel<T, kFused, kGemma>), grid_rows, block_threads(nvec), 0, stream, p);
+  }
+}
+
+void check_rows_like_input(const check::Arg& a, const check::Arg& input) {
+  check::cuda(a);
+  check::same_device(a, input);
+  check::dtype_eq(a, input);
+  check::shape_eq(a, input);
+  check::last_dim_contiguous(a);
+  check::aligned(a, dtype_size(a.t.dtype));
+}
+
+void check_common(const char* op, const check::Arg& I, const check::Arg& W, double eps) {
+  check::cuda(I);
+  check::dtype_in(I, {DType::kF32, DType::kF16, DType::kBF16});
+  check::ndim(I, 2);
+  check::nonempty(I);
+  check::last_dim_contiguous(I);
+  if (I.t.shape[0] > 1 && I.t.strides[0] < I.t.shape[1])
+    check::fail(I, ">= hidden row stride (rows must not overlap)",
+                detail::concat("row stride ", I.t.strides[0], " for hidden ", I.t.shape[1]));
+  FLASHLAB_CHECK(I.t.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
+                 I.t.shape[0]);
+  check::aligned(I, dtype_size(I.t.dtype));
+  check::cuda(W);
+  check::same_device(W, I);
+  check::dtype_eq(W, I);
+  check::shape(W, {I.t.shape[1]});
+  check::contiguous(W);
+  check::aligned(W, dtype_size(W.t.dtype));
+  FLASHLAB_CHECK(std::isfinite(eps) && eps >= 0, op, ": argument 'eps': expected a finite value >= 0, got ", eps);
+}
+
+int64_t row_stride(const TensorView& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
+
+}  // namespace
+
+void rmsnorm(const TensorView& input, const TensorView& weight, const TensorView& out, double eps, bool gemma,
+             cudaStream_t stream, int rung) {
+  constexpr const char* op = "rmsnorm";
+  const check::Arg I{op, "input", input}, W{op, "weight", weight}, O{op, "out", out};
+  check::rung(op, rung, kRmsNormRungs);
+  check_common(op, I, W, eps);
+  check_rows_like_input(O, I);
+  check::no_overlap(O, I);
+  check::no_overlap(O, W);
+  detail::DeviceGuard guard(input.device.index);
+  const RmsNormParams p{input.data, out.data, nullptr, weight.data, input.shape[0], input.shape[1],
+                        row_stride(input), row_stride(out), 0, static_cast<float>(eps)};
+  DTYPE_SWITCH(input.dtype, T, [&] {
+    BOOL_SWITCH(gemma, kGemma, [&] { launch_rmsnorm<T, false, kGemma>(p, stream, rung); });
+  });
+}
+
+void fused_add_rmsnorm(const TensorView& input, const TensorView& residual, const TensorView& weight, double eps,
+                       bool gemma, cudaStream_t stream, int rung) {
+  constexpr const char* op = "fused_add_rmsnorm";
+  const check::Arg I{op, "input", input}, R{op, "residual", residual}, W{op, "weight", weight};
+  FLASHLAB_CHECK(rung >= 2 && rung <= kRmsNormRungs, op, ": argument 'rung': expected 2..", kRmsNormRungs,
+                 " (rung 1 has no fused variant), got ", rung);
+  check_common(op, I, W, eps);
+  check_rows_like_input(R, I);
+  if (residual.data == input.data)
+    check::fail(R, "memory disjoint from 'input'", "the same memory as 'input'");
+  check::no_overlap(R, I);
+  check::no_overlap(I, W);
+  check::no_overlap(R, W);
+  detail::DeviceGuard guard(input.device.index);
+  const RmsNormParams p{input.data, input.data, residual.data, weight.data, input.shape[0], input.shape[1],
+                        row_stride(input), row_stride(input), row_stride(residual), static_cast<float>(eps)};
+  DTYPE_SWITCH(input.dtype, T, [&] {
+    BOOL_SWITCH(gemma, kGemma, [&] { launch_rmsnorm<T, true, kGemma>(p, stream, rung); });
+  });
+}
+
+}  // namespace flashlab
