@@ -8,35 +8,17 @@
 #include <vector>
 
 #include "flashlab/flashlab.h"
+#include "tests/common/validation_utils.h"
 
 namespace flashlab {
 namespace {
 
-const Device kGpu{DeviceType::kCUDA, 0};
-const Device kCpu{DeviceType::kCPU, 0};
+using testing::expect_rejected;
+using testing::fake;
+using testing::gpu;
+using testing::kCpu;
+using testing::kGpu;
 const Device kPinned{DeviceType::kCUDAHost, 0};
-
-// Fake, well-aligned device addresses: validation never dereferences them.
-void* fake(uintptr_t offset_bytes = 0, int slot = 0) {
-  return reinterpret_cast<void*>(0x7f0000000000ull + (static_cast<uintptr_t>(slot) << 32) + offset_bytes);
-}
-
-// Asserts fn throws flashlab::Error whose message contains every piece, and launches nothing.
-void expect_rejected(const std::function<void()>& fn, const std::vector<std::string>& pieces) {
-  const int64_t launches = check::launch_count();
-  try {
-    fn();
-    ADD_FAILURE() << "expected flashlab::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
-  }
-  EXPECT_EQ(check::launch_count(), launches) << "a rejected call launched a kernel";
-}
-
-TensorView gpu(DType dt, std::vector<int64_t> shape, int slot, uintptr_t off = 0) {
-  return TensorView(fake(off, slot), dt, std::move(shape), kGpu);
-}
 
 TEST(VectorAddValidation, CpuTensor) {
   TensorView a(fake(0, 1), DType::kF32, {1024}, kCpu);
