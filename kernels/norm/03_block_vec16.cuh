@@ -12,6 +12,7 @@
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/vec.cuh"
+#include "kernels/common/vec_math.cuh"
 #include "kernels/norm/params.h"
 
 namespace flashlab::kernels {
@@ -25,15 +26,6 @@ __device__ __forceinline__ Vec<T> scale_vec(const Vec<T>& x, const Vec<T>& w, fl
     const float wj = kGemma ? 1.f + to_float(w.v[j]) : to_float(w.v[j]);
     y.v[j] = from_float<T>(to_float(x.v[j]) * inv_rms * wj);
   }
-  return y;
-}
-
-// x = round(a + b) elementwise (the fused residual add).
-template <typename T>
-__device__ __forceinline__ Vec<T> add_round_vec(const Vec<T>& a, const Vec<T>& b) {
-  Vec<T> y;
-#pragma unroll
-  for (int j = 0; j < Vec<T>::kN; ++j) y.v[j] = from_float<T>(to_float(a.v[j]) + to_float(b.v[j]));
   return y;
 }
 
@@ -58,7 +50,7 @@ __global__ void rmsnorm_block_vec16_kernel(const __grid_constant__ RmsNormParams
   for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
     V x = load_vec(in + i * V::kN);
     if constexpr (kFused) {
-      x = add_round_vec(x, load_vec(res + i * V::kN));
+      x = add_vec(x, load_vec(res + i * V::kN));
       store_vec(res + i * V::kN, x);
     }
     ss += sum_squares_vec(x);

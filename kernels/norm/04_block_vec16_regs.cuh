@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kRmsNormRegsMaxThreads) rmsnorm_block_vec16_re
     const int64_t i = k * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < nvec) {
       if constexpr (kFused) {
-        x[k] = add_round_vec(x[k], rv[k]);
+        x[k] = add_vec(x[k], rv[k]);
         store_vec(res + i * V::kN, x[k]);
       }
       ss += sum_squares_vec(x[k]);
