@@ -46,8 +46,14 @@ int main(int argc, char** argv) {
       if (h.selected("reduce_sum/" + d)) bench_sum(h, dt);
       if (h.selected("row_sum/" + d)) bench_row_sum(h, dt);
       if (h.selected("rmsnorm/" + d) || h.selected("fused_add_rmsnorm/" + d)) bench_rmsnorm(h, dt);
+      if (h.selected("layernorm/" + d)) bench_layernorm(h, dt);
+      if (h.selected("softmax/" + d) || h.selected("log_softmax/" + d)) bench_softmax(h, dt);
       if (h.selected("silu_and_mul/" + d) || h.selected("gelu_and_mul/" + d) || h.selected("gelu_tanh_and_mul/" + d))
         bench_activation(h, dt);
+      if (h.selected("rope/" + d)) bench_rope(h, dt);
+      if (h.selected("quantize_fp8/" + d) || h.selected("quantize_int8/" + d) ||
+          h.selected("quantize_fp8_per_tensor/" + d))
+        bench_quant(h, dt);
     }
     if (h.selected("streams_pipeline/fp32")) bench_streams(h);
     h.write_json();

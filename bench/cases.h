@@ -34,7 +34,19 @@ void bench_streams(Harness& h);
 // bench/cases_norm.cu
 void bench_rmsnorm(Harness& h, DType dt);
 
+// bench/cases_layernorm.cu
+void bench_layernorm(Harness& h, DType dt);
+
+// bench/cases_softmax.cu: softmax (every rung), log_softmax (top rung)
+void bench_softmax(Harness& h, DType dt);
+
 // bench/cases_activation.cu: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul (each op checks its own filter)
 void bench_activation(Harness& h, DType dt);
+
+// bench/cases_rope.cu
+void bench_rope(Harness& h, DType dt);
+
+// bench/cases_quant.cu: quantize_fp8, quantize_int8, quantize_fp8_per_tensor (each op checks its own filter)
+void bench_quant(Harness& h, DType dt);
 
 }  // namespace flashlab::bench

@@ -11,9 +11,16 @@ with the same op, dtype and shape, so every ratio is read from one file of one r
     row_sum     torch (x.sum(dim=1), fp32 accumulate), torch-compile
     rmsnorm     torch (torch.nn.functional.rms_norm), torch-compile (the Llama formula in fp32)
     fused_add_rmsnorm  torch (r = x + r; rms_norm(r)), torch-compile (the same, one graph)
+    layernorm   torch (torch.nn.functional.layer_norm, with bias), torch-compile (the formula in fp32, cast once)
+    softmax     torch (torch.softmax(x, -1)), torch-compile (the same)
+    log_softmax torch (torch.log_softmax(x, -1)), torch-compile (the same)
     silu_and_mul       torch (F.silu(x[..., :d]) * x[..., d:]), torch-compile (the same, one graph)
     gelu_and_mul       torch (F.gelu(x[..., :d], approximate="none") * x[..., d:]), torch-compile
     gelu_tanh_and_mul  torch (F.gelu(x[..., :d], approximate="tanh") * x[..., d:]), torch-compile
+    rope        torch (NeoX rotation of q and k, fp32 cos/sin from pos_ids, cast once), torch-compile
+    quantize_fp8 / quantize_int8 / quantize_fp8_per_tensor  torch (s = absmax(x) / qmax per row or
+                whole; q = (x.float() / s).clamp(-qmax, qmax) -> float8_e4m3fn, or round() -> int8),
+                torch-compile (the same, one graph)
 Timing: warm-up, L2 flushed (a 256 MiB write) before each repetition outside the timed region,
 CUDA events around the call alone, median of >= 20 repetitions (about 0.5 s per case).
 A peer that fails is skipped and named in "peers_note"; the run goes on.
@@ -45,9 +52,16 @@ PEERS = {
     "row_sum": ("torch", "torch-compile"),
     "rmsnorm": ("torch", "torch-compile"),
     "fused_add_rmsnorm": ("torch", "torch-compile"),
+    "layernorm": ("torch", "torch-compile"),
+    "softmax": ("torch", "torch-compile"),
+    "log_softmax": ("torch", "torch-compile"),
     "silu_and_mul": ("torch", "torch-compile"),
     "gelu_and_mul": ("torch", "torch-compile"),
     "gelu_tanh_and_mul": ("torch", "torch-compile"),
+    "rope": ("torch", "torch-compile"),
+    "quantize_fp8": ("torch", "torch-compile"),
+    "quantize_int8": ("torch", "torch-compile"),
+    "quantize_fp8_per_tensor": ("torch", "torch-compile"),
 }
 # Rows whose shapes the peers follow: our rungs, and the harness's own copy baseline.
 SOURCE_IMPLS = ("flashlab", "cudaMemcpy")
@@ -263,6 +277,49 @@ def _peer_builders(torch, case):
             "torch": lambda: functools.partial(fused_eager, x, r, w),
             "torch-compile": lambda: _compiled(torch, fused, x, r, w),
         }
+    if op == "layernorm":
+        rows, hidden = s["rows"], s["cols"]
+        x = _random(torch, (rows, hidden), dtype)
+        w, b = _random(torch, hidden, dtype), _random(torch, hidden, dtype)
+        eps = 1e-5
+
+        def ln(t, weight, bias):  # fp32 statistics (biased variance), one rounding
+            tf = t.float()
+            mean = tf.mean(-1, keepdim=True)
+            var = (tf - mean).pow(2).mean(-1, keepdim=True)
+            return ((tf - mean) * torch.rsqrt(var + eps) * weight.float() + bias.float()).to(t.dtype)
+
+        return {
+            "torch": lambda: functools.partial(torch.nn.functional.layer_norm, x, (hidden,), w, b, eps),
+            "torch-compile": lambda: _compiled(torch, ln, x, w, b),
+        }
+    if op in ("softmax", "log_softmax"):
+        x = _random(torch, (s["rows"], s["cols"]), dtype)
+        fn = torch.softmax if op == "softmax" else torch.log_softmax
+        return {
+            "torch": lambda: functools.partial(fn, x, -1),
+            "torch-compile": lambda: _compiled(torch, lambda t: fn(t, -1), x),
+        }
+    if op == "rope":  # shape keys nnz, nheads_q, nheads_kv, headdim; NeoX, rotary_dim = headdim
+        nnz, hq, hk, d = s["nnz"], s["nheads_q"], s["nheads_kv"], s["headdim"]
+        q, k = _random(torch, (nnz, hq, d), dtype), _random(torch, (nnz, hk, d), dtype)
+        pos = torch.arange(nnz, device="cuda", dtype=torch.int32) % max(nnz // 16, 1)
+        inv_freq = 1.0 / (1e4 ** (torch.arange(0, d, 2, device="cuda", dtype=torch.float32) / d))
+
+        def rope(tq, tk, p):
+            ang = p.float()[:, None] * inv_freq[None, :]  # (nnz, d/2)
+            cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+            def rot(x):
+                x0, x1 = x[..., : d // 2].float(), x[..., d // 2:].float()
+                return torch.cat([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).to(x.dtype)
+
+            return rot(tq), rot(tk)
+
+        return {
+            "torch": lambda: functools.partial(rope, q, k, pos),
+            "torch-compile": lambda: _compiled(torch, rope, q, k, pos),
+        }
     if op in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
         d = s["cols"]  # the output width; the input is [rows, 2d]
         x = _random(torch, (s["rows"], 2 * d), dtype)
@@ -277,6 +334,22 @@ def _peer_builders(torch, case):
         return {
             "torch": lambda: functools.partial(act_and_mul, x),
             "torch-compile": lambda: _compiled(torch, act_and_mul, x),
+        }
+    if op in ("quantize_fp8", "quantize_int8", "quantize_fp8_per_tensor"):
+        x = _random(torch, (s["rows"], s["cols"]), dtype)
+        per_tensor = op == "quantize_fp8_per_tensor"
+
+        def quant(t):  # dynamic quantization: fp32 scales, one division per element
+            a = t.abs().amax() if per_tensor else t.abs().amax(-1, keepdim=True)
+            if op == "quantize_int8":
+                sc = a.float() / 127
+                return torch.round(t.float() / sc).clamp(-127, 127).to(torch.int8), sc
+            sc = a.float() / 448
+            return (t.float() / sc).clamp(-448, 448).to(torch.float8_e4m3fn), sc
+
+        return {
+            "torch": lambda: functools.partial(quant, x),
+            "torch-compile": lambda: _compiled(torch, quant, x),
         }
     return {}
 

@@ -60,7 +60,11 @@ case "$filter" in
   row_sum*) gtest_filter='RowSum*' ;;
   streams*) gtest_filter='Streams*' ;;
   rmsnorm*|fused_add_rmsnorm*) gtest_filter='RmsNorm*:FusedAddRmsNorm*' ;;
+  layernorm*) gtest_filter='LayerNorm*:Welford*' ;;
+  softmax*|log_softmax*) gtest_filter='Softmax*:LogSoftmax*:OnlineSoftmax*' ;;
   *_and_mul*) gtest_filter='*Activation*:*AndMul*' ;;
+  rope*) gtest_filter='Rope*' ;;
+  quantize*) gtest_filter='Quantize*:Dequantize*:QuantReference*' ;;
 esac
 ./build/gpu/tests/test_cpu --gtest_brief=1 || fail "CPU tests"
 ./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"

@@ -56,4 +56,29 @@ __device__ __forceinline__ float block_all_reduce_sum(float v) {
   return total;
 }
 
+// Max over the warp, in every lane (fmaxf: a NaN operand is ignored). Exact and order-free.
+__device__ __forceinline__ float warp_reduce_max(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+// Max over the block, returned to every thread; as block_all_reduce_sum (run-time blockDim.x,
+// whole warps, every thread calls it, two barriers).
+__device__ __forceinline__ float block_all_reduce_max(float v) {
+  __shared__ float warp_maxes[kWarpSize];  // (up to 32 warps,)
+  __shared__ float result;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  v = warp_reduce_max(v);
+  if (lane == 0) warp_maxes[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float m = lane < static_cast<int>(blockDim.x / kWarpSize) ? warp_maxes[lane] : __int_as_float(0xff800000);  // -inf
+    m = warp_reduce_max(m);
+    if (lane == 0) result = m;
+  }
+  __syncthreads();
+  return result;
+}
+
 }  // namespace flashlab::kernels

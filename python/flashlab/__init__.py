@@ -11,9 +11,12 @@ from typing import Any
 
 from . import _alloc, _loader
 
-__all__ = ["ACTIVATION_RUNGS", "RMSNORM_RUNGS", "SUM_RUNGS", "VECTOR_ADD_RUNGS", "fused_add_rmsnorm",
-           "gelu_and_mul", "gelu_tanh_and_mul", "gemma_fused_add_rmsnorm", "gemma_rmsnorm", "library_path", "rmsnorm",
-           "row_sum", "silu_and_mul", "sum", "vector_add"]
+__all__ = ["ACTIVATION_RUNGS", "ROPE_RUNGS", "apply_llama31_rope_pos_ids",
+           "apply_llama31_rope_pos_ids_inplace", "apply_rope_pos_ids", "apply_rope_pos_ids_inplace",
+           "apply_rope_with_cos_sin_cache", "LAYERNORM_RUNGS", "QUANT_RUNGS", "RMSNORM_RUNGS", "SOFTMAX_RUNGS", "SUM_RUNGS", "VECTOR_ADD_RUNGS",
+           "fused_add_rmsnorm", "gelu_and_mul", "gelu_tanh_and_mul", "gemma_fused_add_rmsnorm", "gemma_rmsnorm",
+           "layernorm", "library_path", "log_softmax", "rmsnorm", "row_sum", "silu_and_mul", "softmax", "sum",
+           "vector_add", "quantize_fp8", "quantize_int8", "dequantize"]
 
 VECTOR_ADD_RUNGS = 3  # 1 grid-stride, 2 vec16, 3 vec16 + head/tail (top)
 SUM_RUNGS = 6  # 1 atomic, 2 smem interleaved, 3 smem sequential, 4 warp shuffle, 5 vec16 multi, 6 one pass (top)
@@ -101,3 +104,8 @@ def gelu_tanh_and_mul(input: Any, out: Any = None, rung: int | None = None) -> A
 
 from .norm import (RMSNORM_RUNGS, fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm,  # noqa: E402
                    rmsnorm)
+from .layernorm import LAYERNORM_RUNGS, layernorm  # noqa: E402
+from .softmax import SOFTMAX_RUNGS, log_softmax, softmax  # noqa: E402
+from .quant import QUANT_RUNGS, dequantize, quantize_fp8, quantize_int8  # noqa: E402
+from .rope import (ROPE_RUNGS, apply_llama31_rope_pos_ids, apply_llama31_rope_pos_ids_inplace,  # noqa: E402
+                   apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache)

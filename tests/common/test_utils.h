@@ -56,6 +56,12 @@ inline double unit_roundoff(DType dt) {
   return std::ldexp(1.0, dt == DType::kBF16 ? -8 : dt == DType::kF16 ? -11 : -24);
 }
 
+// Half the spacing of the dtype's subnormals: the rounding error of a correctly rounded result
+// that lands below the normal range (relative bounds do not hold there).
+inline double subnormal_half_step(DType dt) {
+  return std::ldexp(1.0, dt == DType::kBF16 ? -134 : dt == DType::kF16 ? -25 : -150);
+}
+
 // A host tensor: values as the kernel reads them (already rounded to dtype), plus raw bytes.
 struct HostTensor {
   DType dtype;

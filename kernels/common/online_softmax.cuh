@@ -1,0 +1,135 @@
+// Online softmax state: the (max, sum) pair that lets a row's softmax statistics be built from
+// pieces in any grouping, then merged.
+//
+// For a set of values X: m = max X, s = sum_{x in X} exp(x - m). Two sets merge as
+//   m = max(m1, m2),  s = s1 * exp(m1 - m) + s2 * exp(m2 - m)
+// (the smaller max's sum is rescaled to the larger one), and adding one value x is the merge
+// with ({x}: m = x, s = 1). Every exp argument is <= 0, so nothing overflows whatever the
+// magnitude of the inputs. The empty set is (m = -inf, s = 0).
+// -inf entries: exp(-inf - m) = 0, but (-inf) - (-inf) is NaN, so exp_below() returns 0 for a
+// -inf first argument; a set of only -inf values stays (m = -inf, s = 0). s == 0 therefore marks
+// a fully masked row (any other row has s >= 1: its max contributes exp(0)). NaN inputs make s
+// NaN (fmaxf skips NaN in m, but exp(NaN - m) is NaN); +inf makes m = +inf and s NaN: both
+// propagate to the row's outputs, as in torch.
+// The host/device part below (struct, merge, softmax_from_state) is unit-tested on the CPU;
+// the warp/block merges (device only) on the GPU.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/common/hd.h"
+
+namespace flashlab::kernels {
+
+struct OnlineSoftmaxState {
+  float m;  // max of the values seen; -inf when none, or all -inf
+  float s;  // sum of exp(x - m) over the values seen; 0 when none, or all -inf
+};
+
+FLASHLAB_HD inline OnlineSoftmaxState online_softmax_empty() { return {-INFINITY, 0.f}; }
+
+// exp(a - b) for a <= b; 0 when a = -inf (also when b = -inf too, the masked case).
+// kFast: the hardware approximation (__expf: ex2.approx, a few ulp of fp32), used where the
+// output is 16-bit and its rounding (2^-9 / 2^-12) dwarfs that error. With the accurate expf
+// the bf16 kernels were bound by exponent arithmetic, not memory (58% of copy at 16384 x 4096).
+template <bool kFast = false>
+FLASHLAB_HD inline float exp_below(float a, float b) {
+  if (a == -INFINITY) return 0.f;
+#ifdef __CUDA_ARCH__
+  if constexpr (kFast) return __expf(a - b);
+#endif
+  return expf(a - b);
+}
+
+FLASHLAB_HD inline OnlineSoftmaxState online_softmax_merge(OnlineSoftmaxState a, OnlineSoftmaxState b) {
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * exp_below(a.m, m) + b.s * exp_below(b.m, m)};
+}
+
+// Adds kN values with a single rescale of the running sum (max of the batch first).
+template <int kN, bool kFast = false>
+FLASHLAB_HD inline void online_softmax_add(OnlineSoftmaxState& st, const float (&x)[kN]) {
+  float m = st.m;
+  for (int j = 0; j < kN; ++j) m = fmaxf(m, x[j]);
+  float s = st.s * exp_below(st.m, m);
+  for (int j = 0; j < kN; ++j) s += exp_below<kFast>(x[j], m);
+  st = {m, s};
+}
+
+// One output element from its row's final state; log_s = log(st.s) (computed once per row).
+// Fully masked rows (st.s == 0): softmax 0, log_softmax -inf (DESIGN.md: never NaN).
+// kFast: __expf and a fast division (__fdividef) for 16-bit outputs, as in exp_below.
+template <bool kLog, bool kFast = false>
+FLASHLAB_HD inline float softmax_from_state(float x, OnlineSoftmaxState st, float log_s) {
+  if constexpr (kLog) return st.s == 0.f ? -INFINITY : (x - st.m) - log_s;
+  if (st.s == 0.f) return 0.f;
+#ifdef __CUDA_ARCH__
+  if constexpr (kFast) return __fdividef(exp_below<true>(x, st.m), st.s);
+#endif
+  return exp_below(x, st.m) / st.s;
+}
+
+// 16-bit outputs take the fast exponent and division (see exp_below).
+template <typename T>
+inline constexpr bool kSoftmaxFastMath = sizeof(T) == 2;
+
+}  // namespace flashlab::kernels
+
+#ifdef __CUDACC__
+
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/reduce.cuh"
+#include "kernels/common/vec.cuh"
+
+namespace flashlab::kernels {
+
+// One 16-byte vector into the state: a single rescale per vector.
+template <typename T>
+__device__ __forceinline__ void online_softmax_add_vec(OnlineSoftmaxState& st, const Vec<T>& v) {
+  float x[Vec<T>::kN];
+#pragma unroll
+  for (int j = 0; j < Vec<T>::kN; ++j) x[j] = to_float(v.v[j]);
+  online_softmax_add<Vec<T>::kN, kSoftmaxFastMath<T>>(st, x);
+}
+
+// softmax_from_state on each element of a vector, rounded once.
+template <typename T, bool kLog>
+__device__ __forceinline__ Vec<T> softmax_vec(const Vec<T>& v, OnlineSoftmaxState st, float log_s) {
+  Vec<T> y;
+#pragma unroll
+  for (int j = 0; j < Vec<T>::kN; ++j) y.v[j] = from_float<T>(softmax_from_state<kLog, kSoftmaxFastMath<T>>(to_float(v.v[j]), st, log_s));
+  return y;
+}
+
+// Butterfly merge over the 32 lanes (5 shuffles of m and s); every lane gets the same state,
+// bit for bit: merge is symmetric, so both partners of each exchange compute the same value.
+__device__ __forceinline__ OnlineSoftmaxState warp_merge(OnlineSoftmaxState st) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    const OnlineSoftmaxState other{__shfl_xor_sync(kFullMask, st.m, offset), __shfl_xor_sync(kFullMask, st.s, offset)};
+    st = online_softmax_merge(st, other);
+  }
+  return st;
+}
+
+// Merge over the block, returned to every thread; blockDim.x a multiple of 32 (<= 1024).
+// Every thread of the block must call it. Two barriers; safe to call more than once.
+__device__ __forceinline__ OnlineSoftmaxState block_all_merge(OnlineSoftmaxState st) {
+  __shared__ OnlineSoftmaxState warp_states[kWarpSize];  // (up to 32 warps,)
+  __shared__ OnlineSoftmaxState total;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  st = warp_merge(st);
+  if (lane == 0) warp_states[warp] = st;
+  __syncthreads();
+  if (warp == 0) {
+    OnlineSoftmaxState t = lane < static_cast<int>(blockDim.x / kWarpSize) ? warp_states[lane] : online_softmax_empty();
+    t = warp_merge(t);
+    if (lane == 0) total = t;
+  }
+  __syncthreads();
+  return total;
+}
+
+}  // namespace flashlab::kernels
+
+#endif  // __CUDACC__

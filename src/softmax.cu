@@ -1,0 +1,128 @@
+// Host side of the softmax family: validation, then dispatch to a rung.
+#include <algorithm>
+#include <cstdint>
+
+#include "flashlab/softmax.h"
+#include "flashlab/validate.h"
+#include "kernels/softmax/01_three_pass.cuh"
+#include "kernels/softmax/02_two_pass.cuh"
+#include "kernels/softmax/03_online_warp_block_vec16.cuh"
+#include "kernels/softmax/04_long_rows.cuh"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+
+namespace flashlab {
+
+namespace {
+
+using namespace kernels;
+
+// The 16-byte vector rungs need every row of input and out to start on a 16-byte boundary.
+template <typename T>
+bool vec16_ok(const SoftmaxParams& p) {
+  auto aligned = [](const void* ptr, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0 && (stride * sizeof(T)) % kVecBytes == 0;
+  };
+  return p.cols % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride);
+}
+
+// Whole warps, lo..hi threads, enough that `vpt` vectors each cover `nvec` vectors.
+int cover_threads(int64_t nvec, int vpt, int lo, int hi) {
+  const int64_t t = detail::ceil_div(detail::ceil_div(nvec, vpt), kWarpSize) * kWarpSize;
+  return static_cast<int>(std::clamp<int64_t>(t, lo, hi));
+}
+
+// Rung 4 splits rows over a cluster when one block per row leaves SMs idle (fewer than two rows
+// per SM) or a row is past one block's registers. Not yet measured: the threshold is a guess
+// for bench/experiments to settle.
+bool split_rows(const SoftmaxParams& p, bool fits_block) {
+  if (p.rows > 0x7fffffff / kSoftmaxClusterBlocks) return false;  // grid.x = rows * cluster
+  return !fits_block || p.rows < 2 * static_cast<int64_t>(detail::sm_count());
+}
+
+template <typename T, bool kLog>
+void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
+  const int grid_rows = static_cast<int>(p.rows);  // rows <= 2^31 - 1 checked by the caller
+  if (rung == 1) {
+    FLASHLAB_LAUNCH((softmax_three_pass_kernel<T, kLog>), grid_rows, kSoftmaxRowThreads, 0, stream, p);
+    return;
+  }
+  if (rung == 2 || !vec16_ok<T>(p)) {
+    FLASHLAB_LAUNCH((softmax_two_pass_kernel<T, kLog>), grid_rows, kSoftmaxRowThreads, 0, stream, p);
+    return;
+  }
+  if (p.cols <= kSoftmaxWarpMaxCols) {
+    FLASHLAB_LAUNCH((softmax_online_warp_kernel<T, kLog>),
+                    static_cast<int>(detail::ceil_div(p.rows, kSoftmaxWarpThreads / kWarpSize)), kSoftmaxWarpThreads,
+                    0, stream, p);
+    return;
+  }
+  const int64_t nvec = p.cols / Vec<T>::kN;
+  const bool fits_block = nvec <= static_cast<int64_t>(kSoftmaxBlockVpt) * kSoftmaxBlockMaxThreads;
+  if (rung == 4 && split_rows(p, fits_block)) {
+    const int64_t chunk_vecs = detail::ceil_div(nvec, kSoftmaxClusterBlocks);
+    constexpr int kVpt = softmax_split_vpt<T>();
+    const int threads = cover_threads(chunk_vecs, kVpt, kSoftmaxSplitMinThreads, kSoftmaxSplitMaxThreads);
+    const int grid = grid_rows * kSoftmaxClusterBlocks;  // a multiple of the cluster size
+    if (chunk_vecs <= static_cast<int64_t>(kVpt) * kSoftmaxSplitMaxThreads)
+      FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, true>), grid, threads, 0, stream, p, chunk_vecs);
+    else
+      FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, false>), grid, threads, 0, stream, p, chunk_vecs);
+    return;
+  }
+  if (fits_block)
+    FLASHLAB_LAUNCH((softmax_online_block_kernel<T, kLog, true>), grid_rows,
+                    cover_threads(nvec, kSoftmaxBlockVpt, kWarpSize, kSoftmaxBlockMaxThreads), 0, stream, p);
+  else
+    FLASHLAB_LAUNCH((softmax_online_block_kernel<T, kLog, false>), grid_rows, kSoftmaxBlockMaxThreads, 0, stream, p);
+}
+
+int64_t row_stride(const TensorView& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
+
+void check_row_stride(const check::Arg& a) {
+  if (a.t.shape[0] > 1 && a.t.strides[0] < a.t.shape[1])
+    check::fail(a, ">= cols row stride (rows must not overlap)",
+                detail::concat("row stride ", a.t.strides[0], " for cols ", a.t.shape[1]));
+}
+
+void run(const char* op, bool log, const TensorView& input, const TensorView& out, cudaStream_t stream, int rung) {
+  const check::Arg I{op, "input", input}, O{op, "out", out};
+  check::rung(op, rung, kSoftmaxRungs);
+  check::cuda(I);
+  check::dtype_in(I, {DType::kF32, DType::kF16, DType::kBF16});
+  check::ndim(I, 2);
+  check::nonempty(I);
+  check::last_dim_contiguous(I);
+  check_row_stride(I);
+  FLASHLAB_CHECK(input.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
+                 input.shape[0]);
+  check::aligned(I, dtype_size(input.dtype));
+  check::cuda(O);
+  check::same_device(O, I);
+  check::dtype_eq(O, I);
+  check::shape_eq(O, I);
+  check::last_dim_contiguous(O);
+  check_row_stride(O);
+  check::aligned(O, dtype_size(out.dtype));
+  if (out.data == input.data && row_stride(out) != row_stride(input))
+    check::fail(O, detail::concat("the row stride of 'input' (", row_stride(input), ") when in place"),
+                detail::concat("row stride ", row_stride(out)));
+  check::no_overlap(O, I);
+  detail::DeviceGuard guard(input.device.index);
+  const SoftmaxParams p{input.data, out.data, input.shape[0], input.shape[1], row_stride(input), row_stride(out)};
+  DTYPE_SWITCH(input.dtype, T, [&] {
+    BOOL_SWITCH(log, kLog, [&] { launch_softmax<T, kLog>(p, stream, rung); });
+  });
+}
+
+}  // namespace
+
+void softmax(const TensorView& input, const TensorView& out, cudaStream_t stream, int rung) {
+  run("softmax", false, input, out, stream, rung);
+}
+
+void log_softmax(const TensorView& input, const TensorView& out, cudaStream_t stream, int rung) {
+  run("log_softmax", true, input, out, stream, rung);
+}
+
+}  // namespace flashlab
