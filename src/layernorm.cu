@@ -19,7 +19,7 @@ using namespace kernels;
 template <typename T>
 bool vec16_ok(const LayerNormParams& p) {
   auto aligned = [](const void* ptr, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0 && (stride * sizeof(T)) % kVecBytes == 0;
+    return detail::rows_aligned(ptr, stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
   };
   return p.hidden % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride) &&
          aligned(p.weight, 0) && aligned(p.bias, 0);  // a null bias counts as aligned
@@ -35,10 +35,10 @@ void launch_layernorm(const LayerNormParams& p, cudaStream_t stream, int rung) {
   } else if (rung == 2 || !vec16_ok<T>(p)) {
     FLASHLAB_LAUNCH((layernorm_welford_warp_kernel<T, kBias>), warp_grid, kLayerNormWarpThreads, 0, stream, p);
   } else if (nvec > static_cast<int64_t>(kLayerNormVecsPerThread) * kLayerNormRegsMaxThreads) {
-    FLASHLAB_LAUNCH((layernorm_welford_block_vec16_kernel<T, kBias>), grid_rows, layernorm_block_threads(nvec), 0,
+    FLASHLAB_LAUNCH((layernorm_welford_block_vec16_kernel<T, kBias>), grid_rows, detail::cover_threads(nvec, kLayerNormVecsPerThread), 0,
                     stream, p);
   } else {
-    FLASHLAB_LAUNCH((layernorm_welford_block_vec16_regs_kernel<T, kBias>), grid_rows, layernorm_block_threads(nvec),
+    FLASHLAB_LAUNCH((layernorm_welford_block_vec16_regs_kernel<T, kBias>), grid_rows, detail::cover_threads(nvec, kLayerNormVecsPerThread),
                     0, stream, p);
   }
 }

@@ -20,17 +20,10 @@ using namespace kernels;
 template <typename T>
 bool vec16_ok(const RmsNormParams& p, bool fused) {
   auto aligned = [](const void* ptr, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0 && (stride * sizeof(T)) % kVecBytes == 0;
+    return detail::rows_aligned(ptr, stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
   };
   return p.hidden % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride) &&
          aligned(p.weight, 0) && (!fused || aligned(p.residual, p.residual_stride));
-}
-
-// Threads for one row of the block rungs: enough that kRmsNormVecsPerThread vectors each cover
-// it, whole warps, 32..1024.
-int block_threads(int64_t nvec) {
-  const int64_t t = detail::ceil_div(detail::ceil_div(nvec, kRmsNormVecsPerThread), kWarpSize) * kWarpSize;
-  return static_cast<int>(std::clamp<int64_t>(t, kWarpSize, 1024));
 }
 
 template <typename T, bool kFused, bool kGemma>
@@ -48,9 +41,9 @@ void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream, int rung) {
                     static_cast<int>(detail::ceil_div(p.rows, kRmsNormWarpThreads / kWarpSize)), kRmsNormWarpThreads, 0,
                     stream, p);
   } else if (rung == 3 || nvec > static_cast<int64_t>(kRmsNormVecsPerThread) * kRmsNormRegsMaxThreads) {
-    FLASHLAB_LAUNCH((rmsnorm_block_vec16_kernel<T, kFused, kGemma>), grid_rows, block_threads(nvec), 0, stream, p);
+    FLASHLAB_LAUNCH((rmsnorm_block_vec16_kernel<T, kFused, kGemma>), grid_rows, detail::cover_threads(nvec, kRmsNormVecsPerThread), 0, stream, p);
   } else {
-    FLASHLAB_LAUNCH((rmsnorm_block_vec16_regs_kernel<T, kFused, kGemma>), grid_rows, block_threads(nvec), 0, stream, p);
+    FLASHLAB_LAUNCH((rmsnorm_block_vec16_regs_kernel<T, kFused, kGemma>), grid_rows, detail::cover_threads(nvec, kRmsNormVecsPerThread), 0, stream, p);
   }
 }
 

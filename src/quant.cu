@@ -24,16 +24,12 @@ void format_switch(DType dt, Fn&& fn) {
   else fn(std::integral_constant<QuantFormat, QuantFormat::kI8>{});
 }
 
-bool aligned_rows(const void* ptr, int64_t stride_bytes, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0 && stride_bytes % bytes == 0;
-}
-
 // Rung 2 needs whole 16-byte input vectors per row and q rows aligned to one packed word.
 template <typename T>
 bool vec16_ok(const QuantParams& p) {
   constexpr int kN = Vec<T>::kN;
-  return p.cols % kN == 0 && aligned_rows(p.input, p.input_stride * static_cast<int64_t>(sizeof(T)), kVecBytes) &&
-         aligned_rows(p.q, p.q_stride, kN);
+  return p.cols % kN == 0 && detail::rows_aligned(p.input, p.input_stride * static_cast<int64_t>(sizeof(T)), kVecBytes) &&
+         detail::rows_aligned(p.q, p.q_stride, kN);
 }
 
 // Threads for one row of rung 2: enough that kQuantVecsPerThread vectors each cover it, whole
@@ -70,7 +66,7 @@ void launch_quantize(const QuantParams& p, cudaStream_t stream, int rung) {
   const bool regs = rung >= 2 && vec16_ok<T>(p) && nvec <= static_cast<int64_t>(kQuantVecsPerThread) * kQuantRegsMaxThreads;
   if constexpr (kPerTensor) {
     const bool vec_in = rung >= 2 && p.cols % Vec<T>::kN == 0 &&
-                        aligned_rows(p.input, p.input_stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
+                        detail::rows_aligned(p.input, p.input_stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
     if (vec_in) launch_absmax_scale<T, F, true>(p, stream);
     else launch_absmax_scale<T, F, false>(p, stream);
   }
@@ -82,8 +78,8 @@ void launch_quantize(const QuantParams& p, cudaStream_t stream, int rung) {
 
 template <typename T, QuantFormat F>
 void launch_dequantize(const DequantParams& p, cudaStream_t stream) {
-  const bool vec = p.cols % kDequantVecCodes == 0 && aligned_rows(p.q, p.q_stride, kDequantVecCodes) &&
-                   aligned_rows(p.out, p.out_stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
+  const bool vec = p.cols % kDequantVecCodes == 0 && detail::rows_aligned(p.q, p.q_stride, kDequantVecCodes) &&
+                   detail::rows_aligned(p.out, p.out_stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
   auto launch = [&](auto kernel, int64_t tile_cols) {
     const int64_t tiles = p.rows * detail::ceil_div(p.cols, tile_cols);
     FLASHLAB_LAUNCH(kernel, tile_grid(kernel, kDequantThreads, tiles, tiles), kDequantThreads, 0, stream, p);

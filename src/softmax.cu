@@ -21,15 +21,9 @@ using namespace kernels;
 template <typename T>
 bool vec16_ok(const SoftmaxParams& p) {
   auto aligned = [](const void* ptr, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0 && (stride * sizeof(T)) % kVecBytes == 0;
+    return detail::rows_aligned(ptr, stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
   };
   return p.cols % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride);
-}
-
-// Whole warps, lo..hi threads, enough that `vpt` vectors each cover `nvec` vectors.
-int cover_threads(int64_t nvec, int vpt, int lo, int hi) {
-  const int64_t t = detail::ceil_div(detail::ceil_div(nvec, vpt), kWarpSize) * kWarpSize;
-  return static_cast<int>(std::clamp<int64_t>(t, lo, hi));
 }
 
 // Rung 4 splits rows over a cluster when one block per row leaves SMs idle (fewer than two rows
@@ -62,7 +56,7 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
   if (rung == 4 && split_rows(p, fits_block)) {
     const int64_t chunk_vecs = detail::ceil_div(nvec, kSoftmaxClusterBlocks);
     constexpr int kVpt = softmax_split_vpt<T>();
-    const int threads = cover_threads(chunk_vecs, kVpt, kSoftmaxSplitMinThreads, kSoftmaxSplitMaxThreads);
+    const int threads = detail::cover_threads(chunk_vecs, kVpt, kSoftmaxSplitMinThreads, kSoftmaxSplitMaxThreads);
     const int grid = grid_rows * kSoftmaxClusterBlocks;  // a multiple of the cluster size
     if (chunk_vecs <= static_cast<int64_t>(kVpt) * kSoftmaxSplitMaxThreads)
       FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, true>), grid, threads, 0, stream, p, chunk_vecs);
@@ -72,7 +66,7 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
   }
   if (fits_block)
     FLASHLAB_LAUNCH((softmax_online_block_kernel<T, kLog, true>), grid_rows,
-                    cover_threads(nvec, kSoftmaxBlockVpt, kWarpSize, kSoftmaxBlockMaxThreads), 0, stream, p);
+                    detail::cover_threads(nvec, kSoftmaxBlockVpt, kWarpSize, kSoftmaxBlockMaxThreads), 0, stream, p);
   else
     FLASHLAB_LAUNCH((softmax_online_block_kernel<T, kLog, false>), grid_rows, kSoftmaxBlockMaxThreads, 0, stream, p);
 }

@@ -35,14 +35,6 @@ inline constexpr int kLayerNormVecsPerThread = 4;
 // Covers hidden <= 16384 (bf16) / 8192 (fp32).
 inline constexpr int kLayerNormRegsMaxThreads = 512;
 
-// Threads for one row of the block kernels: enough that kLayerNormVecsPerThread vectors each
-// cover nvec vectors, whole warps, 32..1024.
-constexpr int layernorm_block_threads(int64_t nvec) {
-  const int64_t per_thread = (nvec + kLayerNormVecsPerThread - 1) / kLayerNormVecsPerThread;
-  const int64_t t = (per_thread + kWarpSize - 1) / kWarpSize * kWarpSize;
-  return static_cast<int>(t < kWarpSize ? kWarpSize : t > 1024 ? 1024 : t);
-}
-
 // y = (x - mean) * rstd * w (+ b), one vector, rounded once.
 template <typename T, bool kBias>
 __device__ __forceinline__ Vec<T> layernorm_scale_vec(const Vec<T>& x, const Vec<T>& w, const Vec<T>& b, float mean,

@@ -35,6 +35,19 @@ void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind = Workspace::
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Block size that gives each thread `per_thread` vectors of an `nvec`-vector row: whole warps,
+// clamped to [lo, hi]. The row-per-block kernels (norms, softmax) size their blocks with it.
+inline int cover_threads(int64_t nvec, int per_thread, int lo = 32, int hi = 1024) {
+  const int64_t t = ceil_div(ceil_div(nvec, per_thread), 32) * 32;
+  return static_cast<int>(t < lo ? lo : t > hi ? hi : t);
+}
+
+// True when every row of a tensor (from ptr, stride_bytes apart) starts on an `align`-byte
+// boundary: the precondition of the 16-byte vector rungs.
+inline bool rows_aligned(const void* ptr, int64_t stride_bytes, int64_t align) {
+  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(align) == 0 && stride_bytes % align == 0;
+}
+
 }  // namespace flashlab::detail
 
 namespace flashlab::detail {

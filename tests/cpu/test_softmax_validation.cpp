@@ -13,31 +13,17 @@
 
 #include "flashlab/softmax.h"
 #include "flashlab/validate.h"
+#include "tests/common/validation_utils.h"
 #include "kernels/common/online_softmax.cuh"
 #include "src/reference/softmax.h"
 
 namespace flashlab {
 namespace {
 
-const Device kGpu{DeviceType::kCUDA, 0};
+using testing::expect_rejected;
+using testing::gpu;
+using testing::kGpu;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-TensorView gpu(DType dt, std::vector<int64_t> shape, int slot) {
-  return TensorView(reinterpret_cast<void*>(0x7f0000000000ull + (static_cast<uintptr_t>(slot) << 32)), dt,
-                    std::move(shape), kGpu);
-}
-
-void expect_rejected(const std::function<void()>& fn, const std::vector<std::string>& pieces) {
-  const int64_t launches = check::launch_count();
-  try {
-    fn();
-    ADD_FAILURE() << "expected flashlab::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
-  }
-  EXPECT_EQ(check::launch_count(), launches) << "a rejected call launched a kernel";
-}
 
 TEST(SoftmaxValidation, BadInputs) {
   const auto x = gpu(DType::kBF16, {4, 64}, 1), out = gpu(DType::kBF16, {4, 64}, 2);
