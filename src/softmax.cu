@@ -28,8 +28,9 @@ bool vec16_ok(const SoftmaxParams& p) {
 
 // Rung 4 splits rows over a cluster when one block per row leaves SMs idle (fewer than two rows
 // per SM) or a row is past one block's registers. Not yet measured: the threshold is a guess
-// for bench/experiments to settle.
+// for bench/experiments to settle. Clusters need sm_90: older devices keep rung 3's kernels.
 bool split_rows(const SoftmaxParams& p, bool fits_block) {
+  if (detail::cc_major() < 9) return false;
   if (p.rows > 0x7fffffff / kSoftmaxClusterBlocks) return false;  // grid.x = rows * cluster
   return !fits_block || p.rows < 2 * static_cast<int64_t>(detail::sm_count());
 }

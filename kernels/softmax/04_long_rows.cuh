@@ -55,6 +55,9 @@ constexpr int softmax_split_vpt() {
 template <typename T, bool kLog, bool kInRegs>
 __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(kSoftmaxSplitMaxThreads, 1)
     softmax_split_cluster_kernel(const __grid_constant__ SoftmaxParams p, const int64_t chunk_vecs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // clusters are sm_90+; the host never launches this kernel below sm_90
+#else
   namespace cg = cooperative_groups;
   using V = Vec<T>;
   constexpr int kVpt = softmax_split_vpt<T>();
@@ -104,6 +107,7 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
     for (int64_t i = v0 + threadIdx.x; i < v1; i += blockDim.x)
       store_vec(out + i * V::kN, softmax_vec<T, kLog>(load_vec(in + i * V::kN), st, log_s));
   }
+#endif
 }
 
 }  // namespace flashlab::kernels

@@ -2,24 +2,32 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "src/core/launch.h"
 
 namespace flashlab::detail {
 
-int sm_count() {
+namespace {
+// A device attribute of the current device, cached per (device, attribute).
+int device_attribute(cudaDeviceAttr attr) {
   static std::mutex mu;
-  static std::map<int, int> cache;
+  static std::map<std::pair<int, int>, int> cache;
   int dev = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
+  auto it = cache.find({dev, static_cast<int>(attr)});
   if (it != cache.end()) return it->second;
-  int n = 0;
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  cache[dev] = n;
-  return n;
+  int value = 0;
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  cache[{dev, static_cast<int>(attr)}] = value;
+  return value;
 }
+}  // namespace
+
+int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
+
+int cc_major() { return device_attribute(cudaDevAttrComputeCapabilityMajor); }
 
 int resident_blocks(const void* kernel, int threads) {
   static std::mutex mu;

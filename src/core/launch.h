@@ -21,6 +21,9 @@ namespace flashlab::detail {
 // Multiprocessor count of the current device (cached per device).
 int sm_count();
 
+// Compute capability major version of the current device (cached per device): 9 on Hopper.
+int cc_major();
+
 // Blocks of `threads` threads of `kernel` that fit on the whole device at once (occupancy x
 // SMs, cached per kernel and device): the grid of a persistent, grid-stride kernel.
 int resident_blocks(const void* kernel, int threads);
