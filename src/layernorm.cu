@@ -18,9 +18,7 @@ using namespace kernels;
 // Rung 3 needs every row, the weight and the bias to start on a 16-byte boundary.
 template <typename T>
 bool vec16_ok(const LayerNormParams& p) {
-  auto aligned = [](const void* ptr, int64_t stride) {
-    return detail::rows_aligned(ptr, stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
-  };
+  auto aligned = detail::rows_vec16_aligned<T>;
   return p.hidden % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride) &&
          aligned(p.weight, 0) && aligned(p.bias, 0);  // a null bias counts as aligned
 }
@@ -53,15 +51,6 @@ void check_vector_like_input(const check::Arg& a, const check::Arg& input) {
   check::aligned(a, dtype_size(a.t.dtype));
 }
 
-// Rows must not overlap: a row stride of at least hidden (any stride when there is one row).
-void check_row_stride(const check::Arg& a) {
-  if (a.t.shape[0] > 1 && a.t.strides[0] < a.t.shape[1])
-    check::fail(a, ">= hidden row stride (rows must not overlap)",
-                detail::concat("row stride ", a.t.strides[0], " for hidden ", a.t.shape[1]));
-}
-
-int64_t row_stride(const TensorView& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
-
 }  // namespace
 
 void layernorm(const TensorView& input, const TensorView& weight, const TensorView& bias, const TensorView& out,
@@ -75,7 +64,7 @@ void layernorm(const TensorView& input, const TensorView& weight, const TensorVi
   check::ndim(I, 2);
   check::nonempty(I);
   check::last_dim_contiguous(I);
-  check_row_stride(I);
+  check::rows_disjoint(I, "hidden");
   FLASHLAB_CHECK(I.t.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
                  I.t.shape[0]);
   check::aligned(I, dtype_size(I.t.dtype));
@@ -86,7 +75,7 @@ void layernorm(const TensorView& input, const TensorView& weight, const TensorVi
   check::dtype_eq(O, I);
   check::shape_eq(O, I);
   check::last_dim_contiguous(O);
-  check_row_stride(O);
+  check::rows_disjoint(O, "hidden");
   check::aligned(O, dtype_size(O.t.dtype));
   check::no_overlap(O, I);
   check::no_overlap(O, W);
@@ -94,7 +83,7 @@ void layernorm(const TensorView& input, const TensorView& weight, const TensorVi
   FLASHLAB_CHECK(std::isfinite(eps) && eps >= 0, op, ": argument 'eps': expected a finite value >= 0, got ", eps);
   detail::DeviceGuard guard(input.device.index);
   const LayerNormParams p{input.data, out.data, weight.data, has_bias ? bias.data : nullptr, input.shape[0],
-                          input.shape[1], row_stride(input), row_stride(out), static_cast<float>(eps)};
+                          input.shape[1], detail::row_stride(input), detail::row_stride(out), static_cast<float>(eps)};
   DTYPE_SWITCH(input.dtype, T, [&] {
     BOOL_SWITCH(has_bias, kBias, [&] { launch_layernorm<T, kBias>(p, stream, rung); });
   });

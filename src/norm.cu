@@ -19,9 +19,7 @@ using namespace kernels;
 // The 16-byte vector rungs need every row and the weight to start on a 16-byte boundary.
 template <typename T>
 bool vec16_ok(const RmsNormParams& p, bool fused) {
-  auto aligned = [](const void* ptr, int64_t stride) {
-    return detail::rows_aligned(ptr, stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
-  };
+  auto aligned = detail::rows_vec16_aligned<T>;
   return p.hidden % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride) &&
          aligned(p.weight, 0) && (!fused || aligned(p.residual, p.residual_stride));
 }
@@ -62,9 +60,7 @@ void check_common(const char* op, const check::Arg& I, const check::Arg& W, doub
   check::ndim(I, 2);
   check::nonempty(I);
   check::last_dim_contiguous(I);
-  if (I.t.shape[0] > 1 && I.t.strides[0] < I.t.shape[1])
-    check::fail(I, ">= hidden row stride (rows must not overlap)",
-                detail::concat("row stride ", I.t.strides[0], " for hidden ", I.t.shape[1]));
+  check::rows_disjoint(I, "hidden");
   FLASHLAB_CHECK(I.t.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
                  I.t.shape[0]);
   check::aligned(I, dtype_size(I.t.dtype));
@@ -76,8 +72,6 @@ void check_common(const char* op, const check::Arg& I, const check::Arg& W, doub
   check::aligned(W, dtype_size(W.t.dtype));
   FLASHLAB_CHECK(std::isfinite(eps) && eps >= 0, op, ": argument 'eps': expected a finite value >= 0, got ", eps);
 }
-
-int64_t row_stride(const TensorView& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
 
 }  // namespace
 
@@ -92,7 +86,7 @@ void rmsnorm(const TensorView& input, const TensorView& weight, const TensorView
   check::no_overlap(O, W);
   detail::DeviceGuard guard(input.device.index);
   const RmsNormParams p{input.data, out.data, nullptr, weight.data, input.shape[0], input.shape[1],
-                        row_stride(input), row_stride(out), 0, static_cast<float>(eps)};
+                        detail::row_stride(input), detail::row_stride(out), 0, static_cast<float>(eps)};
   DTYPE_SWITCH(input.dtype, T, [&] {
     BOOL_SWITCH(gemma, kGemma, [&] { launch_rmsnorm<T, false, kGemma>(p, stream, rung); });
   });
@@ -113,7 +107,8 @@ void fused_add_rmsnorm(const TensorView& input, const TensorView& residual, cons
   check::no_overlap(R, W);
   detail::DeviceGuard guard(input.device.index);
   const RmsNormParams p{input.data, input.data, residual.data, weight.data, input.shape[0], input.shape[1],
-                        row_stride(input), row_stride(input), row_stride(residual), static_cast<float>(eps)};
+                        detail::row_stride(input), detail::row_stride(input), detail::row_stride(residual),
+                        static_cast<float>(eps)};
   DTYPE_SWITCH(input.dtype, T, [&] {
     BOOL_SWITCH(gemma, kGemma, [&] { launch_rmsnorm<T, true, kGemma>(p, stream, rung); });
   });

@@ -88,16 +88,12 @@ void launch_dequantize(const DequantParams& p, cudaStream_t stream) {
   else launch(dequantize_kernel<T, F, false>, kDequantThreads);
 }
 
-int64_t row_stride(const TensorView& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
-
 // A [rows, cols] tensor with unit column stride and rows that do not overlap.
 void check_rows(const check::Arg& a) {
   check::ndim(a, 2);
   check::nonempty(a);
   check::last_dim_contiguous(a);
-  if (a.t.shape[0] > 1 && a.t.strides[0] < a.t.shape[1])
-    check::fail(a, ">= cols row stride (rows must not overlap)",
-                detail::concat("row stride ", a.t.strides[0], " for ", a.t.shape[1], " cols"));
+  check::rows_disjoint(a, "cols");
 }
 
 void check_scales(const check::Arg& s, const check::Arg& ref) {
@@ -137,7 +133,7 @@ void quantize(const TensorView& input, const TensorView& out, const TensorView& 
   check::no_overlap(S, O);
   detail::DeviceGuard guard(input.device.index);
   const QuantParams p{input.data, out.data, scales.ptr<float>(), input.shape[0], input.shape[1],
-                      row_stride(input), row_stride(out)};
+                      detail::row_stride(input), detail::row_stride(out)};
   DTYPE_SWITCH(input.dtype, T, [&] {
     format_switch(out.dtype, [&](auto fmt) {
       BOOL_SWITCH(scheme == QuantScheme::kPerTensor, kPerTensor,
@@ -166,8 +162,8 @@ void dequantize(const TensorView& q, const TensorView& scales, const TensorView&
   check::no_overlap(O, S);
   if (out.data == q.data) check::fail(O, "memory disjoint from 'q'", "the same memory as 'q'");
   detail::DeviceGuard guard(q.device.index);
-  const DequantParams p{q.data, scales.ptr<const float>(), out.data, rows, q.shape[1], row_stride(q),
-                        row_stride(out), scales.shape[0] == 1};
+  const DequantParams p{q.data, scales.ptr<const float>(), out.data, rows, q.shape[1], detail::row_stride(q),
+                        detail::row_stride(out), scales.shape[0] == 1};
   DTYPE_SWITCH(out.dtype, T, [&] {
     format_switch(q.dtype, [&](auto fmt) { launch_dequantize<T, decltype(fmt)::value>(p, stream); });
   });

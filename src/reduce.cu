@@ -123,16 +123,14 @@ void row_sum(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   check::ndim(X, 2);
   check::nonempty(X);
   check::last_dim_contiguous(X);
-  if (x.shape[0] > 1 && x.strides[0] < x.shape[1])
-    check::fail(X, ">= cols row stride (rows must not overlap)",
-                detail::concat("row stride ", x.strides[0], " for ", x.shape[1], " cols"));
+  check::rows_disjoint(X, "cols");
   check::contiguous(O);
   check::shape(O, {x.shape[0]});
   check::aligned(X, dtype_size(x.dtype));
   check::aligned(O, sizeof(float));
   check::no_overlap(O, X);
   detail::DeviceGuard guard(x.device.index);
-  const RowSumParams p{x.data, x.shape[0], x.shape[1], x.shape[0] > 1 ? x.strides[0] : x.shape[1],
+  const RowSumParams p{x.data, x.shape[0], x.shape[1], detail::row_stride(x),
                        out.ptr<float>()};
   DTYPE_SWITCH(x.dtype, T, [&] {
     auto launch = [&](auto kernel, const RowSumParams& params, int threads, int64_t rows_per_block) {

@@ -20,9 +20,7 @@ using namespace kernels;
 // The 16-byte vector rungs need every row of input and out to start on a 16-byte boundary.
 template <typename T>
 bool vec16_ok(const SoftmaxParams& p) {
-  auto aligned = [](const void* ptr, int64_t stride) {
-    return detail::rows_aligned(ptr, stride * static_cast<int64_t>(sizeof(T)), kVecBytes);
-  };
+  auto aligned = detail::rows_vec16_aligned<T>;
   return p.cols % Vec<T>::kN == 0 && aligned(p.input, p.input_stride) && aligned(p.out, p.out_stride);
 }
 
@@ -72,14 +70,6 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
     FLASHLAB_LAUNCH((softmax_online_block_kernel<T, kLog, false>), grid_rows, kSoftmaxBlockMaxThreads, 0, stream, p);
 }
 
-int64_t row_stride(const TensorView& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
-
-void check_row_stride(const check::Arg& a) {
-  if (a.t.shape[0] > 1 && a.t.strides[0] < a.t.shape[1])
-    check::fail(a, ">= cols row stride (rows must not overlap)",
-                detail::concat("row stride ", a.t.strides[0], " for cols ", a.t.shape[1]));
-}
-
 void run(const char* op, bool log, const TensorView& input, const TensorView& out, cudaStream_t stream, int rung) {
   const check::Arg I{op, "input", input}, O{op, "out", out};
   check::rung(op, rung, kSoftmaxRungs);
@@ -88,7 +78,7 @@ void run(const char* op, bool log, const TensorView& input, const TensorView& ou
   check::ndim(I, 2);
   check::nonempty(I);
   check::last_dim_contiguous(I);
-  check_row_stride(I);
+  check::rows_disjoint(I, "cols");
   FLASHLAB_CHECK(input.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
                  input.shape[0]);
   check::aligned(I, dtype_size(input.dtype));
@@ -97,14 +87,14 @@ void run(const char* op, bool log, const TensorView& input, const TensorView& ou
   check::dtype_eq(O, I);
   check::shape_eq(O, I);
   check::last_dim_contiguous(O);
-  check_row_stride(O);
+  check::rows_disjoint(O, "cols");
   check::aligned(O, dtype_size(out.dtype));
-  if (out.data == input.data && row_stride(out) != row_stride(input))
-    check::fail(O, detail::concat("the row stride of 'input' (", row_stride(input), ") when in place"),
-                detail::concat("row stride ", row_stride(out)));
+  if (out.data == input.data && detail::row_stride(out) != detail::row_stride(input))
+    check::fail(O, detail::concat("the row stride of 'input' (", detail::row_stride(input), ") when in place"),
+                detail::concat("row stride ", detail::row_stride(out)));
   check::no_overlap(O, I);
   detail::DeviceGuard guard(input.device.index);
-  const SoftmaxParams p{input.data, out.data, input.shape[0], input.shape[1], row_stride(input), row_stride(out)};
+  const SoftmaxParams p{input.data, out.data, input.shape[0], input.shape[1], detail::row_stride(input), detail::row_stride(out)};
   DTYPE_SWITCH(input.dtype, T, [&] {
     BOOL_SWITCH(log, kLog, [&] { launch_softmax<T, kLog>(p, stream, rung); });
   });

@@ -32,6 +32,9 @@ void nonempty(const Arg& a);
 void aligned(const Arg& a, int64_t bytes);                   // data pointer multiple of bytes
 void last_dim_contiguous(const Arg& a);                      // stride[-1] == 1
 void no_overlap(const Arg& a, const Arg& b);                 // disjoint memory ranges (unless identical)
+// 2-D a: rows do not overlap (row stride >= the row length, any stride for one row); `dim`
+// names the row length in the message ("cols", "hidden").
+void rows_disjoint(const Arg& a, const char* dim);
 void rung(const char* op, int rung, int num_rungs);          // 1 <= rung <= num_rungs
 
 // Counts kernel launches made by the library (every FLASHLAB_LAUNCH). Tests use it to prove

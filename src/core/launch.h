@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "flashlab/error.h"
+#include "flashlab/tensor.h"
 #include "flashlab/validate.h"
 
 // Launches a kernel, counts it, and checks the launch error right away.
@@ -45,10 +46,20 @@ inline int cover_threads(int64_t nvec, int per_thread, int lo = 32, int hi = 102
   return static_cast<int>(t < lo ? lo : t > hi ? hi : t);
 }
 
+// Elements between the rows of a 2-D tensor (its row length when there is one row, whose
+// stride is arbitrary).
+inline int64_t row_stride(const TensorView& t) { return t.shape[0] > 1 ? t.strides[0] : t.shape[1]; }
+
 // True when every row of a tensor (from ptr, stride_bytes apart) starts on an `align`-byte
 // boundary: the precondition of the 16-byte vector rungs.
 inline bool rows_aligned(const void* ptr, int64_t stride_bytes, int64_t align) {
   return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(align) == 0 && stride_bytes % align == 0;
+}
+
+// rows_aligned for rows of T, `stride` elements apart, on 16-byte vectors.
+template <typename T>
+bool rows_vec16_aligned(const void* ptr, int64_t stride) {
+  return rows_aligned(ptr, stride * static_cast<int64_t>(sizeof(T)), 16);
 }
 
 }  // namespace flashlab::detail

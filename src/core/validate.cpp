@@ -110,6 +110,12 @@ void no_overlap(const Arg& a, const Arg& b) {
          "a partial overlap");
 }
 
+void rows_disjoint(const Arg& a, const char* dim) {
+  if (a.t.shape[0] > 1 && a.t.strides[0] < a.t.shape[1])
+    fail(a, detail::concat(">= ", dim, " row stride (rows must not overlap)"),
+         detail::concat("row stride ", a.t.strides[0], " for ", dim, " ", a.t.shape[1]));
+}
+
 void rung(const char* op, int r, int num_rungs) {
   FLASHLAB_CHECK(r >= 1 && r <= num_rungs, op, ": argument 'rung': expected 1..", num_rungs,
                  ", got ", r);

@@ -60,7 +60,7 @@ TEST(QuantizeValidation, BadInputs) {
                   {"argument 'scales'", "expected memory disjoint from 'out'", "got a partial overlap"});
   TensorView overlapping_rows(x.data, DType::kBF16, {4, 64}, {32, 1}, kGpu);
   expect_rejected([&] { quantize(overlapping_rows, q, s, pt); },
-                  {"argument 'input'", "row stride", "got row stride 32 for 64 cols"});
+                  {"argument 'input'", "row stride", "got row stride 32 for cols 64"});
   expect_rejected([&] { quantize(x, gpu_strided(DType::kE4M3, {4, 64}, {1, 4}, 2), s, pt); },
                   {"argument 'out'", "expected unit stride in the last dim"});
   expect_rejected([&] { quantize(x, q, s, pt, nullptr, 3); }, {"argument 'rung'", "expected 1..2", "got 3"});

@@ -117,7 +117,7 @@ TEST(RowSumValidation, BadInputs) {
                   {"argument 'x'", "unit stride in the last dim", "strides [32, 2]"});
   TensorView overlapping_rows(fake(0, 1), DType::kF32, {8, 16}, {4, 1}, kGpu);
   expect_rejected([&] { row_sum(overlapping_rows, gpu(DType::kF32, {8}, 2)); },
-                  {"argument 'x'", "row stride", "got row stride 4 for 16 cols"});
+                  {"argument 'x'", "row stride", "got row stride 4 for cols 16"});
 }
 
 TEST(StreamsValidation, PageableHostMemoryIsRejected) {

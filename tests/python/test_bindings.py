@@ -221,7 +221,7 @@ def test_strides_reach_cpp_in_elements():
     with raises("row_sum: argument 'x': expected unit stride in the last dim, got strides [1, 4]"):
         flashlab.row_sum(fake([4, 4], strides=[1, 4]), out=fake([4]))
     with raises("row_sum: argument 'x': expected >= cols row stride (rows must not overlap), "
-                "got row stride 3 for 4 cols"):
+                "got row stride 3 for cols 4"):
         flashlab.row_sum(fake([4, 4], strides=[3, 1]), out=fake([4]))
 
 
