@@ -9,6 +9,7 @@
 
 #include "flashlab/error.h"
 #include "flashlab/tensor.h"
+#include "tests/common/test_utils.h"
 
 namespace flashlab::testing {
 
@@ -40,6 +41,28 @@ inline std::vector<uint8_t> download(const void* src, size_t bytes) {
   std::vector<uint8_t> out(bytes);
   FLASHLAB_CUDA_CHECK(cudaMemcpy(out.data(), src, bytes, cudaMemcpyDeviceToHost));
   return out;
+}
+
+// Packed host rows (rows x row_bytes) <-> device rows stride_bytes apart.
+inline void upload_row_bytes(void* dst, const void* src, int64_t rows, int64_t row_bytes, int64_t stride_bytes) {
+  FLASHLAB_CUDA_CHECK(cudaMemcpy2D(dst, stride_bytes, src, row_bytes, row_bytes, rows, cudaMemcpyHostToDevice));
+}
+inline std::vector<uint8_t> download_row_bytes(const void* src, int64_t rows, int64_t row_bytes, int64_t stride_bytes) {
+  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy2D(out.data(), row_bytes, src, stride_bytes, row_bytes, rows, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// A host (rows, cols) tensor -> buf, rows `stride` elements apart, everything else poisoned;
+// and the (rows, cols) values back.
+inline void upload_rows(const DeviceBuffer& buf, const HostTensor& t, int64_t rows, int64_t cols, int64_t stride) {
+  const int64_t es = dtype_size(t.dtype);
+  buf.poison();
+  upload_row_bytes(buf.ptr, t.bytes.data(), rows, cols * es, stride * es);
+}
+inline std::vector<double> download_rows(const DeviceBuffer& buf, DType dt, int64_t rows, int64_t cols, int64_t stride) {
+  const int64_t es = dtype_size(dt);
+  return decode(dt, download_row_bytes(buf.ptr, rows, cols * es, stride * es));
 }
 
 inline TensorView device_view(void* p, DType dt, std::vector<int64_t> shape) {

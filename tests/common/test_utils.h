@@ -69,21 +69,34 @@ struct HostTensor {
   std::vector<uint8_t> bytes;   // storage in dtype
 };
 
+// Element i of t becomes f rounded to t's dtype (bytes and exact value both).
+inline void store_value(HostTensor& t, size_t i, float f) {
+  if (t.dtype == DType::kBF16 || t.dtype == DType::kF16) {
+    const uint16_t b = t.dtype == DType::kBF16 ? f32_to_bf16_bits(f) : f32_to_f16_bits(f);
+    std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+    t.values[i] = t.dtype == DType::kBF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
+  } else {
+    std::memcpy(t.bytes.data() + 4 * i, &f, 4);
+    t.values[i] = f;
+  }
+}
+
+inline HostTensor empty_tensor(DType dt, int64_t n) {
+  return HostTensor{dt, std::vector<double>(static_cast<size_t>(n)),
+                    std::vector<uint8_t>(static_cast<size_t>(n) * dtype_size(dt))};
+}
+
+// The given values, rounded to dt.
+inline HostTensor make_tensor(DType dt, const std::vector<double>& values) {
+  HostTensor t = empty_tensor(dt, static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) store_value(t, i, static_cast<float>(values[i]));
+  return t;
+}
+
 inline HostTensor random_tensor(DType dt, int64_t n, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
   std::uniform_real_distribution<double> dist(lo, hi);
-  HostTensor t{dt, std::vector<double>(static_cast<size_t>(n)),
-               std::vector<uint8_t>(static_cast<size_t>(n) * dtype_size(dt))};
-  for (int64_t i = 0; i < n; ++i) {
-    const float f = static_cast<float>(dist(rng));
-    if (dt == DType::kBF16 || dt == DType::kF16) {
-      const uint16_t b = dt == DType::kBF16 ? f32_to_bf16_bits(f) : f32_to_f16_bits(f);
-      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
-      t.values[i] = dt == DType::kBF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
-    } else {
-      std::memcpy(t.bytes.data() + 4 * i, &f, 4);
-      t.values[i] = f;
-    }
-  }
+  HostTensor t = empty_tensor(dt, n);
+  for (int64_t i = 0; i < n; ++i) store_value(t, static_cast<size_t>(i), static_cast<float>(dist(rng)));
   return t;
 }
 

@@ -52,22 +52,6 @@ struct Case {
 };
 
 // Values (exactly representable in dt) -> storage bytes.
-HostTensor make_tensor(DType dt, const std::vector<double>& values) {
-  HostTensor t{dt, std::vector<double>(values.size()), std::vector<uint8_t>(values.size() * dtype_size(dt))};
-  for (size_t i = 0; i < values.size(); ++i) {
-    const float f = static_cast<float>(values[i]);
-    if (dt == DType::kF32) {
-      std::memcpy(t.bytes.data() + 4 * i, &f, 4);
-      t.values[i] = f;
-    } else {
-      const uint16_t b = dt == DType::kBF16 ? f32_to_bf16_bits(f) : f32_to_f16_bits(f);
-      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
-      t.values[i] = dt == DType::kBF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
-    }
-  }
-  return t;
-}
-
 void run_case(const Op& op, DType dt, int rung, const Case& c, const HostTensor& x) {
   const int es = dtype_size(dt);
   const int64_t two_d = 2 * c.d, stride = c.row_stride ? c.row_stride : two_d;

@@ -51,23 +51,6 @@ double max_abs(const std::vector<double>& v) {
   return m;
 }
 
-// Host (rows, hidden) values -> device buffer with the given row stride (padding poisoned).
-void upload_rows(DeviceBuffer& buf, const HostTensor& t, Shape s) {
-  const int es = dtype_size(t.dtype);
-  buf.poison();
-  for (int64_t r = 0; r < s.rows; ++r)
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(buf.at(r * s.stride * es), t.bytes.data() + r * s.hidden * es, s.hidden * es,
-                                   cudaMemcpyHostToDevice));
-}
-std::vector<double> download_rows(const DeviceBuffer& buf, DType dt, Shape s) {
-  const int es = dtype_size(dt);
-  std::vector<uint8_t> bytes(s.rows * s.hidden * es);
-  for (int64_t r = 0; r < s.rows; ++r)
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(bytes.data() + r * s.hidden * es, buf.at(r * s.stride * es), s.hidden * es,
-                                   cudaMemcpyDeviceToHost));
-  return decode(dt, bytes);
-}
-
 struct Case {
   bool bias = true, in_place = false;
   double mean = 0.0;  // common offset of the inputs (std about 1 either way)
@@ -80,7 +63,7 @@ void check_layernorm(DType dt, Shape s, int rung, Case k, std::mt19937_64& rng) 
   const auto b = random_tensor(dt, s.hidden, rng, -0.5, 0.5);
   const size_t bytes = static_cast<size_t>(s.rows * s.stride) * dtype_size(dt);
   DeviceBuffer dx(bytes), dout(bytes), dw(s.hidden * dtype_size(dt)), db(s.hidden * dtype_size(dt));
-  upload_rows(dx, x, s);
+  upload_rows(dx, x, s.rows, s.hidden, s.stride);
   upload(dw.ptr, w.bytes);
   upload(db.ptr, b.bytes);
   dout.poison();
@@ -90,7 +73,7 @@ void check_layernorm(DType dt, Shape s, int rung, Case k, std::mt19937_64& rng) 
   layernorm(xv, device_view(dw.ptr, dt, {s.hidden}), k.bias ? device_view(db.ptr, dt, {s.hidden}) : TensorView{}, ov,
             eps, nullptr, rung);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto got = download_rows(k.in_place ? dx : dout, dt, s);
+  const auto got = download_rows(k.in_place ? dx : dout, dt, s.rows, s.hidden, s.stride);
   const std::vector<double> bias = k.bias ? b.values : std::vector<double>{};
   const auto ref = reference::layernorm(x.values, w.values, bias, s.rows, s.hidden, eps);
   const auto naive = naive_layernorm(dt, x.values, w.values, bias, s.rows, s.hidden, eps);

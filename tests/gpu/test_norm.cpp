@@ -41,30 +41,13 @@ double max_abs(const std::vector<double>& v) {
   return m;
 }
 
-// Host (rows, hidden) values -> device buffer with the given row stride (padding poisoned).
-void upload_rows(DeviceBuffer& buf, const HostTensor& t, Shape s) {
-  const int es = dtype_size(t.dtype);
-  buf.poison();
-  for (int64_t r = 0; r < s.rows; ++r)
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(buf.at(r * s.stride * es), t.bytes.data() + r * s.hidden * es, s.hidden * es,
-                                   cudaMemcpyHostToDevice));
-}
-std::vector<double> download_rows(const DeviceBuffer& buf, DType dt, Shape s) {
-  const int es = dtype_size(dt);
-  std::vector<uint8_t> bytes(s.rows * s.hidden * es);
-  for (int64_t r = 0; r < s.rows; ++r)
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(bytes.data() + r * s.hidden * es, buf.at(r * s.stride * es), s.hidden * es,
-                                   cudaMemcpyDeviceToHost));
-  return decode(dt, bytes);
-}
-
 void check_rmsnorm(DType dt, Shape s, int rung, bool gemma, bool in_place, std::mt19937_64& rng) {
   const float eps = 1e-5f;
   const auto x = random_tensor(dt, s.rows * s.hidden, rng, -2.0, 2.0);
   const auto w = random_tensor(dt, s.hidden, rng, 0.5, 1.5);
   const size_t bytes = static_cast<size_t>(s.rows * s.stride) * dtype_size(dt);
   DeviceBuffer dx(bytes), dout(bytes), dw(s.hidden * dtype_size(dt));
-  upload_rows(dx, x, s);
+  upload_rows(dx, x, s.rows, s.hidden, s.stride);
   upload(dw.ptr, w.bytes);
   dout.poison();
   const Device gpu{DeviceType::kCUDA, 0};
@@ -72,7 +55,7 @@ void check_rmsnorm(DType dt, Shape s, int rung, bool gemma, bool in_place, std::
   TensorView ov(in_place ? dx.ptr : dout.ptr, dt, {s.rows, s.hidden}, {s.stride, 1}, gpu);
   rmsnorm(xv, device_view(dw.ptr, dt, {s.hidden}), ov, eps, gemma, nullptr, rung);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto got = download_rows(in_place ? dx : dout, dt, s);
+  const auto got = download_rows(in_place ? dx : dout, dt, s.rows, s.hidden, s.stride);
   const auto ref = reference::rmsnorm(x.values, w.values, s.rows, s.hidden, eps, gemma);
   const auto naive = naive_rmsnorm(dt, x.values, w.values, s.rows, s.hidden, eps, gemma);
   expect_within_tolerance(got, naive, ref, unit_roundoff(dt) * max_abs(ref),
@@ -88,8 +71,8 @@ void check_fused(DType dt, Shape s, int rung, bool gemma, std::mt19937_64& rng) 
   const auto w = random_tensor(dt, s.hidden, rng, -0.5, 0.5);
   const size_t bytes = static_cast<size_t>(s.rows * s.stride) * dtype_size(dt);
   DeviceBuffer din(bytes), dres(bytes), dw(s.hidden * dtype_size(dt));
-  upload_rows(din, in, s);
-  upload_rows(dres, res, s);
+  upload_rows(din, in, s.rows, s.hidden, s.stride);
+  upload_rows(dres, res, s.rows, s.hidden, s.stride);
   upload(dw.ptr, w.bytes);
   const Device gpu{DeviceType::kCUDA, 0};
   fused_add_rmsnorm(TensorView(din.ptr, dt, {s.rows, s.hidden}, {s.stride, 1}, gpu),
@@ -106,12 +89,14 @@ void check_fused(DType dt, Shape s, int rung, bool gemma, std::mt19937_64& rng) 
     sum_naive[i] = round_to(dt, static_cast<float>(in.values[i]) + static_cast<float>(res.values[i]));
     stored[i] = round_to(dt, sum_ref[i]);
   }
-  expect_within_tolerance(download_rows(dres, dt, s), sum_naive, sum_ref, unit_roundoff(dt) * max_abs(sum_ref),
+  expect_within_tolerance(download_rows(dres, dt, s.rows, s.hidden, s.stride), sum_naive, sum_ref,
+                          unit_roundoff(dt) * max_abs(sum_ref),
                           ::testing::Message(what) << " (residual)");
   // input = rmsnorm(stored residual)
   const auto ref = reference::rmsnorm(stored, w.values, s.rows, s.hidden, eps, gemma);
   const auto naive = naive_rmsnorm(dt, stored, w.values, s.rows, s.hidden, eps, gemma);
-  expect_within_tolerance(download_rows(din, dt, s), naive, ref, unit_roundoff(dt) * max_abs(ref),
+  expect_within_tolerance(download_rows(din, dt, s.rows, s.hidden, s.stride), naive, ref,
+                          unit_roundoff(dt) * max_abs(ref),
                           ::testing::Message(what) << " (output)");
 }
 

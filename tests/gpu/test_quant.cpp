@@ -32,34 +32,13 @@ struct Shape {
 // r % 5 == 2, else uniform in [-2, 2]; stored in dt.
 HostTensor make_input(DType dt, Shape s, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  HostTensor t{dt, std::vector<double>(s.rows * s.cols), std::vector<uint8_t>(s.rows * s.cols * dtype_size(dt))};
+  HostTensor t = empty_tensor(dt, s.rows * s.cols);
   for (int64_t r = 0; r < s.rows; ++r)
     for (int64_t c = 0; c < s.cols; ++c) {
-      const int64_t i = r * s.cols + c;
       const double mag = s.rows > 1 && r % 5 == 1 ? 0.0 : r % 5 == 2 ? 2000.0 : 2.0;
-      const float f = static_cast<float>(mag * unit(rng));
-      if (dt == DType::kF32) {
-        std::memcpy(t.bytes.data() + 4 * i, &f, 4);
-        t.values[i] = f;
-      } else {
-        const uint16_t b = dt == DType::kBF16 ? f32_to_bf16_bits(f) : f32_to_f16_bits(f);
-        std::memcpy(t.bytes.data() + 2 * i, &b, 2);
-        t.values[i] = dt == DType::kBF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
-      }
+      store_value(t, static_cast<size_t>(r * s.cols + c), static_cast<float>(mag * unit(rng)));
     }
   return t;
-}
-
-// (rows, cols) bytes of element size es <-> a device buffer with row stride `stride` elements.
-void upload_rows(const DeviceBuffer& buf, const uint8_t* src, int64_t rows, int64_t cols, int64_t stride, int es) {
-  for (int64_t r = 0; r < rows; ++r)
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(buf.at(r * stride * es), src + r * cols * es, cols * es, cudaMemcpyHostToDevice));
-}
-std::vector<uint8_t> download_rows(const DeviceBuffer& buf, int64_t rows, int64_t cols, int64_t stride, int es) {
-  std::vector<uint8_t> out(rows * cols * es);
-  for (int64_t r = 0; r < rows; ++r)
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(out.data() + r * cols * es, buf.at(r * stride * es), cols * es, cudaMemcpyDeviceToHost));
-  return out;
 }
 
 std::vector<double> decode_codes(DType fmt, const std::vector<uint8_t>& codes) {
@@ -88,7 +67,7 @@ void check_quant(DType dt, DType fmt, bool per_tensor, Shape s, int rung, std::m
   DeviceBuffer dx(s.rows * s.stride * es), dq(s.rows * s.stride), ds(nscales * sizeof(float)),
       dout(s.rows * s.cols * sizeof(float));
   dx.poison();
-  upload_rows(dx, x.bytes.data(), s.rows, s.cols, s.stride, es);
+  upload_row_bytes(dx.ptr, x.bytes.data(), s.rows, s.cols * es, s.stride * es);
   FLASHLAB_CUDA_CHECK(cudaMemset(dq.ptr, fmt == DType::kE4M3 ? 0xff : 0x80, dq.bytes));
   ds.poison();
   dout.poison();
@@ -112,7 +91,7 @@ void check_quant(DType dt, DType fmt, bool per_tensor, Shape s, int rung, std::m
   }
 
   // Codes: exactly the reference's rounding of the kernel's own fp32 quotient.
-  const auto got = decode_codes(fmt, download_rows(dq, s.rows, s.cols, s.stride, 1));
+  const auto got = decode_codes(fmt, download_row_bytes(dq.ptr, s.rows, s.cols, s.stride));
   const auto ref = reference::quantize_with_scales(x.values, s.rows, s.cols, scales, fmt == DType::kE4M3);
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < got.size(); ++i)
@@ -207,14 +186,14 @@ TEST(Dequantize, DtypesStridesSchemes) {
           for (auto& f : scales) f = static_cast<float>(std::ldexp(1.0 + (rng() % 1000) / 1000.0, -(int)(rng() % 8)));
           const int es = dtype_size(dt);
           DeviceBuffer dq(s.rows * s.stride), ds(ns * 4), dout(s.rows * s.stride * es);
-          upload_rows(dq, codes.data(), s.rows, s.cols, s.stride, 1);
+          upload_row_bytes(dq.ptr, codes.data(), s.rows, s.cols, s.stride);
           FLASHLAB_CUDA_CHECK(cudaMemcpy(ds.ptr, scales.data(), ns * 4, cudaMemcpyHostToDevice));
           dout.poison();
           const Device g{DeviceType::kCUDA, 0};
           dequantize(TensorView(dq.ptr, fmt, {s.rows, s.cols}, {s.stride, 1}, g), device_view(ds.ptr, DType::kF32, {ns}),
                      TensorView(dout.ptr, dt, {s.rows, s.cols}, {s.stride, 1}, g));
           FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-          const auto got = decode(dt, download_rows(dout, s.rows, s.cols, s.stride, es));
+          const auto got = decode(dt, download_row_bytes(dout.ptr, s.rows, s.cols * es, s.stride * es));
           const auto ref = reference::dequantize(decode_codes(fmt, codes), s.rows, s.cols,
                                                  std::vector<double>(scales.begin(), scales.end()));
           for (size_t i = 0; i < got.size(); ++i)

@@ -68,31 +68,9 @@ void expect_softmax_close(std::vector<double> got, std::vector<double> naive, st
   expect_within_tolerance(got, naive, ref, unit_roundoff(dt) * max_ref, what);
 }
 
-// Host (rows, cols) values -> device buffer with the given row stride (padding poisoned), and back.
-void upload_rows(const DeviceBuffer& buf, const HostTensor& t, Shape s) {
-  const size_t es = dtype_size(t.dtype);
-  buf.poison();
-  FLASHLAB_CUDA_CHECK(cudaMemcpy2D(buf.ptr, s.stride * es, t.bytes.data(), s.cols * es, s.cols * es, s.rows,
-                                   cudaMemcpyHostToDevice));
-}
-std::vector<double> download_rows(const DeviceBuffer& buf, DType dt, Shape s) {
-  const size_t es = dtype_size(dt);
-  std::vector<uint8_t> bytes(s.rows * s.cols * es);
-  FLASHLAB_CUDA_CHECK(cudaMemcpy2D(bytes.data(), s.cols * es, buf.ptr, s.stride * es, s.cols * es, s.rows,
-                                   cudaMemcpyDeviceToHost));
-  return decode(dt, bytes);
-}
-
 // Sets element i of t to -inf (values and bytes).
 void set_minus_inf(HostTensor& t, int64_t i) {
-  const float f = -std::numeric_limits<float>::infinity();
-  t.values[i] = -std::numeric_limits<double>::infinity();
-  if (t.dtype == DType::kF32) {
-    std::memcpy(t.bytes.data() + 4 * i, &f, 4);
-  } else {
-    const uint16_t b = t.dtype == DType::kBF16 ? f32_to_bf16_bits(f) : f32_to_f16_bits(f);
-    std::memcpy(t.bytes.data() + 2 * i, &b, 2);
-  }
+  store_value(t, static_cast<size_t>(i), -std::numeric_limits<float>::infinity());
 }
 
 enum class Fill { kUniform, kLarge, kMasked };
@@ -121,14 +99,14 @@ void check_rungs(DType dt, Shape s, bool log, Fill fill, bool in_place, std::mt1
   DeviceBuffer dx(bytes), dout(bytes);
   const Device gpu{DeviceType::kCUDA, 0};
   for (int rung = 1; rung <= kSoftmaxRungs; ++rung) {
-    upload_rows(dx, x, s);
+    upload_rows(dx, x, s.rows, s.cols, s.stride);
     dout.poison();
     TensorView xv(dx.ptr, dt, {s.rows, s.cols}, {s.stride, 1}, gpu);
     TensorView ov(in_place ? dx.ptr : dout.ptr, dt, {s.rows, s.cols}, {s.stride, 1}, gpu);
     if (log) log_softmax(xv, ov, nullptr, rung);
     else softmax(xv, ov, nullptr, rung);
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    expect_softmax_close(download_rows(in_place ? dx : dout, dt, s), naive, ref, dt,
+    expect_softmax_close(download_rows(in_place ? dx : dout, dt, s.rows, s.cols, s.stride), naive, ref, dt,
                          ::testing::Message() << (log ? "log_softmax " : "softmax ") << dtype_name(dt) << " "
                                               << s.rows << "x" << s.cols << " stride " << s.stride << " rung "
                                               << rung << fill_name(fill) << (in_place ? " in-place" : ""));
@@ -192,14 +170,15 @@ TEST(Softmax, TopRungMatchesThreePass) {
       const HostTensor x = make_input(dt, s, Fill::kUniform, rng);
       const size_t bytes = static_cast<size_t>(s.rows * s.stride) * dtype_size(dt);
       DeviceBuffer dx(bytes), d1(bytes), d4(bytes);
-      upload_rows(dx, x, s);
+      upload_rows(dx, x, s.rows, s.cols, s.stride);
       d1.poison();
       d4.poison();
       const TensorView xv = device_view(dx.ptr, dt, {s.rows, s.cols});
       softmax(xv, device_view(d1.ptr, dt, {s.rows, s.cols}), nullptr, 1);
       softmax(xv, device_view(d4.ptr, dt, {s.rows, s.cols}), nullptr, kSoftmaxRungs);
       FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto y1 = download_rows(d1, dt, s), y4 = download_rows(d4, dt, s);
+      const auto y1 = download_rows(d1, dt, s.rows, s.cols, s.stride);
+      const auto y4 = download_rows(d4, dt, s.rows, s.cols, s.stride);
       double worst = 0, max_y = 0;
       for (size_t i = 0; i < y1.size(); ++i) {
         ASSERT_FALSE(std::isnan(y4[i])) << i;
