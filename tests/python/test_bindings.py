@@ -23,6 +23,7 @@ import pytest
 import tvm_ffi
 
 import flashlab
+from numerics import UNIT_ROUNDOFF
 
 try:
     import torch
@@ -585,7 +586,6 @@ def _act_naive(op: str, x):
     return (act(xf[..., :d]) * xf[..., d:]).to(x.dtype)
 
 
-_UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 
 
 def _act_check(op: str, x, out, what: str):
@@ -593,7 +593,7 @@ def _act_check(op: str, x, out, what: str):
     # unit roundoffs x max|gate x up| (CUDA's transcendentals are within 2 ulps).
     ref64, max_gu = _act64(op, x)
     naive_err = float(np.abs(_act_naive(op, x).double().cpu().numpy() - ref64).max())
-    floor = _UNIT_ROUNDOFF[str(x.dtype).split(".")[-1]] * float(np.abs(ref64).max()) + 2 * _U32 * max_gu
+    floor = UNIT_ROUNDOFF[str(x.dtype).split(".")[-1]] * float(np.abs(ref64).max()) + 2 * _U32 * max_gu
     assert tuple(out.shape) == tuple(ref64.shape) and out.dtype == x.dtype
     _assert_within(out, ref64, naive_err, floor, what)
 

@@ -13,6 +13,7 @@ import pytest
 
 import flashlab
 from test_bindings import fake, gpu, raises, torch
+from numerics import check_close
 
 
 def test_numpy_input_hits_the_cpp_device_check():
@@ -42,9 +43,6 @@ def test_exported():
     assert "layernorm" in flashlab.__all__ and "LAYERNORM_RUNGS" in flashlab.__all__
 
 
-_UNIT = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-
-
 def _ref(x64, w64, b64, eps):
     mean = x64.mean(axis=-1, keepdims=True)
     var = ((x64 - mean) ** 2).mean(axis=-1, keepdims=True)
@@ -68,14 +66,6 @@ def _naive(x, w, b, eps):
     return torch.from_numpy(y.reshape(x.shape)).to(x.dtype).double().numpy()
 
 
-def _check(got, ref, naive, dtype, what):
-    got = got.double().cpu().numpy()
-    assert not np.isnan(got).any(), f"{what}: NaN in the output"
-    err, naive_err = np.abs(got - ref).max(), np.abs(naive - ref).max()
-    bound = 2 * naive_err + _UNIT[dtype] * np.abs(ref).max()
-    assert err <= bound, f"{what}: error {err:.3e} > 2 x naive {naive_err:.3e} + floor"
-
-
 SHAPES = [(1, 1), (7, 111), (16, 4096), (3, 4097), (2, 8192), (4, 3, 512), (2, 40000)]
 
 
@@ -93,10 +83,10 @@ def test_layernorm(dtype, rung, shape, bias):
     assert flashlab.layernorm(x, w, b, 1e-5, out=out, rung=rung) is out
     ref = _ref(x.double().cpu().numpy(), w.double().cpu().numpy(), b.double().cpu().numpy() if bias else None, 1e-5)
     naive = _naive(x, w, b, 1e-5)
-    _check(out, ref, naive, dtype, f"layernorm {dtype} {shape} rung {rung} bias={bias}")
+    check_close(out, ref, naive, dtype, f"layernorm {dtype} {shape} rung {rung} bias={bias}")
     allocated = flashlab.layernorm(x, w, b, 1e-5, rung=rung)
     assert allocated.shape == x.shape and allocated.dtype == x.dtype
-    _check(allocated, ref, naive, dtype, "out allocated")
+    check_close(allocated, ref, naive, dtype, "out allocated")
 
 
 @gpu
@@ -111,7 +101,7 @@ def test_layernorm_large_offset(dtype, rung, hidden):
     b = (torch.rand(hidden, device="cuda") - 0.5).to(dt)
     out = flashlab.layernorm(x, w, b, 1e-5, rung=rung)
     ref = _ref(x.double().cpu().numpy(), w.double().cpu().numpy(), b.double().cpu().numpy(), 1e-5)
-    _check(out, ref, _naive(x, w, b, 1e-5), dtype, f"offset {dtype} {hidden} rung {rung}")
+    check_close(out, ref, _naive(x, w, b, 1e-5), dtype, f"offset {dtype} {hidden} rung {rung}")
 
 
 @gpu
@@ -125,6 +115,6 @@ def test_layernorm_matches_torch_and_strided_rows_on_a_stream():
         out = flashlab.layernorm(x, w, b, 1e-5)
     s.synchronize()
     ref = _ref(x.double().cpu().numpy(), w.double().cpu().numpy(), b.double().cpu().numpy(), 1e-5)
-    _check(out, ref, _naive(x, w, b, 1e-5), "bfloat16", "strided rows on a side stream")
+    check_close(out, ref, _naive(x, w, b, 1e-5), "bfloat16", "strided rows on a side stream")
     torch_out = torch.nn.functional.layer_norm(x, (4096,), w, b, 1e-5)
     assert (out.float() - torch_out.float()).abs().max().item() <= 2 * 2.0 ** -8 * torch_out.float().abs().max().item()

@@ -12,6 +12,7 @@ import pytest
 
 import flashlab
 from test_bindings import fake, gpu, raises, torch
+from numerics import check_close
 
 
 def test_numpy_input_hits_the_cpp_device_check():
@@ -32,9 +33,6 @@ def test_bad_inputs_name_the_argument():
         flashlab.gemma_rmsnorm(fake([2, 8]), fake([8], offset_bytes=1024), out=fake([2, 8], offset_bytes=2048), rung=9)
 
 
-_UNIT = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-
-
 def _ref(x64, w64, eps, gemma):
     inv = 1.0 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + eps)
     return x64 * inv * ((1.0 + w64) if gemma else w64)
@@ -49,14 +47,6 @@ def _naive(x, w, eps, gemma):
     inv = (np.float32(1) / np.sqrt(ss / np.float32(x32.shape[-1]) + np.float32(eps))).astype(np.float32)
     y = x32 * inv[:, None] * ((np.float32(1) + w32) if gemma else w32)
     return torch.from_numpy(y.reshape(x.shape)).to(x.dtype).double().numpy()
-
-
-def _check(got, ref, naive, dtype, what):
-    got = got.double().cpu().numpy()
-    assert not np.isnan(got).any(), f"{what}: NaN in the output"
-    err, naive_err = np.abs(got - ref).max(), np.abs(naive - ref).max()
-    bound = 2 * naive_err + _UNIT[dtype] * np.abs(ref).max()
-    assert err <= bound, f"{what}: error {err:.3e} > 2 x naive {naive_err:.3e} + floor"
 
 
 SHAPES = [(1, 1), (7, 111), (16, 4096), (3, 4097), (2, 8192), (4, 3, 512)]
@@ -75,10 +65,10 @@ def test_rmsnorm(dtype, rung, shape, gemma):
     fn = flashlab.gemma_rmsnorm if gemma else flashlab.rmsnorm
     assert fn(x, w, 1e-6, out=out, rung=rung) is out
     ref = _ref(x.double().cpu().numpy(), w.double().cpu().numpy(), 1e-6, gemma)
-    _check(out, ref, _naive(x, w, 1e-6, gemma), dtype, f"rmsnorm {dtype} {shape} rung {rung} gemma={gemma}")
+    check_close(out, ref, _naive(x, w, 1e-6, gemma), dtype, f"rmsnorm {dtype} {shape} rung {rung} gemma={gemma}")
     allocated = fn(x, w, 1e-6, rung=rung)
     assert allocated.shape == x.shape and allocated.dtype == x.dtype
-    _check(allocated, ref, _naive(x, w, 1e-6, gemma), dtype, "out allocated")
+    check_close(allocated, ref, _naive(x, w, 1e-6, gemma), dtype, "out allocated")
 
 
 @gpu
@@ -95,9 +85,9 @@ def test_fused_add_rmsnorm(dtype, rung, gemma):
     fn = flashlab.gemma_fused_add_rmsnorm if gemma else flashlab.fused_add_rmsnorm
     fn(x_in, r_in, w, 1e-6, rung=rung)
     sum64 = (x.double() + r.double()).cpu().numpy()
-    _check(r_in, sum64, (x.float() + r.float()).to(dt).double().cpu().numpy(), dtype, "residual")
+    check_close(r_in, sum64, (x.float() + r.float()).to(dt).double().cpu().numpy(), dtype, "residual")
     ref = _ref(stored.double().cpu().numpy(), w.double().cpu().numpy(), 1e-6, gemma)
-    _check(x_in, ref, _naive(stored, w, 1e-6, gemma), dtype, f"fused {dtype} rung {rung} gemma={gemma}")
+    check_close(x_in, ref, _naive(stored, w, 1e-6, gemma), dtype, f"fused {dtype} rung {rung} gemma={gemma}")
 
 
 @gpu
@@ -110,4 +100,4 @@ def test_rmsnorm_strided_rows_and_stream():
         out = flashlab.rmsnorm(x, w, 1e-5)
     s.synchronize()
     ref = _ref(x.double().cpu().numpy(), w.double().cpu().numpy(), 1e-5, False)
-    _check(out, ref, _naive(x, w, 1e-5, False), "bfloat16", "strided rows on a side stream")
+    check_close(out, ref, _naive(x, w, 1e-5, False), "bfloat16", "strided rows on a side stream")

@@ -15,6 +15,7 @@ import pytest
 
 import flashlab
 from test_bindings import fake, gpu, raises, torch
+from numerics import check_close
 
 
 def test_numpy_input_hits_the_cpp_device_check():
@@ -66,9 +67,6 @@ def test_cos_sin_cache_bad_inputs():
 # ---------------------------------------------------------------------------------------------
 # GPU
 
-_UNIT = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-
-
 def _inv_freq64(rd, theta, scale, llama31=False, factor=8.0, low=1.0, high=4.0, old=8192):
     base = theta ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
     if not llama31:
@@ -88,14 +86,6 @@ def _rotate(x, cos, sin, rd, interleave):
         x0, x1 = x[..., : rd // 2], x[..., rd // 2: rd]
         y[..., : rd // 2], y[..., rd // 2: rd] = x0 * c - x1 * s, x1 * c + x0 * s
     return y
-
-
-def _check(got, ref, naive, dtype, what):
-    got = got.double().cpu().numpy()
-    assert not np.isnan(got).any(), f"{what}: NaN in the output"
-    err, naive_err = np.abs(got - ref).max(), np.abs(naive - ref).max()
-    bound = 2 * naive_err + _UNIT[dtype] * np.abs(ref).max()
-    assert err <= bound, f"{what}: error {err:.3e} > 2 x naive {naive_err:.3e} + floor"
 
 
 def _expected(x, pos, inv64, rd, interleave):
@@ -142,8 +132,8 @@ def test_rope(dtype, rung, interleave, rotary_dim, llama31, inplace):
     else:
         q_rope, k_rope = fn(q, k, pos, **kw)
     what = f"rope {dtype} rung {rung} interleave={interleave} rd={rd} llama31={llama31} inplace={inplace}"
-    _check(q_rope, rq, nq, dtype, what + " (q)")
-    _check(k_rope, rk, nk, dtype, what + " (k)")
+    check_close(q_rope, rq, nq, dtype, what + " (q)")
+    check_close(k_rope, rk, nk, dtype, what + " (k)")
 
 
 @gpu
@@ -167,4 +157,4 @@ def test_cos_sin_cache_vllm_layout(dtype, is_neox, rung):
         naive = _rotate(x3.float().cpu().numpy(), c64[:, : rd // 2].astype(np.float32),
                         c64[:, rd // 2:].astype(np.float32), rd, not is_neox)
         naive = torch.from_numpy(naive).to(dt).double().numpy()
-        _check(got.reshape(nnz, h, hs), ref, naive, dtype, f"cache {dtype} neox={is_neox} rung {rung}")
+        check_close(got.reshape(nnz, h, hs), ref, naive, dtype, f"cache {dtype} neox={is_neox} rung {rung}")

@@ -13,6 +13,7 @@ import pytest
 
 import flashlab
 from test_bindings import fake, gpu, raises, torch
+from numerics import check_close
 
 
 def test_numpy_input_hits_the_cpp_device_check():
@@ -38,9 +39,6 @@ def test_bad_inputs_name_the_argument():
         flashlab.softmax(fake([2, 8]), out=fake([2, 8], offset_bytes=1024), rung=5)
     with raises("log_softmax: argument 'rung': expected 1..4, got 0"):
         flashlab.log_softmax(fake([2, 8]), out=fake([2, 8], offset_bytes=1024), rung=0)
-
-
-_UNIT = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 
 
 def _ref(x64, log):
@@ -70,17 +68,6 @@ def _naive(x, log):
     return torch.from_numpy(y.reshape(x.shape)).to(x.dtype).double().numpy()
 
 
-def _check(got, ref, naive, dtype, what):
-    got = got.double().cpu().numpy()
-    assert not np.isnan(got).any(), f"{what}: NaN in the output"
-    inf = np.isinf(ref)
-    assert np.array_equal(got[inf], ref[inf]), f"{what}: infinite outputs differ from the reference"
-    got, ref, naive = (np.where(inf, 0.0, a) for a in (got, ref, naive))
-    err, naive_err = np.abs(got - ref).max(), np.abs(naive - ref).max()
-    bound = 2 * naive_err + _UNIT[dtype] * np.abs(ref).max()
-    assert err <= bound, f"{what}: error {err:.3e} > 2 x naive {naive_err:.3e} + floor"
-
-
 SHAPES = [(1, 1), (7, 111), (99, 500), (16, 1024), (3, 4097), (2, 8192), (4, 3, 512), (64, 128256)]
 
 
@@ -96,10 +83,10 @@ def test_softmax(dtype, rung, shape, log):
     fn = flashlab.log_softmax if log else flashlab.softmax
     assert fn(x, out=out, rung=rung) is out
     ref, naive = _ref(x.double().cpu().numpy(), log), _naive(x, log)
-    _check(out, ref, naive, dtype, f"{fn.__name__} {dtype} {shape} rung {rung}")
+    check_close(out, ref, naive, dtype, f"{fn.__name__} {dtype} {shape} rung {rung}")
     allocated = fn(x, rung=rung)
     assert allocated.shape == x.shape and allocated.dtype == x.dtype
-    _check(allocated, ref, naive, dtype, "out allocated")
+    check_close(allocated, ref, naive, dtype, "out allocated")
 
 
 @gpu
@@ -115,7 +102,7 @@ def test_masked_large_in_place(dtype, cols, log):
     fn = flashlab.log_softmax if log else flashlab.softmax
     y = x.clone()
     assert fn(y, out=y) is y  # in place
-    _check(y, ref, naive, dtype, f"{fn.__name__} {dtype} masked |x|<=100 in place")
+    check_close(y, ref, naive, dtype, f"{fn.__name__} {dtype} masked |x|<=100 in place")
     assert (y[0] == (float("-inf") if log else 0.0)).all()
 
 
@@ -129,6 +116,6 @@ def test_strided_rows_side_stream_and_torch():
         ly = flashlab.log_softmax(x)
     s.synchronize()
     for got, log in ((y, False), (ly, True)):
-        _check(got, _ref(x.double().cpu().numpy(), log), _naive(x, log), "bfloat16", "strided rows on a side stream")
+        check_close(got, _ref(x.double().cpu().numpy(), log), _naive(x, log), "bfloat16", "strided rows on a side stream")
     ref_torch = torch.softmax(x.float(), -1).to(torch.bfloat16)
     assert (y.float() - ref_torch.float()).abs().max().item() <= 2 ** -8
