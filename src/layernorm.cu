@@ -41,16 +41,6 @@ void launch_layernorm(const LayerNormParams& p, cudaStream_t stream, int rung) {
   }
 }
 
-// weight and bias: [hidden], like input, contiguous.
-void check_vector_like_input(const check::Arg& a, const check::Arg& input) {
-  check::cuda(a);
-  check::same_device(a, input);
-  check::dtype_eq(a, input);
-  check::shape(a, {input.t.shape[1]});
-  check::contiguous(a);
-  check::aligned(a, dtype_size(a.t.dtype));
-}
-
 }  // namespace
 
 void layernorm(const TensorView& input, const TensorView& weight, const TensorView& bias, const TensorView& out,
@@ -59,24 +49,10 @@ void layernorm(const TensorView& input, const TensorView& weight, const TensorVi
   const check::Arg I{op, "input", input}, W{op, "weight", weight}, B{op, "bias", bias}, O{op, "out", out};
   const bool has_bias = !(bias.data == nullptr && bias.ndim() == 0);
   check::rung(op, rung, kLayerNormRungs);
-  check::cuda(I);
-  check::dtype_in(I, {DType::kF32, DType::kF16, DType::kBF16});
-  check::ndim(I, 2);
-  check::nonempty(I);
-  check::last_dim_contiguous(I);
-  check::rows_disjoint(I, "hidden");
-  FLASHLAB_CHECK(I.t.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
-                 I.t.shape[0]);
-  check::aligned(I, dtype_size(I.t.dtype));
-  check_vector_like_input(W, I);
-  if (has_bias) check_vector_like_input(B, I);
-  check::cuda(O);
-  check::same_device(O, I);
-  check::dtype_eq(O, I);
-  check::shape_eq(O, I);
-  check::last_dim_contiguous(O);
-  check::rows_disjoint(O, "hidden");
-  check::aligned(O, dtype_size(O.t.dtype));
+  check::row_input(I, "hidden");
+  check::row_vector(W, I);
+  if (has_bias) check::row_vector(B, I);
+  check::rows_like(O, I, "hidden");
   check::no_overlap(O, I);
   check::no_overlap(O, W);
   if (has_bias) check::no_overlap(O, B);

@@ -39,37 +39,17 @@ void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream, int rung) {
                     static_cast<int>(detail::ceil_div(p.rows, kRmsNormWarpThreads / kWarpSize)), kRmsNormWarpThreads, 0,
                     stream, p);
   } else if (rung == 3 || nvec > static_cast<int64_t>(kRmsNormVecsPerThread) * kRmsNormRegsMaxThreads) {
-    FLASHLAB_LAUNCH((rmsnorm_block_vec16_kernel<T, kFused, kGemma>), grid_rows, detail::cover_threads(nvec, kRmsNormVecsPerThread), 0, stream, p);
+    FLASHLAB_LAUNCH((rmsnorm_block_vec16_kernel<T, kFused, kGemma>), grid_rows,
+                    detail::cover_threads(nvec, kRmsNormVecsPerThread), 0, stream, p);
   } else {
-    FLASHLAB_LAUNCH((rmsnorm_block_vec16_regs_kernel<T, kFused, kGemma>), grid_rows, detail::cover_threads(nvec, kRmsNormVecsPerThread), 0, stream, p);
+    FLASHLAB_LAUNCH((rmsnorm_block_vec16_regs_kernel<T, kFused, kGemma>), grid_rows,
+                    detail::cover_threads(nvec, kRmsNormVecsPerThread), 0, stream, p);
   }
 }
 
-void check_rows_like_input(const check::Arg& a, const check::Arg& input) {
-  check::cuda(a);
-  check::same_device(a, input);
-  check::dtype_eq(a, input);
-  check::shape_eq(a, input);
-  check::last_dim_contiguous(a);
-  check::aligned(a, dtype_size(a.t.dtype));
-}
-
 void check_common(const char* op, const check::Arg& I, const check::Arg& W, double eps) {
-  check::cuda(I);
-  check::dtype_in(I, {DType::kF32, DType::kF16, DType::kBF16});
-  check::ndim(I, 2);
-  check::nonempty(I);
-  check::last_dim_contiguous(I);
-  check::rows_disjoint(I, "hidden");
-  FLASHLAB_CHECK(I.t.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
-                 I.t.shape[0]);
-  check::aligned(I, dtype_size(I.t.dtype));
-  check::cuda(W);
-  check::same_device(W, I);
-  check::dtype_eq(W, I);
-  check::shape(W, {I.t.shape[1]});
-  check::contiguous(W);
-  check::aligned(W, dtype_size(W.t.dtype));
+  check::row_input(I, "hidden");
+  check::row_vector(W, I);
   FLASHLAB_CHECK(std::isfinite(eps) && eps >= 0, op, ": argument 'eps': expected a finite value >= 0, got ", eps);
 }
 
@@ -81,7 +61,7 @@ void rmsnorm(const TensorView& input, const TensorView& weight, const TensorView
   const check::Arg I{op, "input", input}, W{op, "weight", weight}, O{op, "out", out};
   check::rung(op, rung, kRmsNormRungs);
   check_common(op, I, W, eps);
-  check_rows_like_input(O, I);
+  check::rows_like(O, I, "hidden");
   check::no_overlap(O, I);
   check::no_overlap(O, W);
   detail::DeviceGuard guard(input.device.index);
@@ -99,7 +79,7 @@ void fused_add_rmsnorm(const TensorView& input, const TensorView& residual, cons
   FLASHLAB_CHECK(rung >= 2 && rung <= kRmsNormRungs, op, ": argument 'rung': expected 2..", kRmsNormRungs,
                  " (rung 1 has no fused variant), got ", rung);
   check_common(op, I, W, eps);
-  check_rows_like_input(R, I);
+  check::rows_like(R, I, "hidden");
   if (residual.data == input.data)
     check::fail(R, "memory disjoint from 'input'", "the same memory as 'input'");
   check::no_overlap(R, I);

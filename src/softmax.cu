@@ -73,22 +73,8 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
 void run(const char* op, bool log, const TensorView& input, const TensorView& out, cudaStream_t stream, int rung) {
   const check::Arg I{op, "input", input}, O{op, "out", out};
   check::rung(op, rung, kSoftmaxRungs);
-  check::cuda(I);
-  check::dtype_in(I, {DType::kF32, DType::kF16, DType::kBF16});
-  check::ndim(I, 2);
-  check::nonempty(I);
-  check::last_dim_contiguous(I);
-  check::rows_disjoint(I, "cols");
-  FLASHLAB_CHECK(input.shape[0] <= 0x7fffffff, op, ": argument 'input': expected at most 2^31 - 1 rows, got ",
-                 input.shape[0]);
-  check::aligned(I, dtype_size(input.dtype));
-  check::cuda(O);
-  check::same_device(O, I);
-  check::dtype_eq(O, I);
-  check::shape_eq(O, I);
-  check::last_dim_contiguous(O);
-  check::rows_disjoint(O, "cols");
-  check::aligned(O, dtype_size(out.dtype));
+  check::row_input(I, "cols");
+  check::rows_like(O, I, "cols");
   if (out.data == input.data && detail::row_stride(out) != detail::row_stride(input))
     check::fail(O, detail::concat("the row stride of 'input' (", detail::row_stride(input), ") when in place"),
                 detail::concat("row stride ", detail::row_stride(out)));

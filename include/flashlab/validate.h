@@ -35,6 +35,13 @@ void no_overlap(const Arg& a, const Arg& b);                 // disjoint memory 
 // 2-D a: rows do not overlap (row stride >= the row length, any stride for one row); `dim`
 // names the row length in the message ("cols", "hidden").
 void rows_disjoint(const Arg& a, const char* dim);
+// The row ops' (norms, softmax) input: CUDA, fp32/fp16/bf16, [rows, `dim`] with rows >= 1,
+// rows <= 2^31 - 1, unit last stride, disjoint rows, element-aligned.
+void row_input(const Arg& a, const char* dim);
+// A row tensor shaped and typed like `ref` (an output, a residual), same checks on its layout.
+void rows_like(const Arg& a, const Arg& ref, const char* dim);
+// A per-column vector of `ref` (weight, bias): [ref's last dim], same dtype and device, contiguous.
+void row_vector(const Arg& a, const Arg& ref);
 void rung(const char* op, int rung, int num_rungs);          // 1 <= rung <= num_rungs
 
 // Counts kernel launches made by the library (every FLASHLAB_LAUNCH). Tests use it to prove

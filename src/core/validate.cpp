@@ -116,6 +116,36 @@ void rows_disjoint(const Arg& a, const char* dim) {
          detail::concat("row stride ", a.t.strides[0], " for ", dim, " ", a.t.shape[1]));
 }
 
+void row_input(const Arg& a, const char* dim) {
+  cuda(a);
+  dtype_in(a, {DType::kF32, DType::kF16, DType::kBF16});
+  ndim(a, 2);
+  nonempty(a);
+  last_dim_contiguous(a);
+  rows_disjoint(a, dim);
+  if (a.t.shape[0] > 0x7fffffff) fail(a, "at most 2^31 - 1 rows", std::to_string(a.t.shape[0]));
+  aligned(a, dtype_size(a.t.dtype));
+}
+
+void rows_like(const Arg& a, const Arg& ref, const char* dim) {
+  cuda(a);
+  same_device(a, ref);
+  dtype_eq(a, ref);
+  shape_eq(a, ref);
+  last_dim_contiguous(a);
+  rows_disjoint(a, dim);
+  aligned(a, dtype_size(a.t.dtype));
+}
+
+void row_vector(const Arg& a, const Arg& ref) {
+  cuda(a);
+  same_device(a, ref);
+  dtype_eq(a, ref);
+  shape(a, {ref.t.shape.back()});
+  contiguous(a);
+  aligned(a, dtype_size(a.t.dtype));
+}
+
 void rung(const char* op, int r, int num_rungs) {
   FLASHLAB_CHECK(r >= 1 && r <= num_rungs, op, ": argument 'rung': expected 1..", num_rungs,
                  ", got ", r);
