@@ -1,7 +1,7 @@
 // flashlab_bench: peaks first, then every rung of every op in this build, one JSON out.
 //   flashlab_bench [--filter SUBSTR] [--out FILE] [--reps N] [--quick]
 // Case names are "<op>/<dtype>" (e.g. "vector_add/bf16", "reduce_sum/fp32", "row_sum/bf16",
-// "streams_pipeline/fp32"); --filter matches a substring of them.
+// "streams_pipeline/fp32", "gemm/bf16"); --filter matches a substring of them (or any of several, comma-separated).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
       if (h.selected("quantize_fp8/" + d) || h.selected("quantize_int8/" + d) ||
           h.selected("quantize_fp8_per_tensor/" + d))
         bench_quant(h, dt);
+      if (h.selected("gemm/" + d)) bench_gemm(h, dt);
     }
     if (h.selected("streams_pipeline/fp32")) bench_streams(h);
     h.write_json();

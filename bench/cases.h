@@ -49,4 +49,7 @@ void bench_rope(Harness& h, DType dt);
 // bench/cases_quant.cu: quantize_fp8, quantize_int8, quantize_fp8_per_tensor (each op checks its own filter)
 void bench_quant(Harness& h, DType dt);
 
+// bench/cases_gemm.cu: cuBLAS (rung 0) and every rung of the GEMM ladder that takes dt (fp32 or bf16)
+void bench_gemm(Harness& h, DType dt);
+
 }  // namespace flashlab::bench

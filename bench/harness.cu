@@ -71,8 +71,17 @@ Harness::~Harness() {
   cudaStreamDestroy(stream_);
 }
 
+// The filter is one substring or several separated by commas ("softmax,gemm"): any may match.
 bool Harness::selected(const std::string& name) const {
-  return opt_.filter.empty() || name.find(opt_.filter) != std::string::npos;
+  if (opt_.filter.empty()) return true;
+  size_t begin = 0;
+  while (begin <= opt_.filter.size()) {
+    const size_t end = std::min(opt_.filter.find(',', begin), opt_.filter.size());
+    const std::string part = opt_.filter.substr(begin, end - begin);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    begin = end + 1;
+  }
+  return false;
 }
 
 void Harness::flush_l2() { FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush_buf_, 0, flush_bytes_, stream_)); }
@@ -107,9 +116,11 @@ double Harness::time_ms(const std::function<void()>& fn) {
 
 void Harness::add(Row row) {
   const double tbps = row.bytes / (row.ms * 1e-3) / 1e12;
-  std::printf("%-18s %-16s rung %d %-14s %-5s %10.4f ms %7.3f TB/s %6.1f%% copy\n", row.op.c_str(),
+  std::printf("%-18s %-16s rung %d %-14s %-5s %10.4f ms %7.3f TB/s %6.1f%% copy", row.op.c_str(),
               row.impl.c_str(), row.rung, row.rung_name.c_str(), row.dtype.c_str(), row.ms, tbps,
               copy_TBps_ > 0 ? 100.0 * tbps / copy_TBps_ : 0.0);
+  if (row.flops > row.bytes) std::printf(" %8.2f TFLOP/s", row.flops / (row.ms * 1e-3) / 1e12);  // compute-bound ops
+  std::printf("\n");
   std::fflush(stdout);
   rows_.push_back(std::move(row));
 }
@@ -184,6 +195,9 @@ void Harness::write_json() const {
     os << "\"dtype\": \"" << r.dtype << "\", \"shape\": {";
     for (size_t j = 0; j < r.shape.size(); ++j)
       os << (j ? ", " : "") << "\"" << r.shape[j].first << "\": " << r.shape[j].second;
+    for (size_t j = 0; j < r.shape_text.size(); ++j)
+      os << (j || !r.shape.empty() ? ", " : "") << "\"" << r.shape_text[j].first << "\": \""
+         << json_escape(r.shape_text[j].second) << "\"";
     const double tbps = r.bytes / (r.ms * 1e-3) / 1e12, tflops = r.flops / (r.ms * 1e-3) / 1e12;
     os << "}, \"ms\": " << r.ms << ", \"TBps\": " << tbps << ", \"TFLOPs\": " << tflops << ", \"bytes\": " << r.bytes
        << ", \"flops\": " << r.flops;

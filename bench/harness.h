@@ -30,6 +30,7 @@ struct Row {
   std::vector<std::pair<std::string, int64_t>> shape;
   double ms = 0, bytes = 0, flops = 0;
   std::map<std::string, double> extra;  // more numbers, e.g. speedup vs serial
+  std::vector<std::pair<std::string, std::string>> shape_text;  // string-valued shape keys (GEMM's "layout")
 };
 
 class Harness {

@@ -97,9 +97,15 @@ def _peaks(doc: dict) -> tuple[float | None, float | None]:
     return p.get("copy_TBps") or None, p.get("gemm_bf16_TFLOPs") or None
 
 
+# Compute-bound ops -> the peer whose rate is their baseline (rung 0, same case): their ladder
+# tables show TFLOP/s and % of that peer instead of bandwidth, and no share of the copy peak.
+COMPUTE_BASELINE = {"gemm": "cublas"}
+
+
 def _pct_copy(row: dict, peak) -> str:
-    """Share of the device copy bandwidth; none for ops whose bytes cross the host link."""
-    if row.get("op") in common.HOST_LINK_OPS:
+    """Share of the device copy bandwidth; none for ops whose bytes cross the host link, nor for
+    compute-bound ops."""
+    if row.get("op") in common.HOST_LINK_OPS or row.get("op") in COMPUTE_BASELINE:
         return "–"
     return _pct(common.row_TBps(row), peak)
 
@@ -150,8 +156,10 @@ def results_table(doc: dict) -> str:
 
 def ladder_table(doc: dict, op: str) -> str:
     """Markdown for docs/ladder/<op>.md: the flashlab rungs of op, each case followed by its
-    peers, with speed-ups against rung 1 and against eager torch."""
+    peers, with speed-ups against rung 1 and against eager torch (compute-bound ops: TFLOP/s and
+    % of their baseline peer, e.g. cuBLAS, instead of TB/s, % copy peak and x vs torch)."""
     copy_peak, _ = _peaks(doc)
+    baseline_impl = COMPUTE_BASELINE.get(op)
     groups = {k: rs for k, rs in group_cases(doc.get("rows", [])).items()
               if k[0] == op and any(not common.is_peer(r) for r in rs)}
     if not groups:
@@ -165,13 +173,20 @@ def ladder_table(doc: dict, op: str) -> str:
         rows = groups[key]
         rung1 = next((r for r in rows if not common.is_peer(r) and r.get("rung") == 1), None)
         torch_row = next((r for r in rows if r.get("impl") == "torch"), None)
+        base_row = next((r for r in rows if r.get("impl") == baseline_impl), None)
         for r in rows:
             peer = common.is_peer(r)
-            cells = ["–" if peer else str(r.get("rung", "–")),
+            cells = [("0" if r.get("impl") == baseline_impl else "–") if peer else str(r.get("rung", "–")),
                      f"{r.get('impl')} (peer)" if peer else str(r.get("rung_name", "")),
                      str(r.get("dtype") or "–")]
             if many_shapes:
                 cells.append(common.fmt_shape(r.get("shape")))
+            if baseline_impl:
+                of_base = speedup(base_row, r)
+                cells += [fmt_ms(r["ms"]), fmt_num(common.row_TFLOPs(r)),
+                          f"{100 * of_base:.1f}%" if of_base is not None else "–", _x(speedup(rung1, r))]
+                out.append(cells)
+                continue
             cells += [fmt_ms(r["ms"]), fmt_num(common.row_TBps(r)),
                       _pct_copy(r, copy_peak),
                       # rows whose shape differs from rung 1's (streams: the stream and chunk
@@ -180,7 +195,8 @@ def ladder_table(doc: dict, op: str) -> str:
                       _x(speedup(torch_row, r))]
             out.append(cells)
     header = ["rung", "name", "dtype"] + (["shape"] if many_shapes else []) + \
-             ["ms", "TB/s", "% copy peak", "x vs rung 1", "x vs torch"]
+             (["ms", "TFLOP/s", f"% of {baseline_impl}", "x vs rung 1"] if baseline_impl else
+              ["ms", "TB/s", "% copy peak", "x vs rung 1", "x vs torch"])
     return _md_table(header, out, right_from=4 if many_shapes else 3)
 
 

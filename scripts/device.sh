@@ -53,19 +53,32 @@ if [ -f build/gpu/libflashlab.so ]; then
 fi
 
 step "C++ tests"
+# FLASHLAB_FILTER may name several ops, comma-separated: their GPU tests, Python tests and
+# benchmarks run.
 gtest_filter='*'
-case "$filter" in
-  vector_add*) gtest_filter='VectorAdd*' ;;
-  reduce*|sum*) gtest_filter='Sum*:RowSum*' ;;
-  row_sum*) gtest_filter='RowSum*' ;;
-  streams*) gtest_filter='Streams*' ;;
-  rmsnorm*|fused_add_rmsnorm*) gtest_filter='RmsNorm*:FusedAddRmsNorm*' ;;
-  layernorm*) gtest_filter='LayerNorm*:Welford*' ;;
-  softmax*|log_softmax*) gtest_filter='Softmax*:LogSoftmax*:OnlineSoftmax*' ;;
-  *_and_mul*) gtest_filter='*Activation*:*AndMul*' ;;
-  rope*) gtest_filter='Rope*' ;;
-  quantize*) gtest_filter='Quantize*:Dequantize*:QuantReference*' ;;
-esac
+py_tests=(tests/python)
+if [ -n "$filter" ]; then
+  gtest_parts=()
+  py_tests=()
+  IFS=',' read -ra filter_parts <<<"$filter"
+  for part in "${filter_parts[@]}"; do
+    case "$part" in
+      vector_add*) gtest_parts+=('VectorAdd*'); py_tests+=(tests/python/test_bindings.py) ;;
+      reduce*|sum*) gtest_parts+=('Sum*:RowSum*'); py_tests+=(tests/python/test_bindings.py) ;;
+      row_sum*) gtest_parts+=('RowSum*'); py_tests+=(tests/python/test_bindings.py) ;;
+      streams*) gtest_parts+=('Streams*') ;;
+      rmsnorm*|fused_add_rmsnorm*) gtest_parts+=('RmsNorm*:FusedAddRmsNorm*'); py_tests+=(tests/python/test_norm.py) ;;
+      layernorm*) gtest_parts+=('LayerNorm*:Welford*'); py_tests+=(tests/python/test_layernorm.py) ;;
+      softmax*|log_softmax*) gtest_parts+=('Softmax*:LogSoftmax*:OnlineSoftmax*'); py_tests+=(tests/python/test_softmax.py) ;;
+      *_and_mul*) gtest_parts+=('*Activation*:*AndMul*'); py_tests+=(tests/python/test_bindings.py) ;;
+      rope*) gtest_parts+=('Rope*'); py_tests+=(tests/python/test_rope.py) ;;
+      quantize*) gtest_parts+=('Quantize*:Dequantize*:QuantReference*:RowDivisor*'); py_tests+=(tests/python/test_quant.py) ;;
+      gemm*) gtest_parts+=('Gemm*'); py_tests+=(tests/python/test_gemm.py) ;;
+      *) gtest_parts+=('*') ;;
+    esac
+  done
+  gtest_filter=$(IFS=:; echo "${gtest_parts[*]}")
+fi
 ./build/gpu/tests/test_cpu --gtest_brief=1 || fail "CPU tests"
 ./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"
 if [ "${FLASHLAB_SANITIZE:-0}" = 1 ]; then
@@ -78,8 +91,13 @@ if [ "${FLASHLAB_SANITIZE:-0}" = 1 ]; then
 fi
 
 step "Python tests"
-PYTHONPATH="$root/python:$PYTHONPATH" FLASHLAB_LIB_DIR="$root/build/gpu/bindings" \
-  python3 -m pytest tests/python -q -p no:cacheprovider || fail "Python tests"
+mapfile -t py_run < <(printf '%s\n' "${py_tests[@]}" | sort -u)
+if [ ${#py_run[@]} -gt 0 ]; then
+  PYTHONPATH="$root/python:$PYTHONPATH" FLASHLAB_LIB_DIR="$root/build/gpu/bindings" \
+    python3 -m pytest "${py_run[@]}" -q -p no:cacheprovider || fail "Python tests"
+else
+  echo "no Python tests for FLASHLAB_FILTER=$filter"
+fi
 
 step "benchmarks"
 bench_args=(--out build/gpu/bench.json)

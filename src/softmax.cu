@@ -54,13 +54,17 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
   const bool fits_block = nvec <= static_cast<int64_t>(kSoftmaxBlockVpt) * kSoftmaxBlockMaxThreads;
   if (rung == 4 && split_rows(p, fits_block)) {
     const int64_t chunk_vecs = detail::ceil_div(nvec, kSoftmaxClusterBlocks);
-    constexpr int kVpt = softmax_split_vpt<T>();
-    const int threads = detail::cover_threads(chunk_vecs, kVpt, kSoftmaxSplitMinThreads, kSoftmaxSplitMaxThreads);
+    const int64_t smem = chunk_vecs * static_cast<int64_t>(sizeof(Vec<T>));
     const int grid = grid_rows * kSoftmaxClusterBlocks;  // a multiple of the cluster size
-    if (chunk_vecs <= static_cast<int64_t>(kVpt) * kSoftmaxSplitMaxThreads)
-      FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, true>), grid, threads, 0, stream, p, chunk_vecs);
-    else
-      FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, false>), grid, threads, 0, stream, p, chunk_vecs);
+    if (smem <= kSoftmaxSplitMaxSmemBytes) {
+      const auto kernel = softmax_split_cluster_kernel<T, kLog, true>;
+      // Past 48 KB of dynamic shared memory needs the opt-in (per device: set on every call).
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      FLASHLAB_LAUNCH(kernel, grid, kSoftmaxSplitThreads, static_cast<size_t>(smem), stream, p, chunk_vecs);
+    } else {
+      FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, false>), grid, kSoftmaxSplitThreads, 0, stream, p,
+                      chunk_vecs);
+    }
     return;
   }
   if (fits_block)

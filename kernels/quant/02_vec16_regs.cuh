@@ -10,6 +10,10 @@
 // Precondition (the host takes rung 1 otherwise): cols a multiple of Vec<T>::kN, rows of the
 // input 16-byte aligned, rows of q aligned to Vec<T>::kN bytes, and cols at most
 // kQuantVecsPerThread x kQuantRegsMaxThreads vectors.
+// The division: IEEE x / scale per element costs a reciprocal (MUFU), two Newton steps, a
+// range check (FCHK) and a branch; the scale is the same for the whole row, so RowDivisor takes
+// the refined reciprocal once and each element pays only the quotient's multiply and two FMA
+// corrections: the same arithmetic as div.rn's fast path, bit for bit the same quotient.
 // Per tensor (kPerTensor): scales[0] from absmax_scale_kernel, no reduction.
 // Limits: at the bandwidth roofline for LLM widths; for few or short rows, the launch and one
 // block barrier per row; per tensor, the second launch re-reads the whole input.
@@ -19,6 +23,7 @@
 
 #include <cuda_fp8.h>
 
+#include "kernels/common/divide.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/vec.cuh"
@@ -45,14 +50,14 @@ __device__ __forceinline__ uint32_t quantize_pack4(float a, float b, float c, fl
 
 // One vector of kN inputs -> kN codes stored as one kN-byte streaming store.
 template <typename T, QuantFormat F>
-__device__ __forceinline__ void quantize_store_vec(uint8_t* q, const Vec<T>& x, float scale) {
+__device__ __forceinline__ void quantize_store_vec(uint8_t* q, const Vec<T>& x, const RowDivisor& div) {
   constexpr int kN = Vec<T>::kN;
   static_assert(kN == 4 || kN == 8, "fp32 (4 per vector) or 16-bit inputs (8 per vector)");
   uint32_t w[kN / 4];
 #pragma unroll
   for (int j = 0; j < kN / 4; ++j)
-    w[j] = quantize_pack4<F>(__fdiv_rn(to_float(x.v[4 * j]), scale), __fdiv_rn(to_float(x.v[4 * j + 1]), scale),
-                             __fdiv_rn(to_float(x.v[4 * j + 2]), scale), __fdiv_rn(to_float(x.v[4 * j + 3]), scale));
+    w[j] = quantize_pack4<F>(div(to_float(x.v[4 * j])), div(to_float(x.v[4 * j + 1])), div(to_float(x.v[4 * j + 2])),
+                             div(to_float(x.v[4 * j + 3])));
   if constexpr (kN == 4) __stcs(reinterpret_cast<unsigned int*>(q), w[0]);
   else __stcs(reinterpret_cast<uint2*>(q), make_uint2(w[0], w[1]));
 }
@@ -89,10 +94,11 @@ __global__ void __launch_bounds__(kQuantRegsMaxThreads) quantize_vec16_regs_kern
     scale = quant_scale<F>(block_all_reduce_max(amax));
     if (threadIdx.x == 0) p.scales[r] = scale;
   }
+  const RowDivisor div(scale);
 #pragma unroll
   for (int k = 0; k < kQuantVecsPerThread; ++k) {
     const int64_t i = k * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i < nvec) quantize_store_vec<T, F>(q + i * V::kN, x[k], scale);
+    if (i < nvec) quantize_store_vec<T, F>(q + i * V::kN, x[k], div);
   }
 }
 

@@ -13,8 +13,8 @@ from . import _alloc, _loader
 
 __all__ = ["ACTIVATION_RUNGS", "ROPE_RUNGS", "apply_llama31_rope_pos_ids",
            "apply_llama31_rope_pos_ids_inplace", "apply_rope_pos_ids", "apply_rope_pos_ids_inplace",
-           "apply_rope_with_cos_sin_cache", "LAYERNORM_RUNGS", "QUANT_RUNGS", "RMSNORM_RUNGS", "SOFTMAX_RUNGS", "SUM_RUNGS", "VECTOR_ADD_RUNGS",
-           "fused_add_rmsnorm", "gelu_and_mul", "gelu_tanh_and_mul", "gemma_fused_add_rmsnorm", "gemma_rmsnorm",
+           "apply_rope_with_cos_sin_cache", "GEMM_RUNGS", "LAYERNORM_RUNGS", "QUANT_RUNGS", "RMSNORM_RUNGS", "SOFTMAX_RUNGS", "SUM_RUNGS", "VECTOR_ADD_RUNGS",
+           "fused_add_rmsnorm", "gelu_and_mul", "gelu_tanh_and_mul", "gemm", "gemma_fused_add_rmsnorm", "gemma_rmsnorm",
            "layernorm", "library_path", "log_softmax", "rmsnorm", "row_sum", "silu_and_mul", "softmax", "sum",
            "vector_add", "quantize_fp8", "quantize_int8", "dequantize"]
 
@@ -109,3 +109,4 @@ from .softmax import SOFTMAX_RUNGS, log_softmax, softmax  # noqa: E402
 from .quant import QUANT_RUNGS, dequantize, quantize_fp8, quantize_int8  # noqa: E402
 from .rope import (ROPE_RUNGS, apply_llama31_rope_pos_ids, apply_llama31_rope_pos_ids_inplace,  # noqa: E402
                    apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache)
+from .gemm import GEMM_RUNGS, gemm  # noqa: E402

@@ -21,6 +21,18 @@
     }                                                                                       \
   }()
 
+// fp16 / bf16 only (the tensor-core GEMM rungs); other dtypes throw.
+#define HALF_DTYPE_SWITCH(DTYPE, T, ...)                                                    \
+  [&] {                                                                                     \
+    switch (DTYPE) {                                                                        \
+      case ::flashlab::DType::kF16: { using T = __half; return __VA_ARGS__(); }             \
+      case ::flashlab::DType::kBF16: { using T = __nv_bfloat16; return __VA_ARGS__(); }     \
+      default:                                                                              \
+        throw ::flashlab::Error(::flashlab::detail::concat("HALF_DTYPE_SWITCH: unsupported dtype ", \
+                                                           ::flashlab::dtype_name(DTYPE))); \
+    }                                                                                       \
+  }()
+
 #define BOOL_SWITCH(COND, NAME, ...)              \
   [&] {                                           \
     if (COND) { constexpr bool NAME = true; return __VA_ARGS__(); }  \

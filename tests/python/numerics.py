@@ -10,13 +10,14 @@ import numpy as np
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 
 
-def check_close(got, ref: np.ndarray, naive: np.ndarray, dtype: str, what: str) -> None:
-    """got: a torch tensor; ref: float64 reference; naive: the naive same-dtype result (float64)."""
+def check_close(got, ref: np.ndarray, naive: np.ndarray, dtype: str, what: str, extra_floor: float = 0.0) -> None:
+    """got: a torch tensor; ref: float64 reference; naive: the naive same-dtype result (float64);
+    extra_floor: added to the floor (an op's own rounding terms, e.g. GEMM's fp32 accumulation)."""
     got = got.double().cpu().numpy()
     assert not np.isnan(got).any(), f"{what}: NaN in the output"
     inf = np.isinf(ref)
     assert np.array_equal(got[inf], ref[inf]), f"{what}: infinite outputs differ from the reference"
     got, ref, naive = (np.where(inf, 0.0, a) for a in (got, ref, naive))
     err, naive_err = np.abs(got - ref).max(), np.abs(naive - ref).max()
-    bound = 2 * naive_err + UNIT_ROUNDOFF[dtype] * np.abs(ref).max()
+    bound = 2 * naive_err + UNIT_ROUNDOFF[dtype] * np.abs(ref).max() + extra_floor
     assert err <= bound, f"{what}: error {err:.3e} > 2 x naive {naive_err:.3e} + floor"

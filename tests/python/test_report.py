@@ -125,6 +125,42 @@ def test_ladder_table():
         report.ladder_table(_doc(), "softmax")
 
 
+def _gemm_doc():
+    def g(impl, ms, m, layout="NN", rung=None, name=None):
+        shape = {"m": m, "n": 4096, "k": 4096, "layout": layout}
+        return _row("gemm", impl, ms, shape=shape, rung=rung, rung_name=name,
+                    bytes=(2 * m * 4096 + 4096 ** 2) * 2, flops=2 * m * 4096 ** 2)
+    doc = _doc()
+    doc["rows"] += [g("cublas", 0.20, 4096), g("flashlab", 0.25, 4096, rung=9, name="hopper_ws"),
+                    g("flashlab", 0.50, 4096, rung=8, name="mma_sync"),
+                    g("cublas", 0.22, 4096, "NT"), g("flashlab", 0.20, 4096, "NT", rung=9, name="hopper_ws")]
+    return doc
+
+
+def test_ladder_table_gemm_reads_as_share_of_cublas():
+    md = report.ladder_table(_gemm_doc(), "gemm")
+    header = md.splitlines()[0]
+    col = {name: i for i, name in enumerate(c.strip() for c in header.strip("|").split("|"))}
+    assert "TFLOP/s" in col and "% of cublas" in col and "TB/s" not in col and "x vs torch" not in col
+    rows = _table_rows(md)
+    nn = [r for r in rows if "layout=NN" in r[col["shape"]]]
+    assert [r[col["rung"]] for r in nn] == ["8", "9", "0"]  # rungs in order, then cuBLAS as rung 0
+    top = _find(nn, "9")
+    assert top[col["% of cublas"]] == "80.0%"
+    assert top[col["TFLOP/s"]] == common.fmt_num(2 * 4096 ** 3 / 0.25 / 1e9)
+    assert _find(nn, "cublas (peer)")[col["% of cublas"]] == "100.0%"
+    nt = [r for r in rows if "layout=NT" in r[col["shape"]]]
+    assert _find(nt, "hopper_ws")[col["% of cublas"]] == f"{100 * 0.22 / 0.20:.1f}%"
+    # the results table: no share of the copy peak for GEMM; x vs best peer is x vs cuBLAS
+    md = report.results_table(_gemm_doc())
+    header = md.splitlines()[0]
+    col = {name: i for i, name in enumerate(c.strip() for c in header.strip("|").split("|"))}
+    r9 = [r for r in _table_rows(md) if r[col["impl"]] == "flashlab r9 hopper_ws"]
+    assert [r[col["% copy peak"]] for r in r9] == ["–", "–"]
+    assert sorted(r[col["x vs best peer"]] for r in r9) == ["0.80x", "1.10x"]
+    assert "layout=NN" in r9[0][col["shape"]] or "layout=NN" in r9[1][col["shape"]]
+
+
 def test_ladder_cli_prints_table(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(_doc()))

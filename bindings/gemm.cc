@@ -1,0 +1,43 @@
+// TVM-FFI export of the GEMM ladder (include/flashlab/gemm.h).
+#include <cstdint>
+
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/optional.h>
+
+#include "bindings/convert.h"
+#include "flashlab/gemm.h"
+
+namespace flashlab::bindings {
+
+namespace {
+
+// The highest rung that takes dt (6 for fp32, 9 for fp16 and bf16). A dtype no rung takes gets
+// the top rung, whose validation names the dtype.
+int top_rung_for(DType dt) {
+  for (int rung = kGemmRungs; rung >= 1; --rung)
+    if (gemm_rung_supports(rung, dt)) return rung;
+  return kGemmRungs;
+}
+
+}  // namespace
+
+// c = alpha * a @ b + beta * c + bias on the caller's current stream of a's device; bias None:
+// no bias; rung None: the top rung for a's dtype.
+void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c,
+          tvm::ffi::Optional<tvm::ffi::TensorView> bias, double alpha, double beta, tvm::ffi::Optional<int64_t> rung) {
+  constexpr const char* op = "gemm";
+  call([&] {
+    const TensorView A = to_flashlab(a, op, "a"), B = to_flashlab(b, op, "b"), C = to_flashlab(c, op, "c");
+    const TensorView Bias = bias.has_value() ? to_flashlab(bias.value(), op, "bias") : TensorView{};
+    GemmEpilogue epilogue;
+    epilogue.alpha = static_cast<float>(alpha);
+    epilogue.beta = static_cast<float>(beta);
+    epilogue.bias = bias.has_value() ? &Bias : nullptr;
+    const int r = rung.has_value() ? to_rung(op, rung.value(), kGemmRungs) : top_rung_for(A.dtype);
+    flashlab::gemm(A, B, C, current_stream(A), r, epilogue);
+  });
+}
+
+}  // namespace flashlab::bindings
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm, flashlab::bindings::gemm);

@@ -1,0 +1,24 @@
+// cp.async (sm_80+): a 16-byte copy from global to shared memory that does not pass through
+// registers. A thread issues many and goes on; commit groups them, wait_group waits for all
+// but the newest N groups of this thread (other threads' copies need a barrier after).
+#pragma once
+
+#include <cstdint>
+
+namespace flashlab::kernels {
+
+// 16 bytes global -> shared, cached in L2 only (.cg). When src_bytes < 16 the rest of the
+// 16 shared bytes is zero-filled (src_bytes = 0: nothing is read).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace flashlab::kernels

@@ -1,0 +1,230 @@
+// Rung 9 — Hopper GEMM: TMA loads completing on mbarriers, wgmma from shared memory,
+// producer/consumer warp specialization, a persistent tile scheduler, TMA-store epilogue.
+//
+// Changes from rung 8 (mma.sync + ldmatrix + cp.async):
+//   - TMA: one thread of a producer warpgroup copies whole 2-D boxes (A: 128 x 64, B: BN x 64)
+//     from global memory into 128B-swizzled shared memory; the copy engine computes the
+//     addresses, zero-fills the K, M and N tails, and signals the bytes on the stage's "full"
+//     mbarrier. No thread spends registers or instructions on address arithmetic for loads.
+//   - wgmma: a consumer warpgroup (4 warps) issues m64nBNk16 directly on the shared-memory
+//     tiles through 64-bit descriptors (no ldmatrix, no register fragments of A or B), and
+//     keeps a 64 x BN fp32 accumulator (BN / 2 registers per thread). Two consumer warpgroups
+//     split the 128 rows of the tile; while one waits, the other's wgmma keeps the tensor
+//     cores busy. Both operands may be K-major or MN-major (the transpose bits of wgmma), so
+//     the layouts NN, NT and TN run the same kernel with different tensor maps.
+//   - Warp specialization: warpgroup 0 only issues TMA, so it gives registers away
+//     (setmaxnreg.dec to 40); the two consumers take them (setmaxnreg.inc to 232) for the
+//     accumulators. A ring of kStages buffers with "full" (TMA -> consumers) and "empty"
+//     (consumers -> producer) mbarriers decouples them: the producer runs ahead by up to
+//     kStages k-blocks, across tile boundaries.
+//   - Persistent: one CTA per SM loops over output tiles in a grouped order (kGroupM tile
+//     rows at a time, column by column) so that concurrently running CTAs share A rows and B
+//     columns in L2; the producer prefetches the next tile while consumers run the epilogue.
+//   - Epilogue: alpha / beta / bias in fp32 from the accumulator registers, rounded to 16 bits,
+//     written to a 128B-swizzled staging tile in shared memory (conflict-free), then TMA-stored
+//     (clipped at the M and N edges by the copy engine).
+// A consumer keeps one k-block of wgmmas in flight while it waits for the next stage, and
+// releases a stage once the wgmmas that read it have completed.
+// Limits: no pingpong between consumers (they run in lockstep, epilogues included);
+// no split-K or stream-K for shapes with fewer tiles than SMs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include <cuda.h>
+
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/tma.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/epilogue.cuh"
+#include "kernels/gemm/params.h"
+
+namespace flashlab::kernels {
+
+inline constexpr int kHopperBM = 128;        // rows of a tile: 64 per consumer warpgroup
+inline constexpr int kHopperBK = 64;         // k per stage: one 128-byte swizzle row of 16-bit values
+inline constexpr int kHopperThreads = 384;   // producer warpgroup + 2 consumer warpgroups
+inline constexpr int kHopperGroupM = 8;      // tile rows per rasterization group
+inline constexpr int kHopperSwizzleBytes = 128;
+inline constexpr int kHopperAtomBytes = 64 * kHopperSwizzleBytes;  // a 64 x 64 16-bit box: 8 KB
+
+template <int kBN>
+struct HopperTile {
+  static_assert(kBN == 128 || kBN == 256, "wgmma N of 128 or 256");
+  static constexpr int kABytes = kHopperBM * kHopperBK * 2;
+  static constexpr int kBBytes = kBN * kHopperBK * 2;
+  static constexpr int kCBytes = 64 * kBN * 2;  // one consumer's staging tile
+  static constexpr int kStages = kBN == 256 ? 3 : 5;  // as many as fit next to the staging tiles
+  static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + 2 * kCBytes + 1024;  // + alignment slack
+};
+
+struct HopperGemmArgs {
+  CUtensorMap a, b, c;  // 64-byte aligned by type
+  GemmParams p;
+  int tiles_m, tiles_n;
+};
+
+// Tile t of the grouped order -> (tile row, tile column).
+__device__ __forceinline__ void hopper_tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+  const int per_group = kHopperGroupM * tiles_n;
+  const int first_m = t / per_group * kHopperGroupM;
+  const int rows = tiles_m - first_m < kHopperGroupM ? tiles_m - first_m : kHopperGroupM;
+  const int r = t % per_group;
+  tm = first_m + r % rows;
+  tn = r / rows;
+}
+
+// Two fp32 values -> one 32-bit word of two 16-bit values (element 0 in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const T l = from_float<T>(lo), h = from_float<T>(hi);
+  uint16_t bl, bh;
+  memcpy(&bl, &l, 2);
+  memcpy(&bh, &h, 2);
+  return static_cast<uint32_t>(bl) | (static_cast<uint32_t>(bh) << 16);
+}
+
+// kTransA: A is MN-major (column-major A, layout TN); kTransB: B is MN-major (row-major B:
+// layouts NN and TN). Otherwise the operand is K-major.
+template <typename T, int kBN, bool kTransA, bool kTransB>
+__global__ void __launch_bounds__(kHopperThreads, 1) gemm_hopper_ws_kernel(const __grid_constant__ HopperGemmArgs args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  __trap();  // wgmma and setmaxnreg need sm_90a; the host launches this kernel only there
+#else
+  using Tile = HopperTile<kBN>;
+  constexpr int kStages = Tile::kStages;
+  constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[kStages], empty[kStages];
+  // The 128B swizzle pattern repeats every 1024 bytes: tiles start on a 1024-byte boundary.
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sa = smem;                                   // (kStages, 128 x 64)
+  unsigned char* sb = sa + kStages * Tile::kABytes;           // (kStages, BN x 64)
+  unsigned char* sc = sb + kStages * Tile::kBBytes;           // (2 consumers, 64 x BN)
+  const GemmParams& p = args.p;
+  const int wg = threadIdx.x / 128;
+  const int tiles = args.tiles_m * args.tiles_n;
+  const int k_blocks = (p.K + kHopperBK - 1) / kHopperBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], 1);                 // the producer's arrive + the TMA bytes
+      mbarrier_init(&empty[s], 2 * 4);            // one arrive per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    setmaxnreg_dec<40>();
+    if (threadIdx.x != 0) return;
+    prefetch_tensor_map(&args.a);
+    prefetch_tensor_map(&args.b);
+    int it = 0;  // k-blocks issued by this CTA, over all its tiles
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int tm, tn;
+      hopper_tile_coords(t, args.tiles_m, args.tiles_n, tm, tn);
+      for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+        const int s = it % kStages;
+        mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+        mbarrier_arrive_expect_tx(&full[s], Tile::kABytes + Tile::kBBytes);
+        unsigned char* a_dst = sa + s * Tile::kABytes;
+        unsigned char* b_dst = sb + s * Tile::kBBytes;
+        const int k0 = kb * kHopperBK;
+        if constexpr (kTransA) {  // (K, M) in memory: two 64 (m) x 64 (k) boxes
+          tma_load_2d(a_dst, &args.a, tm * kHopperBM, k0, &full[s]);
+          tma_load_2d(a_dst + kHopperAtomBytes, &args.a, tm * kHopperBM + 64, k0, &full[s]);
+        } else {  // (M, K): one 128 (m) x 64 (k) box
+          tma_load_2d(a_dst, &args.a, k0, tm * kHopperBM, &full[s]);
+        }
+        if constexpr (kTransB) {  // (K, N) in memory: BN / 64 boxes of 64 (n) x 64 (k)
+#pragma unroll
+          for (int h = 0; h < kBN / 64; ++h) tma_load_2d(b_dst + h * kHopperAtomBytes, &args.b, tn * kBN + h * 64, k0, &full[s]);
+        } else {  // (N, K): one BN (n) x 64 (k) box
+          tma_load_2d(b_dst, &args.b, k0, tn * kBN, &full[s]);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup cw = 0, 1 computes rows [64 cw, 64 cw + 64) of each tile.
+  setmaxnreg_inc<232>();
+  const int cw = wg - 1;
+  const int t128 = threadIdx.x - 128 * wg;  // thread in the warpgroup
+  const int warp = t128 / 32, lane = t128 % 32;
+  unsigned char* my_sc = sc + cw * Tile::kCBytes;
+  float acc[kAcc];
+  int it = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    hopper_tile_coords(t, args.tiles_m, args.tiles_n, tm, tn);
+    int prev = -1;  // stage whose wgmmas are still in flight
+    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+      const int s = it % kStages;
+      mbarrier_wait(&full[s], (it / kStages) & 1);
+      const uint32_t a_base = smem_u32(sa + s * Tile::kABytes) + cw * kHopperAtomBytes;  // this consumer's 64 rows
+      const uint32_t b_base = smem_u32(sb + s * Tile::kBBytes);
+      wgmma_fence_operands(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int k16 = 0; k16 < kHopperBK / 16; ++k16) {
+        // K-major: the next 16 k are 32 bytes further along each 128-byte row; MN-major: 16
+        // rows of 128 bytes further.
+        const uint64_t da = kTransA ? wgmma_desc_sw128(a_base + k16 * 16 * kHopperSwizzleBytes, kHopperAtomBytes, 1024)
+                                    : wgmma_desc_sw128(a_base + k16 * 32, 16, 1024);
+        const uint64_t db = kTransB ? wgmma_desc_sw128(b_base + k16 * 16 * kHopperSwizzleBytes, kHopperAtomBytes, 1024)
+                                    : wgmma_desc_sw128(b_base + k16 * 32, 16, 1024);
+        Wgmma<T, kBN>::template mma<kTransA ? 1 : 0, kTransB ? 1 : 0>(acc, da, db, kb > 0 || k16 > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      // Keep this k-block's wgmmas in flight; the previous one's are done, so its stage is free.
+      wgmma_wait<1>();
+      wgmma_fence_operands(acc);
+      if (prev >= 0 && lane == 0) mbarrier_arrive(&empty[prev]);
+      prev = s;
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
+    if (lane == 0) mbarrier_arrive(&empty[prev]);
+
+    // Epilogue. The previous tile's TMA store must have finished reading the staging tile.
+    if (t128 == 0) tma_store_wait_all<true>();
+    named_barrier_sync(1 + cw, 128);
+    const int row0 = tm * kHopperBM + cw * 64;
+    const int col0 = tn * kBN;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
+        const int c = 8 * j + 2 * (lane % 4);        // column in the tile
+        float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+        const int m = row0 + r, n = col0 + c;
+        if (p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f) {
+          v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
+          v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+        }
+        // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
+        // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
+        // 8 different chunks (all 32 banks).
+        const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
+        unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
+        *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+      }
+    }
+    fence_proxy_async_smem();  // these writes before the TMA engine reads them
+    named_barrier_sync(1 + cw, 128);
+    if (t128 == 0 && row0 < p.M) {
+#pragma unroll
+      for (int slab = 0; slab < kBN / 64; ++slab)
+        if (col0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, col0 + slab * 64, row0);
+    }
+    if (t128 == 0) tma_store_commit();
+  }
+  if (t128 == 0) tma_store_wait_all<false>();
+#endif
+}
+
+}  // namespace flashlab::kernels

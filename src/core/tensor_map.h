@@ -1,0 +1,20 @@
+// Host-side TMA descriptors: CUtensorMap for a 2-D row-major view, built with the driver's
+// cuTensorMapEncodeTiled reached through cudaGetDriverEntryPoint (no link against libcuda).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "flashlab/tensor.h"
+
+namespace flashlab::detail {
+
+// `base` viewed as (outer, inner) elements of `dtype`, rows `row_stride_bytes` apart (a multiple
+// of 16, base 16-byte aligned); boxes of (box_outer, box_inner) elements. swizzle_128b: the box
+// lands in shared memory 128B-swizzled (box_inner * element size must be 128 bytes then).
+// Throws flashlab::Error when the driver rejects the description.
+CUtensorMap make_tensor_map_2d(const void* base, DType dtype, int64_t inner, int64_t outer, int64_t row_stride_bytes,
+                               int box_inner, int box_outer, bool swizzle_128b);
+
+}  // namespace flashlab::detail

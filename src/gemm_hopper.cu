@@ -1,0 +1,61 @@
+// Rung 9's launcher: tensor maps for A, B and C, the tile width, and a persistent grid of one
+// CTA per SM (fewer when there are fewer tiles).
+#include <algorithm>
+
+#include "kernels/gemm/09_hopper_ws.cuh"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+#include "src/core/tensor_map.h"
+#include "src/gemm_launch.h"
+
+namespace flashlab::detail {
+
+namespace {
+
+using namespace kernels;
+
+template <typename T, int kBN, bool kTransA, bool kTransB>
+void launch(const HopperGemmArgs& args, int grid, cudaStream_t stream) {
+  const auto kernel = gemm_hopper_ws_kernel<T, kBN, kTransA, kTransB>;
+  constexpr int smem = HopperTile<kBN>::kSmemBytes;
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  FLASHLAB_LAUNCH(kernel, grid, kHopperThreads, smem, stream, args);
+}
+
+template <typename T, int kBN>
+void launch_layout(const HopperGemmArgs& args, bool trans_a, bool trans_b, int grid, cudaStream_t stream) {
+  if (!trans_a && !trans_b) return launch<T, kBN, false, false>(args, grid, stream);  // NT
+  if (!trans_a && trans_b) return launch<T, kBN, false, true>(args, grid, stream);    // NN
+  launch<T, kBN, true, true>(args, grid, stream);                                     // TN
+}
+
+}  // namespace
+
+void launch_gemm_hopper(const GemmParams& p, DType dtype, cudaStream_t stream) {
+  const int es = dtype_size(dtype);
+  // Operand storage (validated by gemm()): A is K-major when its k stride is 1, B is K-major
+  // when its k stride is 1 (an (N, K) weight seen through .t()).
+  const bool trans_a = p.a_col != 1, trans_b = p.b_row != 1;
+  const int64_t lda = trans_a ? p.a_col : p.a_row, ldb = trans_b ? p.b_row : p.b_col;
+  // 256-wide tiles unless that leaves SMs idle (few tiles: M = 128 LLM decode-like shapes).
+  const int sms = sm_count();
+  const int tiles_m = static_cast<int>(ceil_div(p.M, kHopperBM));
+  const bool wide = tiles_m * ceil_div(p.N, 256) >= sms;
+  const int bn = wide ? 256 : 128;
+  HopperGemmArgs args{};
+  args.a = trans_a ? make_tensor_map_2d(p.a, dtype, p.M, p.K, lda * es, 64, 64, true)
+                   : make_tensor_map_2d(p.a, dtype, p.K, p.M, lda * es, 64, kHopperBM, true);
+  args.b = trans_b ? make_tensor_map_2d(p.b, dtype, p.N, p.K, ldb * es, 64, 64, true)
+                   : make_tensor_map_2d(p.b, dtype, p.K, p.N, ldb * es, 64, bn, true);
+  args.c = make_tensor_map_2d(p.c, dtype, p.N, p.M, p.ldc * es, 64, 64, true);
+  args.p = p;
+  args.tiles_m = tiles_m;
+  args.tiles_n = static_cast<int>(ceil_div(p.N, bn));
+  const int grid = std::min(args.tiles_m * args.tiles_n, sms);
+  HALF_DTYPE_SWITCH(dtype, T, [&] {
+    if (wide) launch_layout<T, 256>(args, trans_a, trans_b, grid, stream);
+    else launch_layout<T, 128>(args, trans_a, trans_b, grid, stream);
+  });
+}
+
+}  // namespace flashlab::detail

@@ -1,0 +1,73 @@
+// RowDivisor (kernels/common/divide.cuh) against __fdiv_rn, bit for bit: random dividends over
+// the whole fp32 range (random bit patterns: subnormals, inf, NaN included), dividends near the
+// quantization grid (|x| <= absmax, the case the quantize kernels run), and divisors from tiny
+// to huge, including the ones outside the fast path's range.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/common/divide.cuh"
+#include "tests/common/gpu_utils.h"
+
+namespace flashlab {
+namespace {
+
+using namespace flashlab::testing;
+
+__global__ void divide_kernel(const float* x, int n, float d, uint32_t* fast, uint32_t* ieee) {
+  const kernels::RowDivisor div(d);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    fast[i] = __float_as_uint(div(x[i]));
+    ieee[i] = __float_as_uint(__fdiv_rn(x[i], d));
+  }
+}
+
+TEST(RowDivisor, MatchesIeeeDivisionBitForBit) {
+  SKIP_WITHOUT_GPU();
+  constexpr int kN = 1 << 20;
+  std::mt19937 rng(7);
+  std::vector<float> x(kN);
+  std::uniform_real_distribution<float> grid(-1.f, 1.f);
+  const std::vector<float> divisors = {1e-12f / 448.f, 1e-12f / 127.f, 0x1p-61f, 0x1p-60f, 1.f / 448.f, 1.f / 127.f,
+                                       0.3f,           1.f,            3.f,       448.f,     0x1p60f,     0x1p61f,
+                                       1e30f};
+  DeviceBuffer dx(kN * sizeof(float)), dfast(kN * sizeof(uint32_t)), dieee(kN * sizeof(uint32_t));
+  std::vector<uint32_t> fast(kN), ieee(kN);
+  for (float d : divisors) {
+    for (int i = 0; i < kN; ++i) {
+      if (i % 2 == 0) {  // any bit pattern
+        const uint32_t bits = rng();
+        std::memcpy(&x[i], &bits, sizeof(float));
+      } else {  // |x| <= 127 d or 448 d: quotients in the quantization range
+        x[i] = grid(rng) * d * (i % 4 == 1 ? 127.f : 448.f);
+      }
+    }
+    x[1] = 0.f;
+    x[3] = -0.f;
+    x[5] = INFINITY;
+    x[7] = -INFINITY;
+    x[9] = NAN;
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(dx.ptr, x.data(), kN * sizeof(float), cudaMemcpyHostToDevice));
+    divide_kernel<<<256, 256>>>(static_cast<const float*>(dx.ptr), kN, d, static_cast<uint32_t*>(dfast.ptr),
+                                static_cast<uint32_t*>(dieee.ptr));
+    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(fast.data(), dfast.ptr, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(ieee.data(), dieee.ptr, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    int mismatches = 0;
+    for (int i = 0; i < kN; ++i) {
+      const bool both_nan = std::isnan(x[i] / d) && (fast[i] & 0x7fffffffu) > 0x7f800000u &&
+                            (ieee[i] & 0x7fffffffu) > 0x7f800000u;  // NaN payloads may differ
+      if (fast[i] != ieee[i] && !both_nan && mismatches++ < 5)
+        ADD_FAILURE() << "d = " << d << ", x = " << x[i] << ": RowDivisor 0x" << std::hex << fast[i]
+                      << ", __fdiv_rn 0x" << ieee[i] << std::dec;
+    }
+    EXPECT_EQ(mismatches, 0) << "d = " << d;
+  }
+}
+
+}  // namespace
+}  // namespace flashlab
