@@ -8,6 +8,8 @@
 #   FLASHLAB_SANITIZE=1          also run the GPU tests under compute-sanitizer (memcheck, racecheck)
 #   FLASHLAB_PROFILE=SUBSTR      also run scripts/profile.sh on matching benchmark cases
 #   FLASHLAB_COMMIT=<sha>        the commit being measured (the GPU machine has no .git)
+#   FLASHLAB_STEP_TIMEOUT=300    seconds each test / benchmark step may take (a hung kernel fails
+#                                its step instead of the whole call)
 # Needs, carried in .deps/: wheels/ (apache-tvm-ffi cp312, nvidia-cutlass) and googletest/.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +21,7 @@ exec > >(tee -a "$log") 2>&1
 export PATH=/usr/local/cuda/bin:$PATH
 export FLASHLAB_COMMIT=${FLASHLAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 filter=${FLASHLAB_FILTER:-}
+step_timeout=${FLASHLAB_STEP_TIMEOUT:-300}
 status=0
 step() { printf '\n==== %s ====\n' "$*"; }
 fail() { echo "FAILED: $*"; status=1; }
@@ -80,7 +83,7 @@ if [ -n "$filter" ]; then
   gtest_filter=$(IFS=:; echo "${gtest_parts[*]}")
 fi
 ./build/gpu/tests/test_cpu --gtest_brief=1 || fail "CPU tests"
-./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"
+timeout "$step_timeout" ./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"
 if [ "${FLASHLAB_SANITIZE:-0}" = 1 ]; then
   step "compute-sanitizer"
   for tool in memcheck racecheck; do
@@ -94,7 +97,7 @@ step "Python tests"
 mapfile -t py_run < <(printf '%s\n' "${py_tests[@]}" | sort -u)
 if [ ${#py_run[@]} -gt 0 ]; then
   PYTHONPATH="$root/python:$PYTHONPATH" FLASHLAB_LIB_DIR="$root/build/gpu/bindings" \
-    python3 -m pytest "${py_run[@]}" -q -p no:cacheprovider || fail "Python tests"
+    timeout "$step_timeout" python3 -m pytest "${py_run[@]}" -q -p no:cacheprovider || fail "Python tests"
 else
   echo "no Python tests for FLASHLAB_FILTER=$filter"
 fi
@@ -103,7 +106,7 @@ step "benchmarks"
 bench_args=(--out build/gpu/bench.json)
 [ -n "$filter" ] && bench_args+=(--filter "$filter")
 [ "${FLASHLAB_QUICK:-0}" = 1 ] && bench_args+=(--quick)
-if ./build/gpu/bench/flashlab_bench "${bench_args[@]}"; then
+if timeout "$step_timeout" ./build/gpu/bench/flashlab_bench "${bench_args[@]}"; then
   # Peers in the same run; the merged file is named bench/results/<gpu>_<date>_<sha>.json.
   peer_args=(--in build/gpu/bench.json)
   [ "${FLASHLAB_QUICK:-0}" = 1 ] && peer_args+=(--quick)
