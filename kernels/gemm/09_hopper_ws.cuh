@@ -21,8 +21,9 @@
 //     rows at a time, column by column) so that concurrently running CTAs share A rows and B
 //     columns in L2; the producer prefetches the next tile while consumers run the epilogue.
 //   - Epilogue: alpha / beta / bias in fp32 from the accumulator registers, rounded to 16 bits,
-//     written to a 128B-swizzled staging tile in shared memory (conflict-free), then TMA-stored
-//     (clipped at the M and N edges by the copy engine).
+//     written 128 columns at a time to a 128B-swizzled staging tile in shared memory
+//     (conflict-free), then TMA-stored (clipped at the M edge by the copy engine; tiles across
+//     a ragged N edge store from registers).
 // A consumer keeps one k-block of wgmmas in flight while it waits for the next stage, and
 // releases a stage once the wgmmas that read it have completed.
 // Limits: no pingpong between consumers (they run in lockstep, epilogues included);
@@ -48,15 +49,17 @@ inline constexpr int kHopperThreads = 384;   // producer warpgroup + 2 consumer 
 inline constexpr int kHopperGroupM = 8;      // tile rows per rasterization group
 inline constexpr int kHopperSwizzleBytes = 128;
 inline constexpr int kHopperAtomBytes = 64 * kHopperSwizzleBytes;  // a 64 x 64 16-bit box: 8 KB
+inline constexpr int kHopperStoreCols = 128;  // columns of C staged (and TMA-stored) at a time
 
 template <int kBN>
 struct HopperTile {
   static_assert(kBN == 128 || kBN == 256, "wgmma N of 128 or 256");
   static constexpr int kABytes = kHopperBM * kHopperBK * 2;
   static constexpr int kBBytes = kBN * kHopperBK * 2;
-  static constexpr int kCBytes = 64 * kBN * 2;  // one consumer's staging tile
-  static constexpr int kStages = kBN == 256 ? 3 : 5;  // as many as fit next to the staging tiles
+  static constexpr int kCBytes = 64 * kHopperStoreCols * 2;  // one consumer's staging tile
+  static constexpr int kStages = kBN == 256 ? 4 : 6;  // as many as fit next to the staging tiles
   static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + 2 * kCBytes + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a block may have");
 };
 
 struct HopperGemmArgs {
@@ -101,7 +104,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1) gemm_hopper_ws_kernel(const
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sa = smem;                                   // (kStages, 128 x 64)
   unsigned char* sb = sa + kStages * Tile::kABytes;           // (kStages, BN x 64)
-  unsigned char* sc = sb + kStages * Tile::kBBytes;           // (2 consumers, 64 x BN)
+  unsigned char* sc = sb + kStages * Tile::kBBytes;           // (2 consumers, 64 x 128)
   const GemmParams& p = args.p;
   const int wg = threadIdx.x / 128;
   const int tiles = args.tiles_m * args.tiles_n;
@@ -189,39 +192,68 @@ __global__ void __launch_bounds__(kHopperThreads, 1) gemm_hopper_ws_kernel(const
     wgmma_fence_operands(acc);
     if (lane == 0) mbarrier_arrive(&empty[prev]);
 
-    // Epilogue. The previous tile's TMA store must have finished reading the staging tile.
-    if (t128 == 0) tma_store_wait_all<true>();
-    named_barrier_sync(1 + cw, 128);
+    // Epilogue.
     const int row0 = tm * kHopperBM + cw * 64;
     const int col0 = tn * kBN;
+    // Measured on H100: a TMA store clips columns at N rounded up to 16 bytes, not at N, so a
+    // tile that crosses a ragged N edge (N x element size not a multiple of 16) would write
+    // into C's padding. Such tiles store from registers, element by element, instead.
+    const bool direct = col0 + kBN > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0;
+    const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
+    if (direct) {
+      T* c = static_cast<T*>(p.c);
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
+      for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
-        const int c = 8 * j + 2 * (lane % 4);        // column in the tile
-        float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
-        const int m = row0 + r, n = col0 + c;
-        if (p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f) {
-          v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
-          v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+        for (int i = 0; i < 2; ++i) {
+          const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
+          if (m >= p.M) continue;
+          if (n < p.N) c[m * p.ldc + n] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i], m, n) : acc[4 * j + 2 * i]);
+          if (n + 1 < p.N)
+            c[m * p.ldc + n + 1] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i + 1], m, n + 1)
+                                                               : acc[4 * j + 2 * i + 1]);
         }
-        // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
-        // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
-        // 8 different chunks (all 32 banks).
-        const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
-        unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
-        *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+      }
+      continue;
+    }
+    // Through shared memory: 128 columns at a time (a 16 KB staging tile per consumer, which
+    // leaves room for one more pipeline stage than a whole 64 x 256 staging tile would).
+#pragma unroll
+    for (int h = 0; h < kBN / kHopperStoreCols; ++h) {
+      // The previous TMA store must have finished reading the staging tile.
+      if (t128 == 0) tma_store_wait_all<true>();
+      named_barrier_sync(1 + cw, 128);
+#pragma unroll
+      for (int jj = 0; jj < kHopperStoreCols / 8; ++jj) {
+        const int j = h * (kHopperStoreCols / 8) + jj;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
+          const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
+          float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+          const int m = row0 + r, n = col0 + h * kHopperStoreCols + c;
+          if (epilogue_math) {
+            v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
+            v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+          }
+          // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
+          // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
+          // 8 different chunks (all 32 banks).
+          const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
+          unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
+          *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+        }
+      }
+      fence_proxy_async_smem();  // these writes before the TMA engine reads them
+      named_barrier_sync(1 + cw, 128);
+      if (t128 == 0) {
+        const int n0 = col0 + h * kHopperStoreCols;
+#pragma unroll
+        for (int slab = 0; slab < kHopperStoreCols / 64; ++slab)
+          if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
+        tma_store_commit();
       }
     }
-    fence_proxy_async_smem();  // these writes before the TMA engine reads them
-    named_barrier_sync(1 + cw, 128);
-    if (t128 == 0 && row0 < p.M) {
-#pragma unroll
-      for (int slab = 0; slab < kBN / 64; ++slab)
-        if (col0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, col0 + slab * 64, row0);
-    }
-    if (t128 == 0) tma_store_commit();
   }
   if (t128 == 0) tma_store_wait_all<false>();
 #endif

@@ -6,8 +6,8 @@
 // one per block of a thread-block cluster (sm_90), so 64 rows become 512 blocks and fill the
 // GPU instead of 64 SMs. Steps, per block (rank q of the row's cluster):
 //   1. copy its chunk into shared memory with cp.async (no registers held: a 256-thread block
-//      issues ~8 16-byte copies per thread and waits once), then fold it into an
-//      OnlineSoftmaxState: each thread's max first, then one exponent per value;
+//      issues ~8 16-byte copies per thread, one commit group each), and fold each vector into
+//      an OnlineSoftmaxState as soon as it has landed, under the copies still in flight;
 //      merge over the block (block_all_merge);
 //   2. thread 0 puts the block's state in shared memory; cluster barrier;
 //   3. warp 0 reads the kSoftmaxClusterBlocks states of the cluster from the other blocks'
@@ -24,6 +24,9 @@
 // stream by and read a second time to write.
 // Same precondition as rung 3. The host sends rows here only when they are few or past one
 // block's register budget; otherwise rung 3's kernels are the top rung's.
+// The 16-bit output multiplies by the reciprocal of the row's sum instead of dividing: every
+// block of the grid reaches its output phase at the same time, so the MUFU work of that phase
+// is not hidden under other blocks' memory traffic (with __fdividef, 2 MUFU ops per value).
 // Limits: the exponent is taken twice per value (the sum, then the output: the fp32 values
 // would not fit on chip); the load phase and the store phase of the grid do not overlap.
 #pragma once
@@ -70,28 +73,21 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   T* out = static_cast<T*>(p.out) + r * p.out_stride + v0 * V::kN;
   const auto value = [&](int64_t i) -> V { return kInSmem ? chunk[i] : load_vec(in + i * V::kN); };
 
-  if constexpr (kInSmem) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) cp_async_16(&chunk[i], in + i * V::kN);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();  // every thread's copies landed
-  }
   OnlineSoftmaxState st = online_softmax_empty();
   if constexpr (kInSmem) {
-    // This thread's max first, then one exponent per value (no running rescale).
-    float m = -INFINITY;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const V x = chunk[i];
-#pragma unroll
-      for (int j = 0; j < V::kN; ++j) m = fmaxf(m, to_float(x.v[j]));
+    // One commit group per vector of this thread (vectors i = threadIdx.x + k * blockDim.x),
+    // then each is folded into the state as soon as it lands, while later ones are still in
+    // flight. A thread reads only the vectors it copied itself, so no barrier is needed.
+    const int nk = n > threadIdx.x ? static_cast<int>((n - 1 - threadIdx.x) / blockDim.x + 1) : 0;
+    for (int k = 0; k < nk; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      cp_async_16(&chunk[i], in + i * V::kN);
+      cp_async_commit();
     }
-    float s = 0.f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const V x = chunk[i];
-#pragma unroll
-      for (int j = 0; j < V::kN; ++j) s += exp_below<kFast>(to_float(x.v[j]), m);
+    for (int k = 0; k < nk; ++k) {
+      cp_async_wait_at_most(nk - 1 - k);  // vector k has landed
+      online_softmax_add_vec(st, chunk[threadIdx.x + static_cast<int64_t>(k) * blockDim.x]);
     }
-    st = {m, s};
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) online_softmax_add_vec(st, load_vec(in + i * V::kN));
   }
@@ -109,7 +105,20 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   auto arrived = cluster.barrier_arrive();
   st = row_state;
   const float log_s = logf(st.s);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_vec(out + i * V::kN, softmax_vec<T, kLog>(value(i), st, log_s));
+  if constexpr (kFast && !kLog) {
+    // 16-bit softmax: one exponent and one multiply per value (the reciprocal of the row's sum
+    // once), instead of a division's second MUFU operation per value.
+    const float inv_s = st.s == 0.f ? 0.f : 1.f / st.s;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const V x = value(i);
+      V y;
+#pragma unroll
+      for (int j = 0; j < V::kN; ++j) y.v[j] = from_float<T>(exp_below<true>(to_float(x.v[j]), st.m) * inv_s);
+      store_vec(out + i * V::kN, y);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_vec(out + i * V::kN, softmax_vec<T, kLog>(value(i), st, log_s));
+  }
   cluster.barrier_wait(std::move(arrived));
 #endif
 }
