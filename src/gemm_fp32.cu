@@ -33,7 +33,10 @@ bool operands_vec16(const GemmParams& p) {
 
 template <typename Cfg, bool kVec16>
 void launch_warp_tiling(const GemmParams& p, cudaStream_t stream) {
-  static_assert(Cfg::kSmemBytes <= 48 * 1024, "past 48 KiB the kernel needs cudaFuncAttributeMaxDynamicSharedMemorySize");
+  if constexpr (Cfg::kSmemBytes > 48 * 1024) {  // past 48 KiB of dynamic shared memory needs the opt-in
+    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(gemm_warp_tiling_kernel<Cfg, kVec16>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  }
   FLASHLAB_LAUNCH((gemm_warp_tiling_kernel<Cfg, kVec16>), tile_grid(p, Cfg::kBM, Cfg::kBN), Cfg::kThreads,
                   Cfg::kSmemBytes, stream, p);
 }

@@ -14,24 +14,24 @@ namespace {
 
 using namespace kernels;
 
-template <typename T, int kBN, bool kTransA, bool kTransB>
+template <typename T, int kBN, bool kTransA, bool kTransB, int kCluster>
 void launch(const HopperGemmArgs& args, int grid, cudaStream_t stream) {
-  const auto kernel = gemm_hopper_ws_kernel<T, kBN, kTransA, kTransB>;
+  const auto kernel = gemm_hopper_ws_kernel<T, kBN, kTransA, kTransB, kCluster>;
   constexpr int smem = HopperTile<kBN>::kSmemBytes;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   FLASHLAB_LAUNCH(kernel, grid, kHopperThreads, smem, stream, args);
 }
 
-template <typename T, int kBN>
+template <typename T, int kBN, int kCluster>
 void launch_layout(const HopperGemmArgs& args, bool trans_a, bool trans_b, int grid, cudaStream_t stream) {
-  if (!trans_a && !trans_b) return launch<T, kBN, false, false>(args, grid, stream);  // NT
-  if (!trans_a && trans_b) return launch<T, kBN, false, true>(args, grid, stream);    // NN
-  launch<T, kBN, true, true>(args, grid, stream);                                     // TN
+  if (!trans_a && !trans_b) return launch<T, kBN, false, false, kCluster>(args, grid, stream);  // NT
+  if (!trans_a && trans_b) return launch<T, kBN, false, true, kCluster>(args, grid, stream);    // NN
+  launch<T, kBN, true, true, kCluster>(args, grid, stream);                                     // TN
 }
 
 }  // namespace
 
-void launch_gemm_hopper(const GemmParams& p, DType dtype, cudaStream_t stream) {
+void launch_gemm_hopper(const GemmParams& p, DType dtype, cudaStream_t stream, bool cluster_pairs) {
   const int es = dtype_size(dtype);
   // Operand storage (validated by gemm()): A is K-major when its k stride is 1, B is K-major
   // when its k stride is 1 (an (N, K) weight seen through .t()).
@@ -42,19 +42,26 @@ void launch_gemm_hopper(const GemmParams& p, DType dtype, cudaStream_t stream) {
   const int tiles_m = static_cast<int>(ceil_div(p.M, kHopperBM));
   const bool wide = tiles_m * ceil_div(p.N, 256) >= sms;
   const int bn = wide ? 256 : 128;
+  // Pairs of CTAs (clusters of 2) on tile rows 2q, 2q + 1 share each B tile: each loads half
+  // and multicasts it, when there are at least two tile rows.
+  const bool pairs = cluster_pairs && tiles_m >= 2;
+  const int cluster = pairs ? 2 : 1;
   HopperGemmArgs args{};
   args.a = trans_a ? make_tensor_map_2d(p.a, dtype, p.M, p.K, lda * es, 64, 64, true)
                    : make_tensor_map_2d(p.a, dtype, p.K, p.M, lda * es, 64, kHopperBM, true);
   args.b = trans_b ? make_tensor_map_2d(p.b, dtype, p.N, p.K, ldb * es, 64, 64, true)
-                   : make_tensor_map_2d(p.b, dtype, p.K, p.N, ldb * es, 64, bn, true);
+                   : make_tensor_map_2d(p.b, dtype, p.K, p.N, ldb * es, 64, bn / cluster, true);
   args.c = make_tensor_map_2d(p.c, dtype, p.N, p.M, p.ldc * es, 64, 64, true);
   args.p = p;
   args.tiles_m = tiles_m;
   args.tiles_n = static_cast<int>(ceil_div(p.N, bn));
-  const int grid = std::min(args.tiles_m * args.tiles_n, sms);
+  const int units = static_cast<int>(ceil_div(tiles_m, cluster)) * args.tiles_n;
+  const int grid = std::min(units, sms / cluster) * cluster;
   HALF_DTYPE_SWITCH(dtype, T, [&] {
-    if (wide) launch_layout<T, 256>(args, trans_a, trans_b, grid, stream);
-    else launch_layout<T, 128>(args, trans_a, trans_b, grid, stream);
+    if (wide && pairs) launch_layout<T, 256, 2>(args, trans_a, trans_b, grid, stream);
+    else if (wide) launch_layout<T, 256, 1>(args, trans_a, trans_b, grid, stream);
+    else if (pairs) launch_layout<T, 128, 2>(args, trans_a, trans_b, grid, stream);
+    else launch_layout<T, 128, 1>(args, trans_a, trans_b, grid, stream);
   });
 }
 

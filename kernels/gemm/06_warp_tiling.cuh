@@ -82,10 +82,13 @@ struct GemmWarpTile {
   static_assert(kThreads % kBRowVecs == 0 || kBRowVecs % kThreads == 0, "B loader passes tile the B tile regularly");
 };
 
-// The library's rung 6: the CUTLASS-style SIMT shape (128 x 128 x 8, 8 warps of 32 x 64, 8 x 8
-// per thread, 2 blocks per SM at <= 128 registers, 16.3 KiB shared memory per block).
-// Alternatives are timed by bench/experiments/gemm_fp32_sweep.cu (not yet measured on a GPU).
-using GemmWarpTilingConfig = GemmWarpTile<128, 128, 8, 32, 64, 8, 8, 2>;
+// The library's rung 6, chosen by bench/experiments/gemm_fp32_sweep.cu (H100, 4096^3, commit
+// 67be473, docs/ladder/gemm.md has the table): 128 x 256 x 16, 8 warps of 64 x 64,
+// 8 x 16 outputs per thread, 1 block per SM at 246 registers, 48.5 KiB shared memory: 3.003 ms,
+// 87.9% of cuBLAS SGEMM, against 3.181 ms (83.0%) for the first choice, the common SIMT shape
+// 128 x 128 x 8 with 8 x 8 per thread at 2 blocks per SM. More outputs per thread (16 FMAs per
+// shared-memory value loaded instead of 8) pay for the lower occupancy.
+using GemmWarpTilingConfig = GemmWarpTile<128, 256, 16, 64, 64, 8, 16, 1>;
 
 template <typename Cfg, bool kVec16>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)

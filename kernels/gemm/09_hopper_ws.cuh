@@ -90,8 +90,12 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // kTransA: A is MN-major (column-major A, layout TN); kTransB: B is MN-major (row-major B:
 // layouts NN and TN). Otherwise the operand is K-major.
-template <typename T, int kBN, bool kTransA, bool kTransB>
-__global__ void __launch_bounds__(kHopperThreads, 1) gemm_hopper_ws_kernel(const __grid_constant__ HopperGemmArgs args) {
+// kCluster = 2: CTAs in pairs (a thread-block cluster) on vertically adjacent tiles, which need
+// the same B tile: each CTA loads half of it and multicasts it into both CTAs' shared memory.
+template <typename T, int kBN, bool kTransA, bool kTransB, int kCluster>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThreads, 1)
+    gemm_hopper_ws_kernel(const __grid_constant__ HopperGemmArgs args) {
+  static_assert(kCluster == 1 || kCluster == 2, "single CTAs or pairs");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
@@ -107,155 +111,185 @@ __global__ void __launch_bounds__(kHopperThreads, 1) gemm_hopper_ws_kernel(const
   unsigned char* sc = sb + kStages * Tile::kBBytes;           // (2 consumers, 64 x 128)
   const GemmParams& p = args.p;
   const int wg = threadIdx.x / 128;
-  const int tiles = args.tiles_m * args.tiles_n;
   const int k_blocks = (p.K + kHopperBK - 1) / kHopperBK;
+  // Work units: tiles, or with kCluster = 2 pairs of tiles (tile rows 2q and 2q + 1, one per
+  // CTA of the pair; a pair past M's last tile row computes zeros and stores nothing).
+  const int unit_rows = (args.tiles_m + kCluster - 1) / kCluster;
+  const int units = unit_rows * args.tiles_n;
+  const uint32_t rank = kCluster > 1 ? cluster_cta_rank() : 0;
+  const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
+  const auto tile_of = [&](int u, int& tm, int& tn) {
+    hopper_tile_coords(u, unit_rows, args.tiles_n, tm, tn);
+    tm = tm * kCluster + static_cast<int>(rank);
+  };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);                 // the producer's arrive + the TMA bytes
-      mbarrier_init(&empty[s], 2 * 4);            // one arrive per consumer warp
+      mbarrier_init(&empty[s], kCluster * 2 * 4); // one arrive per consumer warp of the cluster
     }
     fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync_all();  // the peer's barriers exist before any use
+  else __syncthreads();
 
   if (wg == 0) {  // producer
     setmaxnreg_dec<40>();
-    if (threadIdx.x != 0) return;
-    prefetch_tensor_map(&args.a);
-    prefetch_tensor_map(&args.b);
-    int it = 0;  // k-blocks issued by this CTA, over all its tiles
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    if (threadIdx.x == 0) {
+      prefetch_tensor_map(&args.a);
+      prefetch_tensor_map(&args.b);
+      int it = 0;  // k-blocks issued by this CTA, over all its tiles
+      for (int u = first_unit; u < units; u += unit_step) {
+        int tm, tn;
+        tile_of(u, tm, tn);
+        for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+          const int s = it % kStages;
+          // Both CTAs' consumers have released stage s (the peer writes half of B into it).
+          mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+          mbarrier_arrive_expect_tx(&full[s], Tile::kABytes + Tile::kBBytes);
+          unsigned char* a_dst = sa + s * Tile::kABytes;
+          unsigned char* b_dst = sb + s * Tile::kBBytes;
+          const int k0 = kb * kHopperBK;
+          if constexpr (kTransA) {  // (K, M) in memory: two 64 (m) x 64 (k) boxes
+            tma_load_2d(a_dst, &args.a, tm * kHopperBM, k0, &full[s]);
+            tma_load_2d(a_dst + kHopperAtomBytes, &args.a, tm * kHopperBM + 64, k0, &full[s]);
+          } else {  // (M, K): one 128 (m) x 64 (k) box
+            tma_load_2d(a_dst, &args.a, k0, tm * kHopperBM, &full[s]);
+          }
+          // B: this CTA's share (all of it, or half multicast to both CTAs of the pair).
+          constexpr int kShare = kBN / kCluster;
+          if constexpr (kTransB) {  // (K, N) in memory: kShare / 64 boxes of 64 (n) x 64 (k)
+#pragma unroll
+            for (int h = 0; h < kShare / 64; ++h) {
+              const int box = static_cast<int>(rank) * (kShare / 64) + h;
+              if constexpr (kCluster > 1)
+                tma_load_2d_multicast(b_dst + box * kHopperAtomBytes, &args.b, tn * kBN + box * 64, k0, &full[s], 0x3);
+              else
+                tma_load_2d(b_dst + box * kHopperAtomBytes, &args.b, tn * kBN + box * 64, k0, &full[s]);
+            }
+          } else {  // (N, K): one kShare (n) x 64 (k) box
+            const int n0 = static_cast<int>(rank) * kShare;
+            if constexpr (kCluster > 1)
+              tma_load_2d_multicast(b_dst + n0 * kHopperSwizzleBytes, &args.b, k0, tn * kBN + n0, &full[s], 0x3);
+            else
+              tma_load_2d(b_dst, &args.b, k0, tn * kBN, &full[s]);
+          }
+        }
+      }
+    }
+  } else {
+    // Consumers: warpgroup cw = 0, 1 computes rows [64 cw, 64 cw + 64) of each tile.
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;
+    const int t128 = threadIdx.x - 128 * wg;  // thread in the warpgroup
+    const int warp = t128 / 32, lane = t128 % 32;
+    unsigned char* my_sc = sc + cw * Tile::kCBytes;
+    float acc[kAcc];
+    // This warp is done reading stage s: tell both producers of the pair (each writes into it).
+    const auto release = [&](int s) {
+      mbarrier_arrive(&empty[s]);
+      if constexpr (kCluster > 1) mbarrier_arrive_cluster(&empty[s], rank ^ 1);
+    };
+    int it = 0;
+    for (int u = first_unit; u < units; u += unit_step) {
       int tm, tn;
-      hopper_tile_coords(t, args.tiles_m, args.tiles_n, tm, tn);
+      tile_of(u, tm, tn);
+      int prev = -1;  // stage whose wgmmas are still in flight
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int s = it % kStages;
-        mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-        mbarrier_arrive_expect_tx(&full[s], Tile::kABytes + Tile::kBBytes);
-        unsigned char* a_dst = sa + s * Tile::kABytes;
-        unsigned char* b_dst = sb + s * Tile::kBBytes;
-        const int k0 = kb * kHopperBK;
-        if constexpr (kTransA) {  // (K, M) in memory: two 64 (m) x 64 (k) boxes
-          tma_load_2d(a_dst, &args.a, tm * kHopperBM, k0, &full[s]);
-          tma_load_2d(a_dst + kHopperAtomBytes, &args.a, tm * kHopperBM + 64, k0, &full[s]);
-        } else {  // (M, K): one 128 (m) x 64 (k) box
-          tma_load_2d(a_dst, &args.a, k0, tm * kHopperBM, &full[s]);
+        mbarrier_wait(&full[s], (it / kStages) & 1);
+        const uint32_t a_base = smem_u32(sa + s * Tile::kABytes) + cw * kHopperAtomBytes;  // this consumer's 64 rows
+        const uint32_t b_base = smem_u32(sb + s * Tile::kBBytes);
+        wgmma_fence_operands(acc);
+        wgmma_fence();
+  #pragma unroll
+        for (int k16 = 0; k16 < kHopperBK / 16; ++k16) {
+          // K-major: the next 16 k are 32 bytes further along each 128-byte row; MN-major: 16
+          // rows of 128 bytes further.
+          const uint64_t da = kTransA ? wgmma_desc_sw128(a_base + k16 * 16 * kHopperSwizzleBytes, kHopperAtomBytes, 1024)
+                                      : wgmma_desc_sw128(a_base + k16 * 32, 16, 1024);
+          const uint64_t db = kTransB ? wgmma_desc_sw128(b_base + k16 * 16 * kHopperSwizzleBytes, kHopperAtomBytes, 1024)
+                                      : wgmma_desc_sw128(b_base + k16 * 32, 16, 1024);
+          Wgmma<T, kBN>::template mma<kTransA ? 1 : 0, kTransB ? 1 : 0>(acc, da, db, kb > 0 || k16 > 0 ? 1 : 0);
         }
-        if constexpr (kTransB) {  // (K, N) in memory: BN / 64 boxes of 64 (n) x 64 (k)
-#pragma unroll
-          for (int h = 0; h < kBN / 64; ++h) tma_load_2d(b_dst + h * kHopperAtomBytes, &args.b, tn * kBN + h * 64, k0, &full[s]);
-        } else {  // (N, K): one BN (n) x 64 (k) box
-          tma_load_2d(b_dst, &args.b, k0, tn * kBN, &full[s]);
-        }
+        wgmma_commit();
+        // Keep this k-block's wgmmas in flight; the previous one's are done, so its stage is free.
+        wgmma_wait<1>();
+        wgmma_fence_operands(acc);
+        if (prev >= 0 && lane == 0) release(prev);
+        prev = s;
       }
-    }
-    return;
-  }
-
-  // Consumers: warpgroup cw = 0, 1 computes rows [64 cw, 64 cw + 64) of each tile.
-  setmaxnreg_inc<232>();
-  const int cw = wg - 1;
-  const int t128 = threadIdx.x - 128 * wg;  // thread in the warpgroup
-  const int warp = t128 / 32, lane = t128 % 32;
-  unsigned char* my_sc = sc + cw * Tile::kCBytes;
-  float acc[kAcc];
-  int it = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int tm, tn;
-    hopper_tile_coords(t, args.tiles_m, args.tiles_n, tm, tn);
-    int prev = -1;  // stage whose wgmmas are still in flight
-    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
-      const int s = it % kStages;
-      mbarrier_wait(&full[s], (it / kStages) & 1);
-      const uint32_t a_base = smem_u32(sa + s * Tile::kABytes) + cw * kHopperAtomBytes;  // this consumer's 64 rows
-      const uint32_t b_base = smem_u32(sb + s * Tile::kBBytes);
+      wgmma_wait<0>();
       wgmma_fence_operands(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int k16 = 0; k16 < kHopperBK / 16; ++k16) {
-        // K-major: the next 16 k are 32 bytes further along each 128-byte row; MN-major: 16
-        // rows of 128 bytes further.
-        const uint64_t da = kTransA ? wgmma_desc_sw128(a_base + k16 * 16 * kHopperSwizzleBytes, kHopperAtomBytes, 1024)
-                                    : wgmma_desc_sw128(a_base + k16 * 32, 16, 1024);
-        const uint64_t db = kTransB ? wgmma_desc_sw128(b_base + k16 * 16 * kHopperSwizzleBytes, kHopperAtomBytes, 1024)
-                                    : wgmma_desc_sw128(b_base + k16 * 32, 16, 1024);
-        Wgmma<T, kBN>::template mma<kTransA ? 1 : 0, kTransB ? 1 : 0>(acc, da, db, kb > 0 || k16 > 0 ? 1 : 0);
-      }
-      wgmma_commit();
-      // Keep this k-block's wgmmas in flight; the previous one's are done, so its stage is free.
-      wgmma_wait<1>();
-      wgmma_fence_operands(acc);
-      if (prev >= 0 && lane == 0) mbarrier_arrive(&empty[prev]);
-      prev = s;
-    }
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
-    if (lane == 0) mbarrier_arrive(&empty[prev]);
+      if (lane == 0) release(prev);
 
-    // Epilogue.
-    const int row0 = tm * kHopperBM + cw * 64;
-    const int col0 = tn * kBN;
-    // Measured on H100: a TMA store clips columns at N rounded up to 16 bytes, not at N, so a
-    // tile that crosses a ragged N edge (N x element size not a multiple of 16) would write
-    // into C's padding. Such tiles store from registers, element by element, instead.
-    const bool direct = col0 + kBN > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0;
-    const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
-    if (direct) {
-      T* c = static_cast<T*>(p.c);
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
-          if (m >= p.M) continue;
-          if (n < p.N) c[m * p.ldc + n] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i], m, n) : acc[4 * j + 2 * i]);
-          if (n + 1 < p.N)
-            c[m * p.ldc + n + 1] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i + 1], m, n + 1)
-                                                               : acc[4 * j + 2 * i + 1]);
-        }
-      }
-      continue;
-    }
-    // Through shared memory: 128 columns at a time (a 16 KB staging tile per consumer, which
-    // leaves room for one more pipeline stage than a whole 64 x 256 staging tile would).
-#pragma unroll
-    for (int h = 0; h < kBN / kHopperStoreCols; ++h) {
-      // The previous TMA store must have finished reading the staging tile.
-      if (t128 == 0) tma_store_wait_all<true>();
-      named_barrier_sync(1 + cw, 128);
-#pragma unroll
-      for (int jj = 0; jj < kHopperStoreCols / 8; ++jj) {
-        const int j = h * (kHopperStoreCols / 8) + jj;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
-          const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
-          float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
-          const int m = row0 + r, n = col0 + h * kHopperStoreCols + c;
-          if (epilogue_math) {
-            v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
-            v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+      // Epilogue.
+      const int row0 = tm * kHopperBM + cw * 64;
+      const int col0 = tn * kBN;
+      // Measured on H100: a TMA store clips columns at N rounded up to 16 bytes, not at N, so a
+      // tile that crosses a ragged N edge (N x element size not a multiple of 16) would write
+      // into C's padding. Such tiles store from registers, element by element, instead.
+      const bool direct = col0 + kBN > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0;
+      const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
+      if (direct) {
+        T* c = static_cast<T*>(p.c);
+  #pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+  #pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
+            if (m >= p.M) continue;
+            if (n < p.N) c[m * p.ldc + n] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i], m, n) : acc[4 * j + 2 * i]);
+            if (n + 1 < p.N)
+              c[m * p.ldc + n + 1] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i + 1], m, n + 1)
+                                                                 : acc[4 * j + 2 * i + 1]);
           }
-          // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
-          // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
-          // 8 different chunks (all 32 banks).
-          const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
-          unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
-          *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+        }
+        continue;
+      }
+      // Through shared memory: 128 columns at a time (a 16 KB staging tile per consumer, which
+      // leaves room for one more pipeline stage than a whole 64 x 256 staging tile would).
+  #pragma unroll
+      for (int h = 0; h < kBN / kHopperStoreCols; ++h) {
+        // The previous TMA store must have finished reading the staging tile.
+        if (t128 == 0) tma_store_wait_all<true>();
+        named_barrier_sync(1 + cw, 128);
+  #pragma unroll
+        for (int jj = 0; jj < kHopperStoreCols / 8; ++jj) {
+          const int j = h * (kHopperStoreCols / 8) + jj;
+  #pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
+            const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
+            float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+            const int m = row0 + r, n = col0 + h * kHopperStoreCols + c;
+            if (epilogue_math) {
+              v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
+              v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+            }
+            // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
+            // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
+            // 8 different chunks (all 32 banks).
+            const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
+            unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
+            *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+          }
+        }
+        fence_proxy_async_smem();  // these writes before the TMA engine reads them
+        named_barrier_sync(1 + cw, 128);
+        if (t128 == 0) {
+          const int n0 = col0 + h * kHopperStoreCols;
+  #pragma unroll
+          for (int slab = 0; slab < kHopperStoreCols / 64; ++slab)
+            if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
+          tma_store_commit();
         }
       }
-      fence_proxy_async_smem();  // these writes before the TMA engine reads them
-      named_barrier_sync(1 + cw, 128);
-      if (t128 == 0) {
-        const int n0 = col0 + h * kHopperStoreCols;
-#pragma unroll
-        for (int slab = 0; slab < kHopperStoreCols / 64; ++slab)
-          if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
-        tma_store_commit();
-      }
     }
-  }
-  if (t128 == 0) tma_store_wait_all<false>();
+    if (t128 == 0) tma_store_wait_all<false>();
+  }  // consumers
+  // No CTA of a pair exits while its peer may still multicast into it or arrive on its barriers.
+  if constexpr (kCluster > 1) cluster_sync_all();
 #endif
 }
 
