@@ -43,6 +43,7 @@ fi
 
 step "build (preset gpu, $(nproc) jobs)"
 cmake --preset gpu -DPython3_EXECUTABLE="$(command -v python3)" -DFLASHLAB_PTXAS_VERBOSE=ON \
+  -DFLASHLAB_BUILD_PYTHON=ON -DFLASHLAB_BUILD_TESTS=ON -DFLASHLAB_BUILD_BENCH=ON \
   -DFLASHLAB_REQUIRE_CUTLASS=ON >"$out/build.log" 2>&1 &&
   cmake --build --preset gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; fail "build"; }
 # Resource report: every kernel's registers, smem, stack and spills, in one file.
