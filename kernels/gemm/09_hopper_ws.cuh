@@ -49,7 +49,13 @@ inline constexpr int kHopperThreads = 384;   // producer warpgroup + 2 consumer 
 inline constexpr int kHopperGroupM = 8;      // tile rows per rasterization group
 inline constexpr int kHopperSwizzleBytes = 128;
 inline constexpr int kHopperAtomBytes = 64 * kHopperSwizzleBytes;  // a 64 x 64 16-bit box: 8 KB
-inline constexpr int kHopperStoreCols = 128;  // columns of C staged (and TMA-stored) at a time
+inline constexpr int kHopperStoreCols = 128;
+#ifndef FLASHLAB_HOPPER_MMA_IN_FLIGHT
+#define FLASHLAB_HOPPER_MMA_IN_FLIGHT 1
+#endif
+// k-blocks of wgmmas a consumer leaves in flight when it goes to wait for the next stage (0 or
+// 1); FLASHLAB_HOPPER_MMA_IN_FLIGHT overrides it for the ablation.
+inline constexpr int kHopperMmaInFlight = FLASHLAB_HOPPER_MMA_IN_FLIGHT;  // columns of C staged (and TMA-stored) at a time
 
 template <int kBN>
 struct HopperTile {
@@ -194,7 +200,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
     for (int u = first_unit; u < units; u += unit_step) {
       int tm, tn;
       tile_of(u, tm, tn);
-      int prev = -1;  // stage whose wgmmas are still in flight
+      [[maybe_unused]] int prev = -1;  // stage whose wgmmas are still in flight (kHopperMmaInFlight = 1)
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int s = it % kStages;
         mbarrier_wait(&full[s], (it / kStages) & 1);
@@ -202,7 +208,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
         const uint32_t b_base = smem_u32(sb + s * Tile::kBBytes);
         wgmma_fence_operands(acc);
         wgmma_fence();
-  #pragma unroll
+#pragma unroll
         for (int k16 = 0; k16 < kHopperBK / 16; ++k16) {
           // K-major: the next 16 k are 32 bytes further along each 128-byte row; MN-major: 16
           // rows of 128 bytes further.
@@ -213,15 +219,25 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
           Wgmma<T, kBN>::template mma<kTransA ? 1 : 0, kTransB ? 1 : 0>(acc, da, db, kb > 0 || k16 > 0 ? 1 : 0);
         }
         wgmma_commit();
-        // Keep this k-block's wgmmas in flight; the previous one's are done, so its stage is free.
-        wgmma_wait<1>();
-        wgmma_fence_operands(acc);
-        if (prev >= 0 && lane == 0) release(prev);
-        prev = s;
+        if constexpr (kHopperMmaInFlight == 1) {
+          // Keep this k-block's wgmmas in flight; the previous one's are done: release its stage.
+          wgmma_wait<1>();
+          wgmma_fence_operands(acc);
+          if (prev >= 0 && lane == 0) release(prev);
+          prev = s;
+        } else {
+          // Wait for this k-block's wgmmas and release its stage at once: the producer gets the
+          // buffer one k-block earlier; the tensor cores stay fed by the other consumer.
+          wgmma_wait<0>();
+          wgmma_fence_operands(acc);
+          if (lane == 0) release(s);
+        }
       }
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc);
-      if (lane == 0) release(prev);
+      if constexpr (kHopperMmaInFlight == 1) {
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc);
+        if (lane == 0) release(prev);
+      }
 
       // Epilogue.
       const int row0 = tm * kHopperBM + cw * 64;
@@ -233,9 +249,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
       const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
       if (direct) {
         T* c = static_cast<T*>(p.c);
-  #pragma unroll
+#pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
-  #pragma unroll
+#pragma unroll
           for (int i = 0; i < 2; ++i) {
             const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
             if (m >= p.M) continue;
@@ -249,15 +265,15 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
       }
       // Through shared memory: 128 columns at a time (a 16 KB staging tile per consumer, which
       // leaves room for one more pipeline stage than a whole 64 x 256 staging tile would).
-  #pragma unroll
+#pragma unroll
       for (int h = 0; h < kBN / kHopperStoreCols; ++h) {
         // The previous TMA store must have finished reading the staging tile.
         if (t128 == 0) tma_store_wait_all<true>();
         named_barrier_sync(1 + cw, 128);
-  #pragma unroll
+#pragma unroll
         for (int jj = 0; jj < kHopperStoreCols / 8; ++jj) {
           const int j = h * (kHopperStoreCols / 8) + jj;
-  #pragma unroll
+#pragma unroll
           for (int i = 0; i < 2; ++i) {
             const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
             const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
@@ -279,7 +295,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
         named_barrier_sync(1 + cw, 128);
         if (t128 == 0) {
           const int n0 = col0 + h * kHopperStoreCols;
-  #pragma unroll
+#pragma unroll
           for (int slab = 0; slab < kHopperStoreCols / 64; ++slab)
             if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
           tma_store_commit();
