@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Summarise `cuobjdump --dump-sass` from stdin: per kernel, counts of the instructions the
-ladder pages talk about (128-bit global loads/stores, shuffles, atomics, shared memory, barriers)."""
+ladder pages talk about (128-bit global loads/stores, shuffles, atomics, shared memory, barriers,
+tensor-core MMAs: HMMA (mma.sync / wmma), HGMMA (wgmma), LDSM (ldmatrix), LDGSTS (cp.async),
+UTMALDG / UTMASTG (TMA loads / stores))."""
 import re
 import sys
 from collections import Counter
@@ -15,6 +17,11 @@ PATTERNS = {
     "LDS/STS": r"\b(?:LDS|STS)\b",
     "BAR": r"\bBAR\b",
     "HGMMA": r"\bHGMMA\b",
+    "HMMA": r"\bHMMA\b",
+    "LDSM": r"\bLDSM\b",
+    "LDGSTS": r"\bLDGSTS\b",
+    "UTMALDG": r"\bUTMALDG\b",
+    "UTMASTG": r"\bUTMASTG\b",
     "LDL/STL": r"\b(?:LDL|STL)\b",
 }
 
