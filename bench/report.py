@@ -252,6 +252,56 @@ def readme_block(reports: list[tuple[str, dict]], plots: dict[str, Path], readme
 
 # ---------------------------------------------------------------- plots
 
+
+def gemm_ladder_points(doc: dict) -> dict[str, list[tuple[str, float]]]:
+    """Per GEMM shape with a cuBLAS row (NN only): [(label, TFLOP/s)] of every rung, cuBLAS first."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for r in doc.get("rows", []):
+        shape = r.get("shape") or {}
+        if r.get("op") != "gemm" or shape.get("layout") != "NN" or not r.get("ms"):  # (the start-up peak row has no layout)
+            continue
+        flops = common.row_flops(r)
+        if not flops:
+            continue
+        key = f"{r.get('dtype')} {shape.get('m')}x{shape.get('n')}x{shape.get('k')}"
+        label = "cuBLAS" if common.is_peer(r) else f"r{r.get('rung')} {r.get('rung_name', '')}"
+        groups.setdefault(key, []).append((label, flops / r["ms"] / 1e9))
+    return {k: sorted(v, key=lambda p: (p[0] != "cuBLAS", p[0])) for k, v in groups.items()
+            if any(lbl == "cuBLAS" for lbl, _ in v) and len(v) > 1}
+
+
+def plot_gemm_ladder(doc: dict, out_dir) -> Path | None:
+    """Bar chart of every GEMM rung's TFLOP/s per shape (NN), cuBLAS of the same run as the
+    reference bar: docs/plots/gemm_ladder_<gpu>.png. None when the file has no GEMM rows."""
+    groups = gemm_ladder_points(doc)
+    if not groups:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.2 * len(groups) + 0.6), squeeze=False)
+    for ax, (key, pts) in zip(axes[:, 0], groups.items()):
+        labels = [p[0] for p in pts]
+        vals = [p[1] for p in pts]
+        ref = vals[0]
+        colors = ["0.55" if lbl == "cuBLAS" else "tab:blue" for lbl in labels]
+        ax.barh(range(len(vals)), vals, color=colors)
+        ax.set_yticks(range(len(vals)), labels, fontsize=7)
+        ax.invert_yaxis()
+        for i, v in enumerate(vals):
+            ax.text(v, i, f" {v:.1f} ({100 * v / ref:.0f}%)", va="center", fontsize=7)
+        ax.set_xlim(0, max(vals) * 1.25)
+        ax.set_title(key, fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("TFLOP/s (% of cuBLAS in the same run)")
+    fig.suptitle(f"GEMM ladder, {doc.get('device')} · commit {doc.get('commit')}", fontsize=10)
+    fig.tight_layout()
+    out = Path(out_dir) / f"gemm_ladder_{common.gpu_slug(doc.get('device'))}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
 # Ops whose bytes do not cross device memory (the streams pipeline moves host bytes over PCIe):
 # the HBM roofline says nothing about them.
 NOT_ON_ROOFLINE = {"streams_pipeline"}
@@ -366,6 +416,7 @@ def main(argv=None) -> int:
         text = readme.read_text()
         replace_between_markers(text, "")  # check the markers before writing anything
         plots = {path: plot_roofline(doc, args.plots) for path, doc in reports}
+        gemm_plots = [plot_gemm_ladder(doc, args.plots) for _, doc in reports]
         readme.write_text(replace_between_markers(text, readme_block(reports, plots, readme)))
         pages = write_ladder_docs(reports, Path(args.docs)) if args.docs else []
     except (ReportError, ValueError, OSError) as e:
@@ -373,7 +424,8 @@ def main(argv=None) -> int:
         return 1
     for path, doc in reports:
         print(f"report.py: {doc.get('device')}: {path}")
-    print(f"report.py: wrote {readme}, {len(plots)} plot(s) in {args.plots}, {len(pages)} ladder page(s)")
+    n_plots = len(plots) + sum(p is not None for p in gemm_plots)
+    print(f"report.py: wrote {readme}, {n_plots} plot(s) in {args.plots}, {len(pages)} ladder page(s)")
     return 0
 
 

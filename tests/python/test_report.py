@@ -317,3 +317,23 @@ def test_fmt_int():
     assert common.fmt_int(1536) == "1.5Ki"
     assert common.fmt_int(1000) == "1000"
     assert common.fmt_int(1_000_001) == "1000001"
+
+
+def test_gemm_ladder_points_groups_nn_shapes_with_cublas_first():
+    sq = {"m": 64, "n": 64, "k": 64, "layout": "NN"}
+    flops = 2.0 * 64 ** 3
+    doc = {"rows": [
+        _row("gemm", "cublas", 0.5, shape={"m": 64, "n": 64, "k": 64}, flops=flops),  # start-up peak: no layout
+        _row("gemm", "flashlab", 2.0, shape=sq, rung=9, rung_name="hopper_ws", flops=flops),
+        _row("gemm", "cublas", 1.0, shape=sq, rung=0, flops=flops),
+        _row("gemm", "flashlab", 4.0, shape=sq, rung=8, rung_name="mma_sync", flops=flops),
+        _row("gemm", "flashlab", 1.0, shape=dict(sq, layout="NT"), rung=9, rung_name="hopper_ws", flops=flops),
+        _row("gemm", "flashlab", 1.0, shape={"m": 8, "n": 8, "k": 8, "layout": "NN"}, rung=9, flops=1024.0),
+    ]}
+    groups = report.gemm_ladder_points(doc)
+    assert list(groups) == ["bf16 64x64x64"]  # NT and the shape without a cuBLAS row are left out
+    labels = [lbl for lbl, _ in groups["bf16 64x64x64"]]
+    assert labels == ["cuBLAS", "r8 mma_sync", "r9 hopper_ws"]
+    tf = dict(groups["bf16 64x64x64"])
+    assert tf["cuBLAS"] == pytest.approx(flops / 1.0 / 1e9)
+    assert tf["r9 hopper_ws"] == pytest.approx(flops / 2.0 / 1e9)
