@@ -1,8 +1,6 @@
 // Rung 9's launcher: tensor maps for A, B and C, the tile width, and a persistent grid of one
 // CTA per SM (fewer when there are fewer tiles).
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 #include "kernels/gemm/09_hopper_ws.cuh"
 #include "src/core/launch.h"
@@ -16,42 +14,14 @@ namespace {
 
 using namespace kernels;
 
-// How many clusters of kCluster CTAs of `kernel` can be resident at once on the current
-// device, cached per device. A cluster's CTAs must sit in one GPC, so pairs of 1-CTA-per-SM
-// blocks do not always fill all SMs: a persistent grid sized by SM count alone would leave
-// clusters waiting for a second wave.
-template <typename Kernel>
-int max_active_clusters(Kernel kernel, int cluster, int smem) {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  int dev = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(dev); it != cache.end()) return it->second;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(cluster * sm_count()));
-  config.blockDim = dim3(kHopperThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  int clusters = 0;
-  FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-  FLASHLAB_CHECK(clusters > 0, "gemm rung 9: no cluster of ", cluster, " CTAs fits on this device");
-  cache[dev] = clusters;
-  return clusters;
-}
-
 template <typename T, int kBN, bool kTransA, bool kTransB, int kCluster>
 void launch(const HopperGemmArgs& args, int units, cudaStream_t stream) {
   const auto kernel = gemm_hopper_ws_kernel<T, kBN, kTransA, kTransB, kCluster>;
   constexpr int smem = HopperTile<kBN>::kSmemBytes;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const int resident = kCluster > 1 ? max_active_clusters(kernel, kCluster, smem) : sm_count();
+  // Pairs must sit in one GPC each: size the persistent grid by the pairs that fit at once.
+  const int resident = kCluster > 1 ? resident_clusters(reinterpret_cast<const void*>(kernel), kCluster, kHopperThreads, smem)
+                                    : sm_count();
   const int grid = std::min(units, resident) * kCluster;
   FLASHLAB_LAUNCH(kernel, grid, kHopperThreads, smem, stream, args);
 }

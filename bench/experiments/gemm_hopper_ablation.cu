@@ -14,6 +14,7 @@
 #include "bench/harness.h"
 #include "flashlab/error.h"
 #include "kernels/gemm/09_hopper_ws.cuh"
+#include "src/core/launch.h"
 #include "src/gemm_launch.h"
 
 using namespace flashlab;
@@ -39,22 +40,9 @@ int main(int argc, char** argv) {
     const auto kernel = kernels::gemm_hopper_ws_kernel<__nv_bfloat16, 256, false, true, 2>;
     constexpr int smem = kernels::HopperTile<256>::kSmemBytes;
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(264);
-    config.blockDim = dim3(kernels::kHopperThreads);
-    config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    int clusters = 0;
-    FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-    int sms = 0;
-    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    std::printf("resident CTA pairs (1 CTA per SM, %d KB shared memory): %d on %d SMs\n", smem / 1024, clusters, sms);
+    const int pairs = detail::resident_clusters(reinterpret_cast<const void*>(kernel), 2, kernels::kHopperThreads, smem);
+    std::printf("resident CTA pairs (1 CTA per SM, %d KB shared memory): %d on %d SMs\n", smem / 1024, pairs,
+                detail::sm_count());
   }
   const std::vector<Shape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {2048, 12288, 4096}, {128, 12288, 4096}};
   std::string json = "[";

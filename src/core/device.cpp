@@ -47,6 +47,37 @@ int resident_blocks(const void* kernel, int threads) {
   return blocks;
 }
 
+int resident_clusters(const void* kernel, int cluster, int threads, int smem_bytes) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, int, int>, int> cache;
+  int dev = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(dev, kernel, cluster, threads, smem_bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(cluster * sm_count()));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  FLASHLAB_CHECK(clusters > 0, "no cluster of ", cluster, " blocks of ", threads, " threads and ", smem_bytes,
+                 " bytes of shared memory fits on this device");
+  std::lock_guard<std::mutex> lock(mu);
+  cache[key] = clusters;
+  return clusters;
+}
+
 void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind) {
   struct Buffer {
     void* ptr = nullptr;

@@ -29,6 +29,12 @@ int cc_major();
 // SMs, cached per kernel and device): the grid of a persistent, grid-stride kernel.
 int resident_blocks(const void* kernel, int threads);
 
+// Clusters of `cluster` blocks (threads each, smem_bytes of dynamic shared memory) of `kernel`
+// that fit on the device at once (cudaOccupancyMaxActiveClusters, cached per kernel and
+// device): the grid of a persistent cluster kernel. A cluster's blocks share one GPC, so this
+// can be less than SMs / cluster. The kernel's dynamic shared memory attribute must be set.
+int resident_clusters(const void* kernel, int cluster, int threads, int smem_bytes);
+
 // Device memory owned by the library, one buffer per (device, stream, kind), grown on demand
 // and never freed (like a BLAS handle's workspace). Growing synchronizes the stream; a warm-up
 // call of the largest size avoids it later.
