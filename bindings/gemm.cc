@@ -9,20 +9,8 @@
 
 namespace flashlab::bindings {
 
-namespace {
-
-// The highest rung that takes dt (6 for fp32, 9 for fp16 and bf16). A dtype no rung takes gets
-// the top rung, whose validation names the dtype.
-int top_rung_for(DType dt) {
-  for (int rung = kGemmRungs; rung >= 1; --rung)
-    if (gemm_rung_supports(rung, dt)) return rung;
-  return kGemmRungs;
-}
-
-}  // namespace
-
 // c = alpha * a @ b + beta * c + bias on the caller's current stream of a's device; bias None:
-// no bias; rung None: the top rung for a's dtype.
+// no bias; rung None: the highest rung that takes these arguments (gemm_best_rung).
 void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c,
           tvm::ffi::Optional<tvm::ffi::TensorView> bias, double alpha, double beta, tvm::ffi::Optional<int64_t> rung) {
   constexpr const char* op = "gemm";
@@ -33,7 +21,7 @@ void gemm(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c
     epilogue.alpha = static_cast<float>(alpha);
     epilogue.beta = static_cast<float>(beta);
     epilogue.bias = bias.has_value() ? &Bias : nullptr;
-    const int r = rung.has_value() ? to_rung(op, rung.value(), kGemmRungs) : top_rung_for(A.dtype);
+    const int r = rung.has_value() ? to_rung(op, rung.value(), kGemmRungs) : gemm_best_rung(A, B, C, epilogue);
     flashlab::gemm(A, B, C, current_stream(A), r, epilogue);
   });
 }

@@ -95,7 +95,7 @@ if [ "${FLASHLAB_SANITIZE:-0}" = 1 ]; then
 fi
 
 step "Python tests"
-mapfile -t py_run < <(printf '%s\n' "${py_tests[@]}" | sort -u)
+mapfile -t py_run < <(printf '%s\n' ${py_tests[@]+"${py_tests[@]}"} | grep -v '^$' | sort -u)
 if [ ${#py_run[@]} -gt 0 ]; then
   PYTHONPATH="$root/python:$PYTHONPATH" FLASHLAB_LIB_DIR="$root/build/gpu/bindings" \
     timeout "$step_timeout" python3 -m pytest "${py_run[@]}" -q -p no:cacheprovider || fail "Python tests"

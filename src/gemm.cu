@@ -1,4 +1,5 @@
 // Host side of the GEMM ladder: validation, then dispatch to a rung's launcher.
+#include <algorithm>
 #include <string>
 
 #include "flashlab/gemm.h"
@@ -14,7 +15,9 @@ namespace detail {
 
 void launch_gemm_naive(const GemmParams& p, DType dtype, cudaStream_t stream) {
   const dim3 block(kernels::kGemmNaiveBlock, kernels::kGemmNaiveBlock);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.M, block.x)), static_cast<unsigned>(ceil_div(p.N, block.y)));
+  constexpr int64_t kMaxGridY = 65535;  // the kernel loops over columns past it
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.M, block.x)),
+                  static_cast<unsigned>(std::min<int64_t>(ceil_div(p.N, block.y), kMaxGridY)));
   DTYPE_SWITCH(dtype, T, [&] { FLASHLAB_LAUNCH(kernels::gemm_naive_kernel<T>, grid, block, 0, stream, p); });
 }
 
@@ -52,8 +55,12 @@ bool gemm_rung_supports(int rung, DType dtype) {
   return false;
 }
 
-void gemm(const TensorView& a, const TensorView& b, const TensorView& c, cudaStream_t stream, int rung,
-          const GemmEpilogue& epilogue) {
+namespace {
+
+// Every check of gemm() for `rung`; throws flashlab::Error on the first that fails, else returns
+// the kernel parameters. Leaves the current device as it found it.
+GemmParams validated_params(const TensorView& a, const TensorView& b, const TensorView& c, int rung,
+                            const GemmEpilogue& epilogue) {
   constexpr const char* op = "gemm";
   const check::Arg A{op, "a", a}, B{op, "b", b}, C{op, "c", c};
   check::rung(op, rung, kGemmRungs);
@@ -91,12 +98,7 @@ void gemm(const TensorView& a, const TensorView& b, const TensorView& c, cudaStr
                 ma == Major::kCol ? "column-major a" : "column-major b");
   if (epilogue.bias) {
     const check::Arg Bias{op, "bias", *epilogue.bias};
-    check::cuda(Bias);
-    check::same_device(Bias, C);
-    check::dtype_eq(Bias, C);
-    check::shape(Bias, {N});
-    check::contiguous(Bias);
-    check::aligned(Bias, dtype_size(epilogue.bias->dtype));
+    check::row_vector(Bias, C);  // CUDA, C's device and dtype, shape (N,), contiguous, aligned
     check::no_overlap(C, Bias);
     if (epilogue.bias->data == c.data) check::fail(Bias, "memory disjoint from 'c'", "c's data pointer");
   }
@@ -114,10 +116,12 @@ void gemm(const TensorView& a, const TensorView& b, const TensorView& c, cudaStr
   check::no_overlap(C, B);
   if (c.data == a.data || c.data == b.data) check::fail(C, "memory disjoint from 'a' and 'b'", "a shared data pointer");
 
-  detail::DeviceGuard guard(a.device.index);
-  if (rung == 9 && detail::cc_major() < 9)
-    check::fail(A, "a device of compute capability 9.x (sm_90: TMA, wgmma) for rung 9",
-                detail::concat("compute capability ", detail::cc_major(), ".x"));
+  if (rung == 9) {  // the kernels are built for sm_90a only
+    detail::DeviceGuard guard(a.device.index);
+    if (detail::cc_major() != 9)
+      check::fail(A, "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 9",
+                  detail::concat("compute capability ", detail::cc_major(), ".x"));
+  }
   GemmParams p{};
   p.a = a.data;
   p.b = b.data;
@@ -133,6 +137,30 @@ void gemm(const TensorView& a, const TensorView& b, const TensorView& c, cudaStr
   p.ldc = ldc;
   p.alpha = epilogue.alpha;
   p.beta = epilogue.beta;
+  return p;
+}
+
+}  // namespace
+
+int gemm_best_rung(const TensorView& a, const TensorView& b, const TensorView& c, const GemmEpilogue& epilogue) {
+  int top = kGemmRungs;  // a dtype no rung takes: the top rung, whose validation names it
+  for (int rung = kGemmRungs; rung >= 1; --rung) {
+    if (!gemm_rung_supports(rung, a.dtype)) continue;
+    if (top == kGemmRungs) top = rung;
+    try {
+      validated_params(a, b, c, rung, epilogue);
+      return rung;
+    } catch (const Error&) {
+      // this rung does not take these arguments (layout, alignment, device): try the next
+    }
+  }
+  return top;
+}
+
+void gemm(const TensorView& a, const TensorView& b, const TensorView& c, cudaStream_t stream, int rung,
+          const GemmEpilogue& epilogue) {
+  const GemmParams p = validated_params(a, b, c, rung, epilogue);
+  detail::DeviceGuard guard(a.device.index);
   if (rung == 1) return detail::launch_gemm_naive(p, a.dtype, stream);
   if (rung <= 6) return detail::launch_gemm_fp32(p, rung, stream);
   if (rung <= 8) return detail::launch_gemm_tensor_core(p, a.dtype, rung, stream);

@@ -1,5 +1,5 @@
-// Rung 9's launcher: tensor maps for A, B and C, the tile width, and a persistent grid of one
-// CTA per SM (fewer when there are fewer tiles).
+// Rung 9's launcher: tensor maps for A, B and C, the tile width, CTA pairs or single CTAs, and
+// a persistent grid of as many CTAs (pairs) as are resident at once (fewer with fewer tiles).
 #include <algorithm>
 
 #include "kernels/gemm/09_hopper_ws.cuh"

@@ -58,8 +58,10 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
     const int grid = grid_rows * kSoftmaxClusterBlocks;  // a multiple of the cluster size
     if (smem <= kSoftmaxSplitMaxSmemBytes) {
       const auto kernel = softmax_split_cluster_kernel<T, kLog, true>;
-      // Past 48 KB of dynamic shared memory needs the opt-in (per device: set on every call).
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      // Past 48 KB of dynamic shared memory needs the opt-in. Always the same value (the most
+      // this path launches with), so calls from several host threads cannot undo each other.
+      FLASHLAB_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes));
       FLASHLAB_LAUNCH(kernel, grid, kSoftmaxSplitThreads, static_cast<size_t>(smem), stream, p, chunk_vecs);
     } else {
       FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, false>), grid, kSoftmaxSplitThreads, 0, stream, p,

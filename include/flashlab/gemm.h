@@ -43,4 +43,10 @@ void gemm(const TensorView& a, const TensorView& b, const TensorView& c, cudaStr
 // Which rungs take this dtype (the host's dispatch and the tests ask it).
 bool gemm_rung_supports(int rung, DType dtype);
 
+// The highest rung that takes these arguments (dtype, layout, alignment, device): rung 9 on
+// sm_90 for 16-byte aligned 16-bit operands, else rung 8 (NN) or 1, and 6 or 1 for fp32. When
+// none does, the top rung for the dtype, whose gemm() call then says what is wrong. Launches
+// nothing. What the Python API uses when no rung is given.
+int gemm_best_rung(const TensorView& a, const TensorView& b, const TensorView& c, const GemmEpilogue& epilogue = {});
+
 }  // namespace flashlab

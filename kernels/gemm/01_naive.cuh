@@ -16,16 +16,18 @@ namespace flashlab::kernels {
 
 inline constexpr int kGemmNaiveBlock = 16;  // 16 x 16 threads
 
+// grid.y is capped at 65535 blocks: columns past gridDim.y x 16 are taken by a loop.
 template <typename T>
 __global__ void gemm_naive_kernel(const __grid_constant__ GemmParams p) {
   const int m = blockIdx.x * blockDim.x + threadIdx.x;
-  const int n = blockIdx.y * blockDim.y + threadIdx.y;
-  if (m >= p.M || n >= p.N) return;
+  if (m >= p.M) return;
   const T* a = static_cast<const T*>(p.a) + m * p.a_row;
-  const T* b = static_cast<const T*>(p.b) + n * p.b_col;
-  float acc = 0.f;
-  for (int k = 0; k < p.K; ++k) acc += to_float(a[k * p.a_col]) * to_float(b[k * p.b_row]);
-  gemm_store<T>(p, acc, m, n);
+  for (int64_t n = blockIdx.y * blockDim.y + threadIdx.y; n < p.N; n += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+    const T* b = static_cast<const T*>(p.b) + n * p.b_col;
+    float acc = 0.f;
+    for (int k = 0; k < p.K; ++k) acc += to_float(a[k * p.a_col]) * to_float(b[k * p.b_row]);
+    gemm_store<T>(p, acc, m, static_cast<int>(n));
+  }
 }
 
 }  // namespace flashlab::kernels

@@ -49,13 +49,14 @@ inline constexpr int kHopperThreads = 384;   // producer warpgroup + 2 consumer 
 inline constexpr int kHopperGroupM = 8;      // tile rows per rasterization group
 inline constexpr int kHopperSwizzleBytes = 128;
 inline constexpr int kHopperAtomBytes = 64 * kHopperSwizzleBytes;  // a 64 x 64 16-bit box: 8 KB
-inline constexpr int kHopperStoreCols = 128;
+inline constexpr int kHopperStoreCols = 128;  // columns of C staged (and TMA-stored) at a time
 #ifndef FLASHLAB_HOPPER_MMA_IN_FLIGHT
 #define FLASHLAB_HOPPER_MMA_IN_FLIGHT 1
 #endif
 // k-blocks of wgmmas a consumer leaves in flight when it goes to wait for the next stage (0 or
 // 1); FLASHLAB_HOPPER_MMA_IN_FLIGHT overrides it for the ablation.
-inline constexpr int kHopperMmaInFlight = FLASHLAB_HOPPER_MMA_IN_FLIGHT;  // columns of C staged (and TMA-stored) at a time
+inline constexpr int kHopperMmaInFlight = FLASHLAB_HOPPER_MMA_IN_FLIGHT;
+static_assert(kHopperMmaInFlight == 0 || kHopperMmaInFlight == 1, "0 or 1 k-block of wgmmas in flight");
 
 template <int kBN>
 struct HopperTile {
@@ -117,7 +118,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
   unsigned char* sc = sb + kStages * Tile::kBBytes;           // (2 consumers, 64 x 128)
   const GemmParams& p = args.p;
   const int wg = threadIdx.x / 128;
-  const int k_blocks = (p.K + kHopperBK - 1) / kHopperBK;
+  const int k_blocks = (p.K - 1) / kHopperBK + 1;  // K >= 1; no overflow near 2^31
   // Work units: tiles, or with kCluster = 2 pairs of tiles (tile rows 2q and 2q + 1, one per
   // CTA of the pair; a pair past M's last tile row computes zeros and stores nothing).
   const int unit_rows = (args.tiles_m + kCluster - 1) / kCluster;

@@ -43,8 +43,13 @@ __device__ __forceinline__ uint32_t quantize_pack4(float a, float b, float c, fl
     const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
     return lo | (hi << 16);
   } else {
-    return static_cast<uint32_t>(quantize_one<F>(a)) | (static_cast<uint32_t>(quantize_one<F>(b)) << 8) |
-           (static_cast<uint32_t>(quantize_one<F>(c)) << 16) | (static_cast<uint32_t>(quantize_one<F>(d)) << 24);
+    // Clamp and round as quantize_one, then two cvt.pack.sat.s8 pack the four (already in
+    // range) integers: the second packs (b, a) below the 16 bits of (d, c) from the first.
+    const auto code = [](float v) { return __float2int_rn(fminf(fmaxf(v, -kInt8Max), kInt8Max)); };
+    uint32_t hi, w;
+    asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(hi) : "r"(code(d)), "r"(code(c)));
+    asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(w) : "r"(code(b)), "r"(code(a)), "r"(hi));
+    return w;
   }
 }
 

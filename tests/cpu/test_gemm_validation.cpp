@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "flashlab/gemm.h"
 #include "src/reference/gemm.h"
 #include "tests/common/validation_utils.h"
@@ -368,6 +370,36 @@ TEST(GemmReference, RejectsMismatchedSizes) {
   EXPECT_THROW(reference::gemm(a, b, 2, 2, 3, 1.0, 1.0, {}), std::invalid_argument);  // beta != 0 needs c_in
   EXPECT_THROW(reference::gemm(a, b, 2, 2, 3, 1.0, 0.0, {}, {1, 2, 3}), std::invalid_argument);  // bias is (N,)
   EXPECT_NO_THROW(reference::gemm(a, b, 2, 2, 3, 1.0, 1.0, c));
+}
+
+}  // namespace
+}  // namespace flashlab
+
+namespace flashlab {
+namespace {
+
+// gemm_best_rung: the highest rung whose checks pass, found without launching. On a machine
+// without an sm_90 GPU rung 9's device check fails, so 16-bit NN operands get rung 8 there.
+TEST(GemmValidation, BestRungTakesTheArguments) {
+  int count = 0, major = 0;
+  const bool sm90 = cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major == 9;
+  const int64_t before = check::launch_count();
+  const Mats f32(DType::kF32), bf16(DType::kBF16);
+  EXPECT_EQ(gemm_best_rung(f32.a, f32.b, f32.c), 6);  // NN fp32: the FP32 top rung
+  EXPECT_EQ(gemm_best_rung(bf16.a, bf16.b, bf16.c), sm90 ? 9 : 8);
+  // NT (b a column-major view): fp32 only on rung 1; 16-bit on rung 9 (sm_90) else rung 1.
+  const TensorView b_nt_f32 = gpu_strided(DType::kF32, {64, 32}, {1, 64}, 2);
+  const TensorView b_nt_bf16 = gpu_strided(DType::kBF16, {64, 32}, {1, 64}, 2);
+  EXPECT_EQ(gemm_best_rung(f32.a, b_nt_f32, f32.c), 1);
+  EXPECT_EQ(gemm_best_rung(bf16.a, b_nt_bf16, bf16.c), sm90 ? 9 : 1);
+  // A leading dim that breaks rung 9's 16-byte rule (36 x 2 bytes): rung 8 on any machine.
+  const TensorView a36 = gpu_strided(DType::kBF16, {16, 36}, {36, 1}, 1), b36 = gpu(DType::kBF16, {36, 32}, 2);
+  EXPECT_EQ(gemm_best_rung(a36, b36, bf16.c), 8);
+  // Nothing takes both operands column-major: the dtype's top rung, whose gemm() says why.
+  const TensorView a_col = gpu_strided(DType::kF32, {16, 64}, {1, 16}, 1);
+  EXPECT_EQ(gemm_best_rung(a_col, b_nt_f32, f32.c), 6);
+  EXPECT_EQ(check::launch_count(), before) << "gemm_best_rung launched a kernel";
 }
 
 }  // namespace

@@ -69,5 +69,46 @@ TEST(RowDivisor, MatchesIeeeDivisionBitForBit) {
   }
 }
 
+// Per divisor d[j], kPer dividends x[j * kPer + i]: both quotients, bit patterns out.
+__global__ void divide_many_kernel(const float* d, const float* x, int n, int per, uint32_t* fast, uint32_t* ieee) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float div = d[i / per];
+    fast[i] = __float_as_uint(kernels::RowDivisor(div)(x[i]));
+    ieee[i] = __float_as_uint(__fdiv_rn(x[i], div));
+  }
+}
+
+// The reciprocal's accuracy depends on the divisor's mantissa: 2^17 random divisors of the
+// form the quantize kernels use (absmax / 448 or / 127, absmax over 2^-40 .. 2^40), 16 dividends
+// each in [-absmax, absmax].
+TEST(RowDivisor, ManyDivisorsMatchIeeeDivision) {
+  SKIP_WITHOUT_GPU();
+  constexpr int kDivisors = 1 << 17, kPer = 16, kN = kDivisors * kPer;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-40.f, 40.f), unit(-1.f, 1.f);
+  std::vector<float> d(kDivisors), x(kN);
+  for (int j = 0; j < kDivisors; ++j) {
+    const float absmax = std::exp2(exponent(rng));
+    d[j] = absmax / (j % 2 ? 127.f : 448.f);
+    for (int i = 0; i < kPer; ++i) x[j * kPer + i] = unit(rng) * absmax;
+  }
+  DeviceBuffer dd(kDivisors * sizeof(float)), dx(kN * sizeof(float)), dfast(kN * sizeof(uint32_t)),
+      dieee(kN * sizeof(uint32_t));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dd.ptr, d.data(), kDivisors * sizeof(float), cudaMemcpyHostToDevice));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dx.ptr, x.data(), kN * sizeof(float), cudaMemcpyHostToDevice));
+  divide_many_kernel<<<512, 256>>>(static_cast<const float*>(dd.ptr), static_cast<const float*>(dx.ptr), kN, kPer,
+                                   static_cast<uint32_t*>(dfast.ptr), static_cast<uint32_t*>(dieee.ptr));
+  FLASHLAB_CUDA_CHECK(cudaGetLastError());
+  std::vector<uint32_t> fast(kN), ieee(kN);
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(fast.data(), dfast.ptr, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(ieee.data(), dieee.ptr, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+  int mismatches = 0;
+  for (int i = 0; i < kN; ++i)
+    if (fast[i] != ieee[i] && mismatches++ < 5)
+      ADD_FAILURE() << "d = " << d[i / kPer] << ", x = " << x[i] << ": RowDivisor 0x" << std::hex << fast[i]
+                    << ", __fdiv_rn 0x" << ieee[i] << std::dec;
+  EXPECT_EQ(mismatches, 0);
+}
+
 }  // namespace
 }  // namespace flashlab
