@@ -63,12 +63,17 @@ void launch_mma_sync_variant(const GemmParams& p, cudaStream_t stream) {
 // (128, 256, 64) tiles in 4 stages (192 KB) fit Hopper's 227 KB of shared memory per block;
 // A100's 163 KB takes 3 (144 KB). Not yet measured: 3 against 4 on H100 is for
 // bench/experiments to settle. The element-load fallback (unaligned A or B) takes (128, 128,
-// 64) tiles, 2 stages: its loads are synchronous, so depth buys nothing.
+// 64) tiles, 2 stages: its loads are synchronous, so depth buys nothing. It is also what a
+// device with less shared memory per block than 3 stages need (sm_86 / sm_89: 99 KB) runs.
 template <typename T>
 void launch_mma_sync(const GemmParams& p, cudaStream_t stream) {
-  if (!operands_vec16<T>(p)) return launch_mma_sync_variant<T, GemmMmaSyncTraits<128, 2>, false>(p, stream);
-  if (cc_major() >= 9) return launch_mma_sync_variant<T, GemmMmaSyncTraits<256, 4>, true>(p, stream);
-  launch_mma_sync_variant<T, GemmMmaSyncTraits<256, 3>, true>(p, stream);
+  using Four = GemmMmaSyncTraits<256, 4>;
+  using Three = GemmMmaSyncTraits<256, 3>;
+  const int smem = max_smem_optin();
+  if (!operands_vec16<T>(p) || smem < Three::kSmemBytes)
+    return launch_mma_sync_variant<T, GemmMmaSyncTraits<128, 2>, false>(p, stream);
+  if (smem >= Four::kSmemBytes) return launch_mma_sync_variant<T, Four, true>(p, stream);
+  launch_mma_sync_variant<T, Three, true>(p, stream);
 }
 
 template <typename T>

@@ -29,6 +29,8 @@ int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
 
 int cc_major() { return device_attribute(cudaDevAttrComputeCapabilityMajor); }
 
+int max_smem_optin() { return device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin); }
+
 int resident_blocks(const void* kernel, int threads) {
   static std::mutex mu;
   static std::map<std::tuple<int, const void*, int>, int> cache;
