@@ -1,6 +1,7 @@
 // Host side of the GEMM ladder: validation, then dispatch to a rung's launcher.
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "flashlab/gemm.h"
 #include "flashlab/validate.h"
@@ -107,8 +108,12 @@ GemmParams validated_params(const TensorView& a, const TensorView& b, const Tens
     constexpr int64_t kTma = 16;
     for (const check::Arg* x : {&A, &B, &C}) check::aligned(*x, kTma);
     const int64_t es = dtype_size(a.dtype);
-    for (auto [arg, ld] : {std::pair<const check::Arg*, int64_t>{&A, lda}, {&B, ldb}, {&C, ldc}})
-      if (ld * es % kTma != 0)
+    // A single stored row has no leading dim to honour (the launcher pads the TMA stride).
+    const int64_t rows_a = ma == Major::kRow ? M : K, rows_b = mb == Major::kRow ? K : N;
+    for (auto [arg, ld, rows] : {std::tuple<const check::Arg*, int64_t, int64_t>{&A, lda, rows_a},
+                                 {&B, ldb, rows_b},
+                                 {&C, ldc, M}})
+      if (rows > 1 && ld * es % kTma != 0)
         check::fail(*arg, "a leading dim of a multiple of 16 bytes for rung 9 (TMA)",
                     detail::concat("leading dim ", ld, " x ", es, " bytes"));
   }

@@ -50,12 +50,15 @@ void launch_gemm_hopper(const GemmParams& p, DType dtype, cudaStream_t stream, b
   // and multicasts it, when there are at least two tile rows.
   const bool pairs = cluster_pairs && tiles_m >= 2;
   const int cluster = pairs ? 2 : 1;
+  // Row strides in bytes; gemm() let through a leading dim off 16 bytes only for an operand of
+  // one stored row, whose stride TMA never steps over: pad it to 16.
+  const auto stride = [&](int64_t ld) { return ceil_div(ld * es, 16) * 16; };
   HopperGemmArgs args{};
-  args.a = trans_a ? make_tensor_map_2d(p.a, dtype, p.M, p.K, lda * es, 64, 64, true)
-                   : make_tensor_map_2d(p.a, dtype, p.K, p.M, lda * es, 64, kHopperBM, true);
-  args.b = trans_b ? make_tensor_map_2d(p.b, dtype, p.N, p.K, ldb * es, 64, 64, true)
-                   : make_tensor_map_2d(p.b, dtype, p.K, p.N, ldb * es, 64, bn / cluster, true);
-  args.c = make_tensor_map_2d(p.c, dtype, p.N, p.M, p.ldc * es, 64, 64, true);
+  args.a = trans_a ? make_tensor_map_2d(p.a, dtype, p.M, p.K, stride(lda), 64, 64, true)
+                   : make_tensor_map_2d(p.a, dtype, p.K, p.M, stride(lda), 64, kHopperBM, true);
+  args.b = trans_b ? make_tensor_map_2d(p.b, dtype, p.N, p.K, stride(ldb), 64, 64, true)
+                   : make_tensor_map_2d(p.b, dtype, p.K, p.N, stride(ldb), 64, bn / cluster, true);
+  args.c = make_tensor_map_2d(p.c, dtype, p.N, p.M, stride(p.ldc), 64, 64, true);
   args.p = p;
   args.tiles_m = tiles_m;
   args.tiles_n = static_cast<int>(ceil_div(p.N, bn));

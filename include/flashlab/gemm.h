@@ -35,7 +35,8 @@ struct GemmEpilogue {
 // weight), so the layouts NN, NT and TN are A row/B row, A row/B col, A col/B row. Rungs 1-8
 // take NN only (+ NT and TN on rung 1); rung 9 takes NN, NT and TN. C is row-major with unit
 // last-dim stride and must not overlap A or B. M, N, K >= 1.
-// Rung 9 also needs 16-byte aligned A, B, C pointers and leading dims (TMA).
+// Rung 9 also needs 16-byte aligned A, B, C pointers and leading dims (TMA); an operand stored
+// as a single row (M = 1 for A and C, ...) needs no leading dim.
 // Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid arguments.
 void gemm(const TensorView& a, const TensorView& b, const TensorView& c, cudaStream_t stream = nullptr,
           int rung = kGemmRungs, const GemmEpilogue& epilogue = {});

@@ -123,6 +123,12 @@ int64_t view_ld(const TensorView& t) {
   return c == 1 ? r : s1;
 }
 
+// Rows of t in memory: its rows if row-major (as view_ld decides), else its columns.
+int64_t stored_rows(const TensorView& t) {
+  const int64_t r = t.shape[0], c = t.shape[1], s0 = t.strides[0], s1 = t.strides[1];
+  return (c == 1 || s1 == 1) && (r == 1 || s0 >= c) ? r : c;
+}
+
 // One case in one dtype: host inputs, the reference, device views.
 struct Problem {
   DType dt;
@@ -166,14 +172,15 @@ std::unique_ptr<Problem> make_problem(DType dt, const Case& c, std::mt19937_64& 
 }
 
 // Whether `rung` takes the problem (include/flashlab/gemm.h): its dtype; layout NN only on
-// rungs 2-8; on rung 9 16-byte aligned pointers and leading dims.
+// rungs 2-8; on rung 9 16-byte aligned pointers and leading dims (except of a single stored row).
 bool rung_takes(int rung, const Problem& p) {
   if (!gemm_rung_supports(rung, p.dt)) return false;
   if (p.c.layout != Layout::kNN && rung >= 2 && rung < kHopperRung) return false;
   if (rung == kHopperRung) {
     const int64_t es = dtype_size(p.dt);
     for (const TensorView* v : {&p.av, &p.bv, &p.cv})
-      if (reinterpret_cast<uintptr_t>(v->data) % 16 != 0 || view_ld(*v) * es % 16 != 0) return false;
+      if (reinterpret_cast<uintptr_t>(v->data) % 16 != 0 || (stored_rows(*v) > 1 && view_ld(*v) * es % 16 != 0))
+        return false;
   }
   return true;
 }
@@ -323,6 +330,21 @@ TEST(Gemm, PartialTilesAndManyTiles) {
   // Hundreds of 128 x 128 tiles: more than one wave of a persistent kernel on an H100.
   run_all({4096, 2048, 64}, rng, {DType::kF16, DType::kBF16});
   run_all({2048, 1032, 200}, rng, {DType::kF32});
+}
+
+// Operands stored as one row have no leading dim: rung 9 takes them whatever their length
+// (decode-like M = 1: A and C one row each, K and N not multiples of 8), with B's rows aligned.
+TEST(Gemm, SingleRowOperands) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(12);
+  for (const Case& c : std::vector<Case>{{1, 136, 77, Layout::kNN, Ld::kTight},
+                                         {1, 1000, 77, Layout::kNN, Ld::kTight},
+                                         {1, 77, 136, Layout::kNT, Ld::kTight},
+                                         {1, 333, 1000, Layout::kNT, Ld::kTight}}) {
+    const auto p = make_problem(DType::kBF16, c, rng);
+    if (device_cc_major() == 9) ASSERT_TRUE(rung_takes(kHopperRung, *p)) << describe(*p, kHopperRung);
+    run_problem(*p);
+  }
 }
 
 TEST(Gemm, LeadingDims) {
