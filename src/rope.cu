@@ -190,6 +190,17 @@ void dispatch(const RopeParams& p, DType dt, DType id_dt, bool interleave, cudaS
   });
 }
 
+// The checks both RoPE entries share: rung, q/k, outputs, overlaps, pos_ids.
+void check_rope_args(const char* op, int rung, const check::Arg& Q, const check::Arg& K, const check::Arg& QO,
+                     const check::Arg& KO, const check::Arg& P) {
+  check::rung(op, rung, kRopeRungs);
+  check_qk(op, Q, K);
+  check_out(QO, Q);
+  check_out(KO, K);
+  check_overlaps(Q, K, QO, KO);
+  check_pos_ids(P, Q);
+}
+
 }  // namespace
 
 void apply_rope_pos_ids(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
@@ -197,12 +208,7 @@ void apply_rope_pos_ids(const TensorView& q, const TensorView& k, const TensorVi
   constexpr const char* op = "apply_rope_pos_ids";
   const check::Arg Q{op, "q", q}, K{op, "k", k}, QO{op, "q_out", q_out}, KO{op, "k_out", k_out},
       P{op, "pos_ids", pos_ids};
-  check::rung(op, rung, kRopeRungs);
-  check_qk(op, Q, K);
-  check_out(QO, Q);
-  check_out(KO, K);
-  check_overlaps(Q, K, QO, KO);
-  check_pos_ids(P, Q);
+  check_rope_args(op, rung, Q, K, QO, KO, P);
   const int rotary_dim = opt.rotary_dim == 0 ? static_cast<int>(q.shape[2]) : opt.rotary_dim;
   check_rotary_dim(op, rotary_dim, q.shape[2]);
   auto positive = [&](const char* name, double v) {
@@ -235,12 +241,7 @@ void apply_rope_with_cos_sin_cache(const TensorView& q, const TensorView& k, con
   constexpr const char* op = "apply_rope_with_cos_sin_cache";
   const check::Arg Q{op, "q", q}, K{op, "k", k}, QO{op, "q_out", q_out}, KO{op, "k_out", k_out},
       P{op, "pos_ids", pos_ids}, C{op, "cos_sin_cache", cos_sin_cache};
-  check::rung(op, rung, kRopeRungs);
-  check_qk(op, Q, K);
-  check_out(QO, Q);
-  check_out(KO, K);
-  check_overlaps(Q, K, QO, KO);
-  check_pos_ids(P, Q);
+  check_rope_args(op, rung, Q, K, QO, KO, P);
   check::cuda(C);
   check::same_device(C, Q);
   check::dtype_in(C, {DType::kF32});

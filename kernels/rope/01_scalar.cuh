@@ -44,6 +44,17 @@ __device__ __forceinline__ void rope_pair_dims(int i, int rotary_dim, int& d0, i
   d1 = kInterleave ? 2 * i + 1 : i + rotary_dim / 2;
 }
 
+// Head h of token t (q heads first, then k heads): its input x and output y rows, (head_dim,).
+template <typename T>
+__device__ __forceinline__ void rope_head_rows(const RopeParams& p, int64_t t, int64_t h, const T*& x, T*& y) {
+  const bool is_q = h < p.num_q_heads;
+  const int64_t hh = is_q ? h : h - p.num_q_heads;
+  x = static_cast<const T*>(is_q ? p.q : p.k) + t * (is_q ? p.q_stride_n : p.k_stride_n) +
+      hh * (is_q ? p.q_stride_h : p.k_stride_h);
+  y = static_cast<T*>(is_q ? p.q_out : p.k_out) + t * (is_q ? p.q_out_stride_n : p.k_out_stride_n) +
+      hh * (is_q ? p.q_out_stride_h : p.k_out_stride_h);
+}
+
 template <typename T, typename IdType, bool kInterleave>
 __global__ void __launch_bounds__(kRopeScalarThreads) rope_scalar_kernel(const __grid_constant__ RopeParams p) {
   const int half = p.rotary_dim / 2;
@@ -56,12 +67,9 @@ __global__ void __launch_bounds__(kRopeScalarThreads) rope_scalar_kernel(const _
     const int64_t u = idx % units;
     const int64_t th = idx / units;
     const int64_t h = th % heads, t = th / heads;
-    const bool is_q = h < p.num_q_heads;
-    const int64_t hh = is_q ? h : h - p.num_q_heads;
-    const T* x = static_cast<const T*>(is_q ? p.q : p.k) +
-                 t * (is_q ? p.q_stride_n : p.k_stride_n) + hh * (is_q ? p.q_stride_h : p.k_stride_h);  // (head_dim,)
-    T* y = static_cast<T*>(is_q ? p.q_out : p.k_out) + t * (is_q ? p.q_out_stride_n : p.k_out_stride_n) +
-           hh * (is_q ? p.q_out_stride_h : p.k_out_stride_h);  // (head_dim,)
+    const T* x;
+    T* y;
+    rope_head_rows(p, t, h, x, y);
     if (u >= half) {  // tail element, copied
       const int64_t d = p.rotary_dim + (u - half);
       y[d] = x[d];

@@ -61,12 +61,9 @@ __global__ void __launch_bounds__(kRopeVecThreads) rope_vec16_kernel(const __gri
   const int total = (p.num_q_heads + p.num_k_heads) * units;
   for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
     const int h = idx / units, u = idx - h * units;
-    const bool is_q = h < p.num_q_heads;
-    const int64_t hh = is_q ? h : h - p.num_q_heads;
-    const T* x = static_cast<const T*>(is_q ? p.q : p.k) +
-                 t * (is_q ? p.q_stride_n : p.k_stride_n) + hh * (is_q ? p.q_stride_h : p.k_stride_h);  // (head_dim,)
-    T* y = static_cast<T*>(is_q ? p.q_out : p.k_out) + t * (is_q ? p.q_out_stride_n : p.k_out_stride_n) +
-           hh * (is_q ? p.q_out_stride_h : p.k_out_stride_h);  // (head_dim,)
+    const T* x;
+    T* y;
+    rope_head_rows(p, t, h, x, y);
     if (u >= rot_units) {  // tail vector
       const int d = p.rotary_dim + (u - rot_units) * kN;
       store_vec(y + d, load_vec(x + d));
