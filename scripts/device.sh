@@ -10,6 +10,9 @@
 #   FLASHLAB_COMMIT=<sha>        the commit being measured (the GPU machine has no .git)
 #   FLASHLAB_STEP_TIMEOUT=300    seconds each test / benchmark step may take (a hung kernel fails
 #                                its step instead of the whole call)
+#   FLASHLAB_TARGETS="a b"       build only these CMake targets besides the library, the tests,
+#                                the bindings and the benchmark (e.g. experiment_softmax_long_rows);
+#                                unset: everything
 # Needs, carried in .deps/: wheels/ (apache-tvm-ffi cp312, nvidia-cutlass) and googletest/.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,7 +48,13 @@ step "build (preset gpu, $(nproc) jobs)"
 cmake --preset gpu -DPython3_EXECUTABLE="$(command -v python3)" -DFLASHLAB_PTXAS_VERBOSE=ON \
   -DFLASHLAB_BUILD_PYTHON=ON -DFLASHLAB_BUILD_TESTS=ON -DFLASHLAB_BUILD_BENCH=ON \
   -DFLASHLAB_REQUIRE_CUTLASS=ON >"$out/build.log" 2>&1 &&
-  cmake --build --preset gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; fail "build"; }
+  if [ -n "${FLASHLAB_TARGETS:-}" ]; then
+    # shellcheck disable=SC2086  # a space-separated list of target names
+    cmake --build --preset gpu -j "$(nproc)" --target flashlab test_cpu test_gpu flashlab_ffi flashlab_bench \
+      $FLASHLAB_TARGETS >>"$out/build.log" 2>&1
+  else
+    cmake --build --preset gpu -j "$(nproc)" >>"$out/build.log" 2>&1
+  fi || { tail -n 60 "$out/build.log"; fail "build"; }
 # Resource report: every kernel's registers, smem, stack and spills, in one file.
 grep -E "Compiling entry|Function properties|spill|Used [0-9]+ registers" "$out/build.log" >"$out/ptxas.txt" || true
 spills=$(grep -E "[1-9][0-9]* bytes spill (stores|loads)" "$out/ptxas.txt" | wc -l)

@@ -83,6 +83,44 @@ inline constexpr bool kSoftmaxFastMath = sizeof(T) == 2;
 
 namespace flashlab::kernels {
 
+// --- The base-2 fast path (16-bit outputs of the cluster softmax) ---------------------------
+// exp(x - m) = 2^(x log2(e) - m log2(e)): one FFMA and one MUFU.EX2 per value. The .ftz form of
+// ex2.approx is the bare MUFU instruction; the default (non-ftz) form that __expf compiles to
+// wraps it in a range test and two multiplies to produce subnormal results, and exp_below's
+// -inf test adds a compare and a select: about 10 instructions per value instead of 3. Here
+// -inf needs no test: x = -inf gives 2^-inf = 0 as long as the offset is finite, and the
+// offset is only infinite for a set of only -inf values (then 0 is used instead) or a +inf
+// value (then s is NaN, as it must be). Results below 2^-126 flush to 0: far below the 16-bit
+// outputs' resolution of an exponent's relative error.
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float exp2_approx_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// kN values into the state: max first, then one rescale and kN exponents in base 2. Same state
+// (m, s) as online_softmax_add<kN, true>, to within the approximate exponent's error.
+template <int kN>
+__device__ __forceinline__ void online_softmax_add_exp2(OnlineSoftmaxState& st, const float (&x)[kN]) {
+  float m = st.m;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) m = fmaxf(m, x[j]);
+  const float offset = m == -INFINITY ? 0.f : m * kLog2e;  // all -inf so far: s stays 0
+  float s = st.s * exp2_approx_ftz(fmaf(st.m, kLog2e, -offset));
+#pragma unroll
+  for (int j = 0; j < kN; ++j) s += exp2_approx_ftz(fmaf(x[j], kLog2e, -offset));
+  st = {m, s};
+}
+
+// softmax(x) = 2^(x log2(e) - offset) with offset = m log2(e) + log2(s): the division by s
+// folded into the exponent, one FFMA + one MUFU.EX2 per output. A fully masked row (s == 0,
+// every x = -inf) takes offset 0, so its outputs are 2^-inf = 0.
+__device__ __forceinline__ float softmax_exp2_offset(OnlineSoftmaxState st) {
+  return st.s == 0.f ? 0.f : fmaf(st.m, kLog2e, log2f(st.s));
+}
+
 // One 16-byte vector into the state: a single rescale per vector.
 template <typename T>
 __device__ __forceinline__ void online_softmax_add_vec(OnlineSoftmaxState& st, const Vec<T>& v) {
@@ -90,6 +128,16 @@ __device__ __forceinline__ void online_softmax_add_vec(OnlineSoftmaxState& st, c
 #pragma unroll
   for (int j = 0; j < Vec<T>::kN; ++j) x[j] = to_float(v.v[j]);
   online_softmax_add<Vec<T>::kN, kSoftmaxFastMath<T>>(st, x);
+}
+
+// The same through the base-2 fast path (16-bit T only: see online_softmax_add_exp2).
+template <typename T>
+__device__ __forceinline__ void online_softmax_add_vec_exp2(OnlineSoftmaxState& st, const Vec<T>& v) {
+  static_assert(sizeof(T) == 2, "the approximate exponent is for 16-bit outputs");
+  float x[Vec<T>::kN];
+#pragma unroll
+  for (int j = 0; j < Vec<T>::kN; ++j) x[j] = to_float(v.v[j]);
+  online_softmax_add_exp2<Vec<T>::kN>(st, x);
 }
 
 // softmax_from_state on each element of a vector, rounded once.

@@ -72,6 +72,10 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   const T* in = static_cast<const T*>(p.input) + r * p.input_stride + v0 * V::kN;
   T* out = static_cast<T*>(p.out) + r * p.out_stride + v0 * V::kN;
   const auto value = [&](int64_t i) -> V { return kInSmem ? chunk[i] : load_vec(in + i * V::kN); };
+  const auto fold = [](OnlineSoftmaxState& st, const V& v) {
+    if constexpr (kFast) online_softmax_add_vec_exp2(st, v);
+    else online_softmax_add_vec(st, v);
+  };
 
   OnlineSoftmaxState st = online_softmax_empty();
   if constexpr (kInSmem) {
@@ -86,10 +90,10 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
     }
     for (int k = 0; k < nk; ++k) {
       cp_async_wait_at_most(nk - 1 - k);  // vector k has landed
-      online_softmax_add_vec(st, chunk[threadIdx.x + static_cast<int64_t>(k) * blockDim.x]);
+      fold(st, chunk[threadIdx.x + static_cast<int64_t>(k) * blockDim.x]);
     }
   } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) online_softmax_add_vec(st, load_vec(in + i * V::kN));
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) fold(st, load_vec(in + i * V::kN));
   }
   st = block_all_merge(st);
   if (threadIdx.x == 0) block_state = st;
@@ -106,14 +110,14 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   st = row_state;
   const float log_s = logf(st.s);
   if constexpr (kFast && !kLog) {
-    // 16-bit softmax: one exponent and one multiply per value (the reciprocal of the row's sum
-    // once), instead of a division's second MUFU operation per value.
-    const float inv_s = st.s == 0.f ? 0.f : 1.f / st.s;
+    // 16-bit softmax: 2^(x log2(e) - offset), the division by the row's sum folded into the
+    // offset: one FFMA and one MUFU.EX2 per value.
+    const float offset = softmax_exp2_offset(st);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       const V x = value(i);
       V y;
 #pragma unroll
-      for (int j = 0; j < V::kN; ++j) y.v[j] = from_float<T>(exp_below<true>(to_float(x.v[j]), st.m) * inv_s);
+      for (int j = 0; j < V::kN; ++j) y.v[j] = from_float<T>(exp2_approx_ftz(fmaf(to_float(x.v[j]), kLog2e, -offset)));
       store_vec(out + i * V::kN, y);
     }
   } else {

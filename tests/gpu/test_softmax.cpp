@@ -159,6 +159,48 @@ TEST(Softmax, LargeMaskedInPlace) {
       }
 }
 
+// A NaN or +inf input makes its whole row NaN (as in torch), in every rung and kernel shape,
+// and leaves the other rows exact: rows 1 (one NaN) and 2 (one +inf) of 4 rows, or of 300 rows
+// for the many-rows kernels.
+TEST(Softmax, NonFiniteInputPoisonsOnlyItsRow) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(35);
+  const Shape special[] = {{4, 111, 111}, {4, 1024, 1024}, {300, 1024, 1024}, {300, 4096, 4096},
+                           {4, 128256, 128256}, {4, 300000, 300000}, {4, 4097, 4097}};
+  const Device gpu{DeviceType::kCUDA, 0};
+  for (DType dt : kDtypes)
+    for (const Shape& s : special)
+      for (bool log : {false, true}) {
+        HostTensor x = make_input(dt, s, Fill::kUniform, rng);
+        store_value(x, static_cast<size_t>(1 * s.cols + s.cols / 2), std::numeric_limits<float>::quiet_NaN());
+        store_value(x, static_cast<size_t>(2 * s.cols + s.cols - 1), std::numeric_limits<float>::infinity());
+        const auto ref = reference::softmax(x.values, s.rows, s.cols, log);
+        const auto naive = naive_softmax(dt, x.values, s.rows, s.cols, log);
+        const size_t bytes = static_cast<size_t>(s.rows * s.cols) * dtype_size(dt);
+        DeviceBuffer dx(bytes), dout(bytes);
+        upload_rows(dx, x, s.rows, s.cols, s.cols);
+        for (int rung = 1; rung <= kSoftmaxRungs; ++rung) {
+          dout.poison();
+          const TensorView xv(dx.ptr, dt, {s.rows, s.cols}, {s.cols, 1}, gpu);
+          const TensorView ov(dout.ptr, dt, {s.rows, s.cols}, {s.cols, 1}, gpu);
+          if (log) log_softmax(xv, ov, nullptr, rung);
+          else softmax(xv, ov, nullptr, rung);
+          FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto got = download_rows(dout, dt, s.rows, s.cols, s.cols);
+          const ::testing::Message what = ::testing::Message() << (log ? "log_softmax " : "softmax ") << dtype_name(dt)
+                                                               << " " << s.rows << "x" << s.cols << " rung " << rung;
+          int64_t not_nan = 0;
+          for (int64_t i = s.cols; i < 3 * s.cols; ++i) not_nan += std::isnan(got[i]) ? 0 : 1;
+          EXPECT_EQ(not_nan, 0) << what << ": outputs of the NaN / +inf rows that are not NaN";
+          // The other rows (0 and 3..): exact within the usual rule.
+          std::vector<double> g, n, r;
+          for (int64_t i = 0; i < s.rows * s.cols; ++i)
+            if (i < s.cols || i >= 3 * s.cols) g.push_back(got[i]), n.push_back(naive[i]), r.push_back(ref[i]);
+          expect_softmax_close(g, n, r, dt, what);
+        }
+      }
+}
+
 // The top rung against rung 1 (a simpler trusted kernel): outputs agree within a few units in
 // the last place of the output dtype, plus the fp32 summation-order difference of the row sums
 // (rung 1 adds ~500 values per thread sequentially at 128256 columns).

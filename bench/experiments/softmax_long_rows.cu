@@ -1,0 +1,292 @@
+// Experiment (not a rung): where the time of softmax rung 4 goes at the sampling shape
+// (64 x 128256 bf16), and what the same structure costs without the arithmetic.
+// Built as build/*/bench/experiment_softmax_long_rows; its output on an H100 is quoted in
+// docs/ladder/softmax.md. Inputs are pseudo-random in [-1, 1].
+//
+// Variants of rung 4's cluster kernel (runtime cluster size through cudaLaunchKernelEx):
+//   full      the rung's first algorithm (fold as the copies land, cluster merge, write) with
+//             __expf (non-ftz ex2 + range fix-up) and a -inf test per value, times 1/s
+//   exp2      the same with the base-2 fast path of kernels/common/online_softmax.cuh
+//             (one FFMA + one ex2.approx.ftz per value in both phases): the rung since 2026-11-23
+//   nofold    phase 1 takes the max only (no exponent): the cost of the fold's MUFU work
+//   noexp     phase 2 writes x * (1/s) (no exponent): the cost of the output's MUFU work
+//   copy      cp.async into shared memory, cluster barrier, write back: the structure alone
+//   copy_nosync  the same without the cluster barrier
+// plus a plain 16-byte grid-stride copy kernel and cudaMemcpyAsync of the same bytes, and an
+// empty kernel with the same grid, clusters and shared memory (the launch alone). A probe
+// run records per-block timestamps (globaltimer at start/end, clock64 at each phase).
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "bench/harness.h"
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/online_softmax.cuh"
+#include "kernels/softmax/params.h"
+
+using namespace flashlab;
+using namespace flashlab::kernels;
+namespace cg = cooperative_groups;
+
+enum Mode { kFull, kNoFold, kNoExp, kCopy, kCopyNoSync, kEmpty, kExp2 };
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+constexpr int kStamps = 8;  // per block: gt start, clk start, clk fold, clk cluster sync, clk merged, clk out, gt end, smid
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ SoftmaxParams p, int64_t chunk_vecs,
+                                                    unsigned long long* stamps) {
+  using V = Vec<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  V* chunk = reinterpret_cast<V*>(smem_raw);
+  __shared__ OnlineSoftmaxState block_state, row_state;
+  unsigned long long st0 = 0, c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0;
+  if (stamps != nullptr && threadIdx.x == 0) {
+    st0 = global_ns();
+    c0 = clock64();
+  }
+  if constexpr (kMode != kEmpty) {
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int nc = static_cast<int>(cluster.num_blocks());
+  const int64_t r = blockIdx.x / nc;
+  const int64_t nvec = p.cols / V::kN;
+  const int64_t v0 = static_cast<int64_t>(cluster.block_rank()) * chunk_vecs;
+  const int64_t n = (v0 + chunk_vecs < nvec ? v0 + chunk_vecs : nvec) - v0;
+  const T* in = static_cast<const T*>(p.input) + r * p.input_stride + v0 * V::kN;
+  T* out = static_cast<T*>(p.out) + r * p.out_stride + v0 * V::kN;
+  const int nk = n > threadIdx.x ? static_cast<int>((n - 1 - threadIdx.x) / blockDim.x + 1) : 0;
+  OnlineSoftmaxState st = online_softmax_empty();
+  for (int k = 0; k < nk; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    cp_async_16(&chunk[i], in + i * V::kN);
+    cp_async_commit();
+  }
+  if constexpr (kMode == kCopy || kMode == kCopyNoSync) {
+    cp_async_wait<0>();
+    if (stamps != nullptr && threadIdx.x == 0) c1 = clock64();
+    if constexpr (kMode == kCopy) cluster.sync();
+    if (stamps != nullptr && threadIdx.x == 0) c2 = c3 = clock64();
+    for (int k = 0; k < nk; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      store_vec(out + i * V::kN, chunk[i]);
+    }
+    if (stamps != nullptr && threadIdx.x == 0) c4 = clock64();
+  } else {
+    for (int k = 0; k < nk; ++k) {
+      cp_async_wait_at_most(nk - 1 - k);
+      const V v = chunk[threadIdx.x + static_cast<int64_t>(k) * blockDim.x];
+      if constexpr (kMode == kNoFold) {
+#pragma unroll
+        for (int j = 0; j < V::kN; ++j) st.m = fmaxf(st.m, to_float(v.v[j]));
+        st.s += V::kN;
+      } else if constexpr (kMode == kExp2) {
+        online_softmax_add_vec_exp2(st, v);
+      } else {
+        online_softmax_add_vec(st, v);
+      }
+    }
+    st = block_all_merge(st);
+    if (stamps != nullptr && threadIdx.x == 0) c1 = clock64();
+    if (threadIdx.x == 0) block_state = st;
+    cluster.sync();
+    if (stamps != nullptr && threadIdx.x == 0) c2 = clock64();
+    if (threadIdx.x < kWarpSize) {
+      OnlineSoftmaxState t = online_softmax_empty();
+      if (threadIdx.x < nc) t = *cluster.map_shared_rank(&block_state, threadIdx.x);
+      t = warp_merge(t);
+      if (threadIdx.x == 0) row_state = t;
+    }
+    __syncthreads();
+    if (stamps != nullptr && threadIdx.x == 0) c3 = clock64();
+    auto arrived = cluster.barrier_arrive();
+    st = row_state;
+    const float inv_s = st.s == 0.f ? 0.f : 1.f / st.s;
+    const float offset = softmax_exp2_offset(st);
+    for (int k = 0; k < nk; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const V x = chunk[i];
+      V y;
+#pragma unroll
+      for (int j = 0; j < V::kN; ++j) {
+        if constexpr (kMode == kExp2) {
+          y.v[j] = from_float<T>(exp2_approx_ftz(fmaf(to_float(x.v[j]), kLog2e, -offset)));
+        } else {
+          const float e = kMode == kNoExp ? to_float(x.v[j]) - st.m : exp_below<true>(to_float(x.v[j]), st.m);
+          y.v[j] = from_float<T>(e * inv_s);
+        }
+      }
+      store_vec(out + i * V::kN, y);
+    }
+    if (stamps != nullptr && threadIdx.x == 0) c4 = clock64();
+    cluster.barrier_wait(std::move(arrived));
+  }
+  }  // kMode != kEmpty
+  if (stamps != nullptr && threadIdx.x == 0) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    unsigned long long* s = stamps + static_cast<int64_t>(blockIdx.x) * kStamps;
+    s[0] = st0, s[1] = c0, s[2] = c1, s[3] = c2, s[4] = c3, s[5] = c4, s[6] = global_ns(), s[7] = smid;
+  }
+}
+
+template <typename T>
+__global__ void copy_kernel(const Vec<T>* in, Vec<T>* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store_vec(reinterpret_cast<T*>(out + i), in[i]);
+}
+
+template <int kMode>
+cudaError_t launch(const SoftmaxParams& p, int cluster, int threads, cudaStream_t s, unsigned long long* stamps) {
+  using T = __nv_bfloat16;
+  const int64_t nvec = p.cols / Vec<T>::kN;
+  const int64_t chunk = (nvec + cluster - 1) / cluster;
+  const size_t smem = chunk * sizeof(Vec<T>);
+  auto kernel = probe_kernel<T, kMode>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+  if (cluster > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.rows * cluster));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, p, chunk, stamps);
+}
+
+const char* mode_name(int m) {
+  static const char* names[] = {"full", "nofold", "noexp", "copy", "copy_nosync", "empty", "exp2"};
+  return names[m];
+}
+
+template <int kMode>
+void time_variant(bench::Harness& h, const SoftmaxParams& p, int cluster, int threads, double bytes) {
+  int max_clusters = 0;
+  {
+    using T = __nv_bfloat16;
+    const int64_t chunk = (p.cols / Vec<T>::kN + cluster - 1) / cluster;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(p.rows * cluster));
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = chunk * sizeof(Vec<T>);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    auto kernel = probe_kernel<T, kMode>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    if (cluster > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &cfg);
+  }
+  const cudaError_t e = launch<kMode>(p, cluster, threads, h.stream(), nullptr);
+  if (e != cudaSuccess) {
+    std::printf("%-12s cluster=%2d threads=%3d launch failed: %s\n", mode_name(kMode), cluster, threads,
+                cudaGetErrorString(e));
+    cudaGetLastError();
+    return;
+  }
+  const double ms = h.time_ms([&] { launch<kMode>(p, cluster, threads, h.stream(), nullptr); });
+  std::printf("%-12s cluster=%2d threads=%3d resident_clusters=%4d (need %4lld) %8.4f ms %6.1f%% copy peak\n",
+              mode_name(kMode), cluster, threads, max_clusters, (long long)p.rows, ms,
+              100.0 * bytes / (ms * 1e-3) / 1e12 / h.copy_TBps());
+}
+
+template <int kMode>
+void probe(const SoftmaxParams& p, int cluster, int threads, void* flush, size_t flush_bytes, int sm_count) {
+  const int64_t blocks = p.rows * cluster;
+  unsigned long long* d = nullptr;
+  cudaMalloc(&d, blocks * kStamps * sizeof(unsigned long long));
+  std::vector<unsigned long long> s(blocks * kStamps);
+  for (int rep = 0; rep < 3; ++rep) {  // the last of 3 (warm code), each after an L2 flush
+    cudaMemset(flush, rep, flush_bytes);
+    cudaDeviceSynchronize();
+    launch<kMode>(p, cluster, threads, nullptr, d);
+    cudaDeviceSynchronize();
+  }
+  cudaMemcpy(s.data(), d, s.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  unsigned long long g0 = ~0ull, g1 = 0;
+  for (int64_t b = 0; b < blocks; ++b) g0 = std::min(g0, s[b * kStamps]), g1 = std::max(g1, s[b * kStamps + 6]);
+  auto pct = [&](auto f) {
+    std::vector<double> v(blocks);
+    for (int64_t b = 0; b < blocks; ++b) v[b] = f(&s[b * kStamps]);
+    std::sort(v.begin(), v.end());
+    std::printf("min %8.0f  p50 %8.0f  p90 %8.0f  max %8.0f\n", v[0], v[blocks / 2], v[blocks * 9 / 10], v[blocks - 1]);
+  };
+  std::vector<int> per_sm(sm_count, 0);
+  for (int64_t b = 0; b < blocks; ++b) per_sm[s[b * kStamps + 7] % sm_count]++;
+  const int sms_used = static_cast<int>(std::count_if(per_sm.begin(), per_sm.end(), [](int c) { return c > 0; }));
+  std::printf("probe %s cluster=%d threads=%d: first start -> last end %.2f us; SMs used %d, blocks/SM max %d\n",
+              mode_name(kMode), cluster, threads, (g1 - g0) * 1e-3, sms_used, *std::max_element(per_sm.begin(), per_sm.end()));
+  std::printf("  start offset ns    "), pct([&](const unsigned long long* x) { return double(x[0] - g0); });
+  std::printf("  load+fold cycles   "), pct([](const unsigned long long* x) { return double(x[2] - x[1]); });
+  std::printf("  cluster sync cyc   "), pct([](const unsigned long long* x) { return double(x[3] - x[2]); });
+  std::printf("  row merge cycles   "), pct([](const unsigned long long* x) { return double(x[4] - x[3]); });
+  std::printf("  output cycles      "), pct([](const unsigned long long* x) { return double(x[5] - x[4]); });
+  std::printf("  end offset ns      "), pct([&](const unsigned long long* x) { return double(x[6] - g0); });
+}
+
+int main() {
+  bench::Options opt;
+  opt.min_reps = 50;
+  opt.max_reps = 300;
+  bench::Harness h(opt);
+  h.measure_peaks();
+  int sm_count = 0;
+  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0);
+  using T = __nv_bfloat16;
+  const int64_t rows = 64, cols = 128256;
+  void *x, *y;
+  cudaMalloc(&x, rows * cols * sizeof(T));
+  cudaMalloc(&y, rows * cols * sizeof(T));
+  bench::fill_random(x, rows * cols, 1, 1, h.stream());
+  const SoftmaxParams p{x, y, rows, cols, cols, cols};
+  const double bytes = 2.0 * rows * cols * sizeof(T);
+
+  const int64_t nvec = rows * cols / Vec<T>::kN;
+  double ms = h.time_ms([&] { cudaMemcpyAsync(y, x, rows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });
+  std::printf("%-40s %8.4f ms %6.1f%% copy peak\n", "cudaMemcpyAsync", ms, 100.0 * bytes / (ms * 1e-3) / 1e12 / h.copy_TBps());
+  for (int per_sm : {2, 4, 8, 16}) {
+    ms = h.time_ms([&] {
+      copy_kernel<T><<<sm_count * per_sm, 256, 0, h.stream()>>>(static_cast<const Vec<T>*>(x), static_cast<Vec<T>*>(y), nvec);
+    });
+    std::printf("copy_kernel blocks/SM=%-2d threads=256          %8.4f ms %6.1f%% copy peak\n", per_sm, ms,
+                100.0 * bytes / (ms * 1e-3) / 1e12 / h.copy_TBps());
+  }
+  for (int cluster : {4, 8, 16})
+    for (int threads : {128, 256, 512}) {
+      time_variant<kFull>(h, p, cluster, threads, bytes);
+      time_variant<kExp2>(h, p, cluster, threads, bytes);
+      if (threads == 256) {
+        time_variant<kNoFold>(h, p, cluster, threads, bytes);
+        time_variant<kNoExp>(h, p, cluster, threads, bytes);
+        time_variant<kCopy>(h, p, cluster, threads, bytes);
+        time_variant<kCopyNoSync>(h, p, cluster, threads, bytes);
+        time_variant<kEmpty>(h, p, cluster, threads, bytes);
+      }
+    }
+  void* flush = nullptr;
+  const size_t flush_bytes = 256u << 20;
+  cudaMalloc(&flush, flush_bytes);
+  probe<kFull>(p, 8, 256, flush, flush_bytes, sm_count);
+  probe<kExp2>(p, 8, 256, flush, flush_bytes, sm_count);
+  probe<kCopy>(p, 8, 256, flush, flush_bytes, sm_count);
+  probe<kFull>(p, 16, 256, flush, flush_bytes, sm_count);
+  std::printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
+}
