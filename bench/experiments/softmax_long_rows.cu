@@ -3,7 +3,9 @@
 // Built as build/*/bench/experiment_softmax_long_rows; its output on an H100 is quoted in
 // docs/ladder/softmax.md. Inputs are pseudo-random in [-1, 1].
 //
-// Variants of rung 4's cluster kernel (runtime cluster size through cudaLaunchKernelEx):
+// Variants of rung 4's cluster kernel (runtime cluster size through cudaLaunchKernelEx), all
+// with the rung's merges as of this file's commit (warp_merge max-then-sum, every warp merging
+// the cluster's states):
 //   full      the rung's first algorithm (fold as the copies land, cluster merge, write) with
 //             __expf (non-ftz ex2 + range fix-up) and a -inf test per value, times 1/s
 //   exp2      the same with the base-2 fast path of kernels/common/online_softmax.cuh
@@ -17,6 +19,7 @@
 // run records per-block timestamps (globaltimer at start/end, clock64 at each phase).
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <cooperative_groups.h>
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ Soft
   using V = Vec<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   V* chunk = reinterpret_cast<V*>(smem_raw);
-  __shared__ OnlineSoftmaxState block_state, row_state;
+  __shared__ OnlineSoftmaxState block_state;
   unsigned long long st0 = 0, c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0;
   if (stamps != nullptr && threadIdx.x == 0) {
     st0 = global_ns();
@@ -99,16 +102,13 @@ __global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ Soft
     if (threadIdx.x == 0) block_state = st;
     cluster.sync();
     if (stamps != nullptr && threadIdx.x == 0) c2 = clock64();
-    if (threadIdx.x < kWarpSize) {
-      OnlineSoftmaxState t = online_softmax_empty();
-      if (threadIdx.x < nc) t = *cluster.map_shared_rank(&block_state, threadIdx.x);
-      t = warp_merge(t);
-      if (threadIdx.x == 0) row_state = t;
+    {  // as the rung: every warp merges the cluster's states, no block barrier
+      const int lane = threadIdx.x % kWarpSize;
+      st = lane < nc ? *cluster.map_shared_rank(&block_state, lane) : online_softmax_empty();
+      st = warp_merge(st);
     }
-    __syncthreads();
     if (stamps != nullptr && threadIdx.x == 0) c3 = clock64();
     auto arrived = cluster.barrier_arrive();
-    st = row_state;
     const float inv_s = st.s == 0.f ? 0.f : 1.f / st.s;
     const float offset = softmax_exp2_offset(st);
     for (int k = 0; k < nk; ++k) {
@@ -242,12 +242,12 @@ void probe(const SoftmaxParams& p, int cluster, int threads, void* flush, size_t
   std::printf("  end offset ns      "), pct([&](const unsigned long long* x) { return double(x[6] - g0); });
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool once = argc > 1 && std::string(argv[1]) == "--once";  // one launch of exp2 (for ncu)
   bench::Options opt;
   opt.min_reps = 50;
   opt.max_reps = 300;
   bench::Harness h(opt);
-  h.measure_peaks();
   int sm_count = 0;
   cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0);
   using T = __nv_bfloat16;
@@ -258,6 +258,13 @@ int main() {
   bench::fill_random(x, rows * cols, 1, 1, h.stream());
   const SoftmaxParams p{x, y, rows, cols, cols, cols};
   const double bytes = 2.0 * rows * cols * sizeof(T);
+  if (once) {
+    launch<kExp2>(p, 8, 256, h.stream(), nullptr);
+    cudaDeviceSynchronize();
+    std::printf("one launch of exp2: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 0;
+  }
+  h.measure_peaks();
 
   const int64_t nvec = rows * cols / Vec<T>::kN;
   double ms = h.time_ms([&] { cudaMemcpyAsync(y, x, rows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });

@@ -149,15 +149,20 @@ __device__ __forceinline__ Vec<T> softmax_vec(const Vec<T>& v, OnlineSoftmaxStat
   return y;
 }
 
-// Butterfly merge over the 32 lanes (5 shuffles of m and s); every lane gets the same state,
-// bit for bit: merge is symmetric, so both partners of each exchange compute the same value.
+// Merge over the 32 lanes: the max by a butterfly (5 shuffles), then each lane rescales its sum
+// to it with one exponent, then the sums by a butterfly (5 shuffles). Every lane gets the same
+// state, bit for bit (max and addition are commutative, so both partners of each exchange
+// compute the same value). Merging pairwise instead (5 rounds of online_softmax_merge) puts two
+// exponents per round on the critical path: in the cluster softmax, whose rows wait on three
+// of these merges in series, that was measurable.
 __device__ __forceinline__ OnlineSoftmaxState warp_merge(OnlineSoftmaxState st) {
+  float m = st.m;
 #pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-    const OnlineSoftmaxState other{__shfl_xor_sync(kFullMask, st.m, offset), __shfl_xor_sync(kFullMask, st.s, offset)};
-    st = online_softmax_merge(st, other);
-  }
-  return st;
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
+  float s = st.s * exp_below(st.m, m);  // 0 for a masked lane (st.m = -inf), as in online_softmax_merge
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) s += __shfl_xor_sync(kFullMask, s, offset);
+  return {m, s};
 }
 
 // Merge over the block, returned to every thread; blockDim.x a multiple of 32 (<= 1024).

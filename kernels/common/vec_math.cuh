@@ -8,6 +8,12 @@
 
 namespace flashlab::kernels {
 
+// 1 / sqrt(v) with both steps correctly rounded (IEEE sqrt, then IEEE division), for the one
+// normalisation factor per row of RMSNorm / LayerNorm: at one call per row its cost does not
+// show, and it keeps fp32 outputs within the same-dtype naive computation's error, which the
+// 2-ulp rsqrtf approximation did not for single-element rows.
+__device__ __forceinline__ float rsqrt_rn(float v) { return 1.f / sqrtf(v); }
+
 // round(x + y) elementwise.
 template <typename T>
 __device__ __forceinline__ Vec<T> add_vec(const Vec<T>& x, const Vec<T>& y) {

@@ -14,6 +14,7 @@
 
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/common/vec_math.cuh"
 #include "kernels/layernorm/params.h"
 
 namespace flashlab::kernels {
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(kLayerNormWarpThreads) layernorm_two_pass_warp
     const float d = to_float(x[c]) - mean;
     ss += d * d;
   }
-  const float rstd = rsqrtf(warp_reduce_sum(ss) * inv_n + p.eps);
+  const float rstd = rsqrt_rn(warp_reduce_sum(ss) * inv_n + p.eps);
   for (int64_t c = lane; c < p.hidden; c += kWarpSize) out[c] = layernorm_scale<T, kBias>(to_float(x[c]), mean, rstd, w, b, c);
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/welford.cuh"
+#include "kernels/common/vec_math.cuh"
 #include "kernels/layernorm/01_two_pass_warp.cuh"
 #include "kernels/layernorm/params.h"
 
@@ -31,7 +32,7 @@ __global__ void __launch_bounds__(kLayerNormWarpThreads) layernorm_welford_warp_
   WelfordState st{};
   for (int64_t c = lane; c < p.hidden; c += kWarpSize) st = welford_update(st, to_float(x[c]));
   st = warp_welford_combine(st);
-  const float mean = st.mean, rstd = rsqrtf(welford_variance(st) + p.eps);
+  const float mean = st.mean, rstd = rsqrt_rn(welford_variance(st) + p.eps);
   for (int64_t c = lane; c < p.hidden; c += kWarpSize) out[c] = layernorm_scale<T, kBias>(to_float(x[c]), mean, rstd, w, b, c);
 }
 

@@ -26,6 +26,7 @@
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/vec.cuh"
 #include "kernels/common/welford.cuh"
+#include "kernels/common/vec_math.cuh"
 #include "kernels/layernorm/params.h"
 
 namespace flashlab::kernels {
@@ -74,7 +75,7 @@ __global__ void layernorm_welford_block_vec16_kernel(const __grid_constant__ Lay
     for (int j = 0; j < V::kN; ++j) st = welford_update(st, to_float(x.v[j]));
   }
   st = block_welford_combine(st);
-  const float mean = st.mean, rstd = rsqrtf(welford_variance(st) + p.eps);
+  const float mean = st.mean, rstd = rsqrt_rn(welford_variance(st) + p.eps);
   for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x)
     layernorm_store_vecs<T, kBias>(out, w, b, i, load_vec(in + i * V::kN), mean, rstd);
 }
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kLayerNormRegsMaxThreads) layernorm_welford_bl
         }
   }
   st = block_welford_combine(st);
-  const float mean = st.mean, rstd = rsqrtf(welford_variance(st) + p.eps);
+  const float mean = st.mean, rstd = rsqrt_rn(welford_variance(st) + p.eps);
 #pragma unroll
   for (int k = 0; k < kVpt; ++k) {
     const int64_t i = k * static_cast<int64_t>(blockDim.x) + threadIdx.x;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kernels/common/dtype.cuh"
+#include "kernels/common/vec_math.cuh"
 #include "kernels/norm/params.h"
 
 namespace flashlab::kernels {
@@ -29,7 +30,7 @@ __global__ void __launch_bounds__(kRmsNormNaiveThreads) rmsnorm_naive_kernel(con
   T* out = static_cast<T*>(p.out) + r * p.out_stride;
   float ss = 0.f;
   for (int64_t c = 0; c < p.hidden; ++c) ss += to_float(x[c]) * to_float(x[c]);
-  const float inv_rms = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
+  const float inv_rms = rsqrt_rn(ss / static_cast<float>(p.hidden) + p.eps);
   for (int64_t c = 0; c < p.hidden; ++c) out[c] = from_float<T>(to_float(x[c]) * inv_rms * norm_weight(w, c, kGemma));
 }
 

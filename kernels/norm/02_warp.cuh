@@ -12,6 +12,7 @@
 
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/common/vec_math.cuh"
 #include "kernels/norm/01_naive.cuh"
 #include "kernels/norm/params.h"
 
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(kRmsNormWarpThreads) rmsnorm_warp_kernel(const
     }
     ss += x * x;
   }
-  const float inv_rms = rsqrtf(warp_reduce_sum(ss) / static_cast<float>(p.hidden) + p.eps);
+  const float inv_rms = rsqrt_rn(warp_reduce_sum(ss) / static_cast<float>(p.hidden) + p.eps);
   const T* src = kFused ? res : in;
   for (int64_t c = lane; c < p.hidden; c += kWarpSize)
     out[c] = from_float<T>(to_float(src[c]) * inv_rms * norm_weight(w, c, kGemma));

@@ -55,7 +55,7 @@ __global__ void rmsnorm_block_vec16_kernel(const __grid_constant__ RmsNormParams
     }
     ss += sum_squares_vec(x);
   }
-  const float inv_rms = rsqrtf(block_all_reduce_sum(ss) / static_cast<float>(p.hidden) + p.eps);
+  const float inv_rms = rsqrt_rn(block_all_reduce_sum(ss) / static_cast<float>(p.hidden) + p.eps);
   const T* src = kFused ? res : in;
   for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x)
     store_vec(out + i * V::kN, scale_vec<T, kGemma>(load_vec(src + i * V::kN), load_vec(w + i * V::kN), inv_rms));

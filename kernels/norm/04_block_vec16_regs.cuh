@@ -15,6 +15,7 @@
 
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/vec.cuh"
+#include "kernels/common/vec_math.cuh"
 #include "kernels/norm/03_block_vec16.cuh"
 #include "kernels/norm/params.h"
 
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kRmsNormRegsMaxThreads) rmsnorm_block_vec16_re
       ss += sum_squares_vec(x[k]);
     }
   }
-  const float inv_rms = rsqrtf(block_all_reduce_sum(ss) / static_cast<float>(p.hidden) + p.eps);
+  const float inv_rms = rsqrt_rn(block_all_reduce_sum(ss) / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll
   for (int k = 0; k < kVpt; ++k) {
     const int64_t i = k * static_cast<int64_t>(blockDim.x) + threadIdx.x;
