@@ -80,13 +80,13 @@ __global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ Soft
     if (stamps != nullptr && threadIdx.x == 0) c2 = c3 = clock64();
     for (int k = 0; k < nk; ++k) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      store_vec(out + i * V::kN, chunk[i]);
+      store_vec(out + i * V::kN, load_vec(reinterpret_cast<const T*>(chunk + i)));
     }
     if (stamps != nullptr && threadIdx.x == 0) c4 = clock64();
   } else {
     for (int k = 0; k < nk; ++k) {
       cp_async_wait_at_most(nk - 1 - k);
-      const V v = chunk[threadIdx.x + static_cast<int64_t>(k) * blockDim.x];
+      const V v = load_vec(reinterpret_cast<const T*>(chunk + threadIdx.x + static_cast<int64_t>(k) * blockDim.x));
       if constexpr (kMode == kNoFold) {
 #pragma unroll
         for (int j = 0; j < V::kN; ++j) st.m = fmaxf(st.m, to_float(v.v[j]));
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ Soft
     const float offset = softmax_exp2_offset(st);
     for (int k = 0; k < nk; ++k) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      const V x = chunk[i];
+      const V x = load_vec(reinterpret_cast<const T*>(chunk + i));
       V y;
 #pragma unroll
       for (int j = 0; j < V::kN; ++j) {

@@ -41,6 +41,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/hd.h"
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/vec.cuh"
@@ -51,6 +52,7 @@ namespace flashlab::kernels {
 inline constexpr int kSoftmaxClusterBlocks = 8;  // blocks per row (the portable cluster limit)
 inline constexpr int kSoftmaxSplitThreads = 256;
 inline constexpr int kSoftmaxSplitMaxSmemBytes = 200 * 1024;  // one chunk of the shared-memory path
+inline constexpr int kSoftmaxSplitUnrolledVpt = 16;  // vectors per thread of the unrolled copy/fold loop
 static_assert(kSoftmaxClusterBlocks <= kWarpSize, "a warp merges one state per block of the cluster");
 
 // Block b works on row b / kSoftmaxClusterBlocks, vectors [q * chunk_vecs, (q + 1) * chunk_vecs)
@@ -74,7 +76,10 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   const int64_t n = (v0 + chunk_vecs < nvec ? v0 + chunk_vecs : nvec) - v0;  // vectors of this chunk (may be <= 0)
   const T* in = static_cast<const T*>(p.input) + r * p.input_stride + v0 * V::kN;
   T* out = static_cast<T*>(p.out) + r * p.out_stride + v0 * V::kN;
-  const auto value = [&](int64_t i) -> V { return kInSmem ? chunk[i] : load_vec(in + i * V::kN); };
+  // One 16-byte shared-memory load per vector (LDS.128): copying chunk[i] as a Vec<T> compiled
+  // to 8 two-byte loads for 16-bit T.
+  const auto smem_vec = [&](int64_t i) -> V { return load_vec(reinterpret_cast<const T*>(chunk + i)); };
+  const auto value = [&](int64_t i) -> V { return kInSmem ? smem_vec(i) : load_vec(in + i * V::kN); };
   const auto fold = [](OnlineSoftmaxState& st, const V& v) {
     if constexpr (kFast) online_softmax_add_vec_exp2(st, v);
     else online_softmax_add_vec(st, v);
@@ -86,14 +91,30 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
     // then each is folded into the state as soon as it lands, while later ones are still in
     // flight. A thread reads only the vectors it copied itself, so no barrier is needed.
     const int nk = n > threadIdx.x ? static_cast<int>((n - 1 - threadIdx.x) / blockDim.x + 1) : 0;
-    for (int k = 0; k < nk; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      cp_async_16(&chunk[i], in + i * V::kN);
-      cp_async_commit();
-    }
-    for (int k = 0; k < nk; ++k) {
-      cp_async_wait_at_most(nk - 1 - k);  // vector k has landed
-      fold(st, chunk[threadIdx.x + static_cast<int64_t>(k) * blockDim.x]);
+    const int64_t i0 = threadIdx.x;
+    if (n <= static_cast<int64_t>(kSoftmaxSplitUnrolledVpt) * blockDim.x) {
+      // Up to kSoftmaxSplitUnrolledVpt vectors per thread (bf16 rows up to 262144 values):
+      // always that many commit groups (the extra ones empty, complete at once), so that the
+      // wait before vector k is a compile-time count in a fully unrolled loop, not a run-time
+      // switch over eight cp.async.wait_group instructions.
+#pragma unroll
+      for (int k = 0; k < kSoftmaxSplitUnrolledVpt; ++k) {
+        if (k < nk) cp_async_16(&chunk[i0 + k * blockDim.x], in + (i0 + k * blockDim.x) * V::kN);
+        cp_async_commit();
+      }
+      static_for<kSoftmaxSplitUnrolledVpt>([&](auto k) {
+        cp_async_wait<kSoftmaxSplitUnrolledVpt - 1 - k>();  // vector k has landed
+        if (k < nk) fold(st, smem_vec(i0 + k * blockDim.x));
+      });
+    } else {
+      for (int k = 0; k < nk; ++k) {
+        cp_async_16(&chunk[i0 + static_cast<int64_t>(k) * blockDim.x], in + (i0 + static_cast<int64_t>(k) * blockDim.x) * V::kN);
+        cp_async_commit();
+      }
+      for (int k = 0; k < nk; ++k) {
+        cp_async_wait_at_most(nk - 1 - k);  // vector k has landed
+        fold(st, smem_vec(i0 + static_cast<int64_t>(k) * blockDim.x));
+      }
     }
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) fold(st, load_vec(in + i * V::kN));
