@@ -56,19 +56,7 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
     const int64_t chunk_vecs = detail::ceil_div(nvec, kSoftmaxClusterBlocks);
     const int64_t smem = chunk_vecs * static_cast<int64_t>(sizeof(Vec<T>));
     const int grid = grid_rows * kSoftmaxClusterBlocks;  // a multiple of the cluster size
-    // Two rows per cluster (the first row's output overlaps the second's loads) when there are
-    // rows enough to keep the GPU full with half the clusters. Measured at 64 x 128256 bf16
-    // (bench/experiments/softmax_long_rows.cu): see docs/ladder/softmax.md.
-    const bool two_rows = p.rows >= kSoftmaxSplitTwoRowsMin &&
-                          chunk_vecs <= static_cast<int64_t>(kSoftmaxSplitUnrolledVpt / 2) * kSoftmaxSplitThreads &&
-                          2 * smem <= kSoftmaxSplitMaxSmemBytes;
-    if (two_rows) {
-      const auto kernel = softmax_split_cluster_kernel<T, kLog, true, 2>;
-      FLASHLAB_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes));
-      const int grid2 = static_cast<int>(detail::ceil_div(p.rows, 2)) * kSoftmaxClusterBlocks;
-      FLASHLAB_LAUNCH(kernel, grid2, kSoftmaxSplitThreads, static_cast<size_t>(2 * smem), stream, p, chunk_vecs);
-    } else if (smem <= kSoftmaxSplitMaxSmemBytes) {
+    if (smem <= kSoftmaxSplitMaxSmemBytes) {
       const auto kernel = softmax_split_cluster_kernel<T, kLog, true>;
       // Past 48 KB of dynamic shared memory needs the opt-in. Always the same value (the most
       // this path launches with), so calls from several host threads cannot undo each other.

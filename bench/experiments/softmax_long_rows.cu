@@ -29,7 +29,6 @@
 #include "bench/harness.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/online_softmax.cuh"
-#include "kernels/softmax/04_long_rows.cuh"
 #include "kernels/softmax/params.h"
 
 using namespace flashlab;
@@ -254,9 +253,9 @@ int main(int argc, char** argv) {
   using T = __nv_bfloat16;
   const int64_t rows = 64, cols = 128256;
   void *x, *y;
-  cudaMalloc(&x, 128 * cols * sizeof(T));  // up to 128 rows for the rung-kernel sweep
-  cudaMalloc(&y, 128 * cols * sizeof(T));
-  bench::fill_random(x, 128 * cols, 1, 1, h.stream());
+  cudaMalloc(&x, rows * cols * sizeof(T));
+  cudaMalloc(&y, rows * cols * sizeof(T));
+  bench::fill_random(x, rows * cols, 1, 1, h.stream());
   const SoftmaxParams p{x, y, rows, cols, cols, cols};
   const double bytes = 2.0 * rows * cols * sizeof(T);
   if (once) {
@@ -289,30 +288,6 @@ int main(int argc, char** argv) {
         time_variant<kEmpty>(h, p, cluster, threads, bytes);
       }
     }
-  // The rung's kernel itself, one or two rows per cluster, at several row counts.
-  for (int64_t nrows : {16, 32, 64, 128}) {
-    const SoftmaxParams q{x, y, nrows, cols, cols, cols};
-    const int64_t chunk = (cols / Vec<T>::kN + kSoftmaxClusterBlocks - 1) / kSoftmaxClusterBlocks;
-    const double b = 2.0 * nrows * cols * sizeof(T);
-    double one = 0, two = 0;
-    {
-      auto k1 = softmax_split_cluster_kernel<T, false, true, 1>;
-      cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
-      one = h.time_ms([&] {
-        k1<<<static_cast<int>(nrows * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, chunk * sizeof(Vec<T>), h.stream()>>>(q, chunk);
-      });
-      auto k2 = softmax_split_cluster_kernel<T, false, true, 2>;
-      cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
-      two = h.time_ms([&] {
-        k2<<<static_cast<int>((nrows + 1) / 2 * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, 2 * chunk * sizeof(Vec<T>), h.stream()>>>(q, chunk);
-      });
-    }
-    const double memcpy_ms = h.time_ms([&] { cudaMemcpyAsync(y, x, nrows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });
-    std::printf("rung kernel %3lld x %lld: 1 row/cluster %8.4f ms (%5.1f%% peak, %.3fx memcpy)  2 rows/cluster %8.4f ms (%5.1f%% peak, %.3fx memcpy)  memcpy %8.4f ms\n",
-                (long long)nrows, (long long)cols, one, 100.0 * b / (one * 1e-3) / 1e12 / h.copy_TBps(), memcpy_ms / one, two,
-                100.0 * b / (two * 1e-3) / 1e12 / h.copy_TBps(), memcpy_ms / two, memcpy_ms);
-  }
-  std::printf("last error (rung kernels): %s\n", cudaGetErrorString(cudaGetLastError()));
   void* flush = nullptr;
   const size_t flush_bytes = 256u << 20;
   cudaMalloc(&flush, flush_bytes);
