@@ -44,54 +44,11 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dtype.cuh"
+#include "kernels/common/mma.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/gemm/07_wmma.cuh"  // gemm_store_tile, gemm_c_vec16
 
 namespace flashlab::kernels {
-
-// ---- PTX primitives (sm_80+) ----
-
-// ldmatrix .x4: lanes 8q .. 8q+7 give the shared addresses of the 8 rows (16 bytes each) of
-// 8x8 matrix q; lane l receives in r[q] the elements (l / 4, 2 (l % 4) + {0, 1}) of matrix q.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr));
-}
-
-// As ldmatrix_x4, each matrix transposed: lane l receives elements (2 (l % 4) + {0, 1}, l / 4).
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr));
-}
-
-// d += a (16 x 16, row) * b (16 x 8, col), fp32 accumulators. With g = lane / 4, t = lane % 4:
-// a[0] = A(g, 2t..2t+1), a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..), a[3] = A(g+8, 2t+8..);
-// b[0] = B(2t..2t+1, g), b[1] = B(2t+8.., g); d[0..1] = D(g, 2t..2t+1), d[2..3] = D(g+8, 2t..).
-template <typename T>
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 operands");
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a shared tile of kChunksPerRow chunks
-// per row, stored swizzled: the low 3 bits of the chunk index XORed with row % 8.
-template <int kChunksPerRow>
-__host__ __device__ __forceinline__ constexpr uint32_t swizzle_chunk_offset(int row, int chunk) {
-  static_assert(kChunksPerRow % 8 == 0, "rows of whole 128-byte groups of 8 chunks");
-  return static_cast<uint32_t>((row * kChunksPerRow + (chunk ^ (row & 7))) * 16);
-}
 
 // ---- rung 8 ----
 

@@ -1,0 +1,85 @@
+// Attention forward (exact softmax attention). Ladder: kernels/attention/, doc:
+// docs/ladder/attention.md.
+//
+// Rungs (rung 0 is torch SDPA / cuDNN, measured in the benchmarks only):
+//   1 naive: S = Q K^T materialised in global memory, softmax, O = P V      (O(N^2) memory)
+//   2 FlashAttention-1: tiled, online softmax, CUDA cores, FA1 loop order
+//     (outer loop over K/V blocks, inner over Q blocks; O, m, l kept in global memory)
+//   3 FlashAttention-2: a CTA per (Q block, head, batch), Q in registers, K/V streamed by
+//     cp.async, mma.sync m16n8k16 + ldmatrix, P in registers, exp2 softmax (top)
+// All rungs take every feature below; they differ only in how fast.
+//
+// The maths, per batch b, query head h (its KV head h / (nheads / nheads_kv)), query row i,
+// key column j, with sq / sk the sequence lengths of batch b:
+//   s_ij = scale * q_i . k_j                          (scale: softmax_scale, default 1/sqrt(d))
+//   s_ij = softcap * tanh(s_ij / softcap)             (softcap > 0 only)
+//   s_ij = s_ij - slope_h * |i + sk - sq - j|         (ALiBi slopes given only)
+//   s_ij = -inf where key j is masked for row i: with the diagonal aligned bottom-right
+//          (d = i + sk - sq), key j is kept iff  j >= d - window_left  (window_left >= 0)
+//          and  j <= d + window_right  (window_right >= 0); -1 means unbounded; causal is
+//          window_right = 0 (flash-attn >= 2.1 semantics).
+//   lse_i = log(sum_j exp(s_ij)),  o_i = sum_j exp(s_ij - lse_i) v_j
+// computed with fp32 accumulation and rounded once to the output dtype. A row whose keys are
+// all masked (or sk = 0) gives o_i = 0 and lse_i = -inf, never NaN.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "flashlab/tensor.h"
+
+namespace flashlab {
+
+inline constexpr int kAttnFwdRungs = 3;
+
+// Head dims every rung takes.
+inline constexpr int kAttnHeadDims[] = {32, 64, 96, 128, 192, 256};
+
+struct AttnFwdOptions {
+  // <= 0 or NaN: 1 / sqrt(headdim). Otherwise a finite value > 0.
+  float softmax_scale = 0.f;
+  bool causal = false;
+  // Sliding window in keys left / right of the (bottom-right aligned) diagonal; -1: unbounded.
+  // With causal = true, window_right is taken as 0 whatever is given (as flash-attn does).
+  int64_t window_left = -1, window_right = -1;
+  // > 0: softcapping (s = softcap * tanh(s / softcap)); 0: none. Finite, >= 0.
+  float softcap = 0.f;
+  // Optional fp32 ALiBi slopes, (nheads,) or (batch, nheads), contiguous.
+  const TensorView* alibi_slopes = nullptr;
+  // Variable-length batches: both given or neither. int32, (batch + 1,), contiguous,
+  // cu_seqlens[0] = 0, non-decreasing; q/k/v/out are then packed (total, nheads, headdim) and
+  // batch b's rows are [cu_seqlens[b], cu_seqlens[b + 1]). max_seqlen_q / max_seqlen_k must be
+  // >= every batch's length (they size the grid; the kernels read the true lengths).
+  const TensorView* cu_seqlens_q = nullptr;
+  const TensorView* cu_seqlens_k = nullptr;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  // Optional output: fp32 log-sum-exp of each row's scores, (batch, nheads, seqlen_q)
+  // (contiguous), or (nheads, total_q) for varlen. -inf for fully masked rows.
+  const TensorView* softmax_lse = nullptr;
+  // Optional output, for tests (flash-attn's return_attn_probs): the normalised probabilities
+  // exp(s_ij - lse_i), dtype of q, (batch, nheads, seqlen_q, seqlen_k) contiguous, or
+  // (batch, nheads, max_seqlen_q, max_seqlen_k) for varlen (entries past a batch's lengths are
+  // written 0). Computed by a separate pass from the lse (needs softmax_lse too).
+  const TensorView* attn_probs = nullptr;
+};
+
+// q: (batch, seqlen_q, nheads, headdim), k, v: (batch, seqlen_k, nheads_kv, headdim), out: like
+// q; or, varlen, q/out: (total_q, nheads, headdim), k/v: (total_k, nheads_kv, headdim).
+// fp16 or bf16 (all four the same), on one CUDA device; any batch/row/head strides with a unit
+// stride in the head dim; 16-byte aligned pointers and strides (multiples of 8 elements).
+// headdim one of kAttnHeadDims; nheads a multiple of nheads_kv (GQA/MQA); seqlen_q,
+// seqlen_k >= 1 (fixed length); out must not overlap q, k or v.
+// Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid arguments.
+void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                   cudaStream_t stream = nullptr, int rung = kAttnFwdRungs, const AttnFwdOptions& options = {});
+
+// Bytes of device workspace a rung needs for these shapes (rung 1: the fp32 S/P matrix; rung 2:
+// the fp32 output accumulator and the running max and sum of every row; rung 3: none).
+// attention_fwd allocates it itself (stream-ordered, on `stream`); exposed for the memory
+// comparison of the ladder. For varlen, seqlen_q / seqlen_k are the totals (rung 1: the sum
+// over batches of seqlen_q x seqlen_k is at most total_q x max_seqlen_k).
+int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
+                                      int64_t headdim);
+
+}  // namespace flashlab

@@ -1,0 +1,82 @@
+// Pieces every attention forward rung shares: where a batch's rows are (fixed length or
+// varlen), the score of a (row, key) pair (scale, softcap, ALiBi, mask), and the range of keys
+// a block of rows can see (so that fully masked blocks are skipped, not computed).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/params.h"
+#include "kernels/common/hd.h"
+
+namespace flashlab::kernels {
+
+// Batch b's sequences: its rows of q start at packed row q_row0 (varlen) or at b's batch
+// stride (fixed); sq / sk its lengths (0 possible for varlen).
+struct AttnBatch {
+  int64_t q_row0, k_row0;  // first packed row (varlen), 0 otherwise
+  int sq, sk;
+};
+
+__device__ __forceinline__ AttnBatch attn_batch(const AttnFwdParams& p, int b) {
+  if (p.cu_seqlens_q != nullptr) {
+    const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    return {q0, k0, p.cu_seqlens_q[b + 1] - q0, p.cu_seqlens_k[b + 1] - k0};
+  }
+  return {0, 0, p.seqlen_q, p.seqlen_k};
+}
+
+// Element offset of (batch b, row i, head h) in a tensor with these strides: packed rows
+// (row0 + i) for varlen, b * batch_stride + i * row_stride otherwise.
+__device__ __forceinline__ int64_t attn_offset(const AttnFwdParams& p, int b, int64_t row0, int64_t i, int h,
+                                               int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+  const int64_t batch_part = p.cu_seqlens_q != nullptr ? row0 * row_stride : b * batch_stride;
+  return batch_part + i * row_stride + h * head_stride;
+}
+
+// Everything that turns q.k into the logit s_ij for one (batch, head): see attention.h.
+struct AttnScoreMod {
+  float scale;    // softmax scale
+  float softcap;  // > 0: softcap * tanh(s / softcap)
+  float slope;    // ALiBi slope of this (batch, head), 0 when none
+  int diag;       // sk - sq: row i's diagonal key is i + diag
+  int window_left, window_right;  // -1: unbounded
+};
+
+__device__ __forceinline__ AttnScoreMod attn_score_mod(const AttnFwdParams& p, int b, int h, const AttnBatch& s) {
+  const float slope = p.alibi_slopes != nullptr ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
+  return {p.scale, p.softcap, slope, s.sk - s.sq, p.window_left, p.window_right};
+}
+
+// Key j visible to row i (bottom-right aligned diagonal, sliding window; causal is right = 0).
+FLASHLAB_HD inline bool attn_visible(int i, int j, int diag, int window_left, int window_right) {
+  const int d = i + diag;
+  return (window_left < 0 || j >= d - window_left) && (window_right < 0 || j <= d + window_right);
+}
+
+// The logit of raw dot product `dot` for row i, key j (natural-log units), -inf when masked.
+__device__ __forceinline__ float attn_logit(float dot, int i, int j, const AttnScoreMod& m) {
+  if (!attn_visible(i, j, m.diag, m.window_left, m.window_right)) return -INFINITY;
+  float s = dot * m.scale;
+  if (m.softcap > 0.f) s = m.softcap * tanhf(s / m.softcap);
+  if (m.slope != 0.f) s -= m.slope * fabsf(static_cast<float>(i + m.diag - j));
+  return s;
+}
+
+// Keys [lo, hi) that any row of [row_lo, row_hi) can see, clipped to [0, sk); empty (lo >= hi)
+// when none. Blocks of keys outside it are fully masked for the whole row block.
+struct AttnKeyRange {
+  int lo, hi;
+};
+FLASHLAB_HD inline AttnKeyRange attn_key_range(int row_lo, int row_hi, int sk, int diag, int window_left,
+                                               int window_right) {
+  int lo = 0, hi = sk;
+  if (window_left >= 0) lo = row_lo + diag - window_left > 0 ? row_lo + diag - window_left : 0;
+  if (window_right >= 0) {
+    const int last = row_hi - 1 + diag + window_right;  // last key of the last row
+    hi = last + 1 < sk ? last + 1 : sk;
+  }
+  return {lo, hi};
+}
+
+}  // namespace flashlab::kernels

@@ -1,0 +1,42 @@
+// Parameters of the attention forward rungs (include/flashlab/attention.h has the maths). Host
+// and device both include this.
+#pragma once
+
+#include <cstdint>
+
+namespace flashlab {
+
+struct AttnFwdParams {
+  // q: (batch, seqlen_q, nheads, d) or packed (total_q, nheads, d); k, v: with nheads_kv; o: like
+  // q. Element strides; the head dim is contiguous. For packed (varlen) tensors the batch
+  // stride is unused: batch b starts at row cu_seqlens[b].
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  // Optional fp32 log-sum-exp out: element (b, h, i) at lse[b * lse_batch_stride + h *
+  // lse_head_stride + i]; varlen: (nheads, total_q), batch stride 0 and i the packed row.
+  float* lse;
+  int64_t lse_batch_stride, lse_head_stride;
+  // Varlen: int32 (batch + 1,) row offsets, or nullptr for fixed lengths seqlen_q / seqlen_k.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  int batch, nheads, nheads_kv, headdim;
+  int seqlen_q, seqlen_k;  // fixed lengths, or the max over batches (varlen)
+  float scale;             // softmax scale (already resolved)
+  float softcap;           // > 0: s = softcap * tanh(s / softcap); 0: none
+  // Mask, relative to the bottom-right aligned diagonal of each batch: key j is visible to row
+  // i iff j >= i + sk - sq - window_left (window_left >= 0) and j <= i + sk - sq + window_right
+  // (window_right >= 0); -1: unbounded. Causal is window_right = 0 (set by the host).
+  int window_left, window_right;
+  // Optional fp32 ALiBi slopes: slope of (b, h) at alibi_slopes[b * alibi_batch_stride + h]
+  // (stride 0 for (nheads,) slopes). Adds -slope * |i + sk - sq - j| to s_ij.
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
+};
+
+}  // namespace flashlab

@@ -1,0 +1,41 @@
+// The attention probabilities P = exp(s - lse) for tests (flash-attn's return_attn_probs), from
+// the lse a rung wrote: a separate pass that recomputes each score (attn_logit, as rung 1), so
+// that the rungs themselves never store an N x N matrix.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/common.cuh"
+#include "kernels/attention/params.h"
+#include "kernels/common/dtype.cuh"
+
+namespace flashlab::kernels {
+
+// probs: (batch, nheads, max_sq, max_sk) in T, every entry written (0 past a batch's lengths,
+// where masked, and on fully masked rows). Grid (ceil(max_sk / 32) * ceil(max_sq / 8), nheads,
+// batch), block (32, 8).
+template <typename T>
+__global__ void attn_probs_kernel(const __grid_constant__ AttnFwdParams p, T* probs) {
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int blocks_j = (p.seqlen_k + 31) / 32;
+  const int j = (blockIdx.x % blocks_j) * 32 + threadIdx.x, i = (blockIdx.x / blocks_j) * 8 + threadIdx.y;
+  if (i >= p.seqlen_q || j >= p.seqlen_k) return;
+  const AttnBatch sb = attn_batch(p, b);
+  float value = 0.f;
+  if (i < sb.sq && j < sb.sk) {
+    const int64_t at = p.cu_seqlens_q != nullptr ? h * p.lse_head_stride + sb.q_row0 + i
+                                                 : b * p.lse_batch_stride + h * p.lse_head_stride + i;
+    const float lse = p.lse[at];
+    const int hk = h / (p.nheads / p.nheads_kv);
+    const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, i, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+    const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, j, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+    float dot = 0.f;
+    for (int c = 0; c < p.headdim; ++c) dot += to_float(q[c]) * to_float(k[c]);
+    const float s = attn_logit(dot, i, j, attn_score_mod(p, b, h, sb));
+    value = lse == -INFINITY || s == -INFINITY ? 0.f : expf(s - lse);
+  }
+  probs[((static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i) * p.seqlen_k + j] = from_float<T>(value);
+}
+
+}  // namespace flashlab::kernels

@@ -1,0 +1,253 @@
+// Host side of the attention forward ladder: validation (every argument, before anything is
+// launched), then dispatch to a rung.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <vector>
+
+#include "flashlab/attention.h"
+#include "flashlab/validate.h"
+#include "kernels/attention/01_naive.cuh"
+#include "kernels/attention/probs.cuh"
+#include "src/core/launch.h"
+#include "src/attention_launch.h"
+#include "src/core/static_switch.h"
+
+namespace flashlab {
+
+namespace {
+
+constexpr const char* kOp = "attention_fwd";
+constexpr int64_t kMaxGridYZ = 65535;  // nheads and batch are grid dims
+
+bool head_dim_supported(int64_t d) {
+  return std::find(std::begin(kAttnHeadDims), std::end(kAttnHeadDims), d) != std::end(kAttnHeadDims);
+}
+
+std::string head_dims_str() {
+  std::string s;
+  for (int d : kAttnHeadDims) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return s;
+}
+
+// Reads a small int32 device vector (cu_seqlens) on `stream` and waits for it: the values are
+// validated on the host before any launch.
+std::vector<int> read_int32(const TensorView& t, cudaStream_t stream) {
+  std::vector<int> h(static_cast<size_t>(t.shape[0]));
+  FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(h.data(), t.data, h.size() * sizeof(int), cudaMemcpyDeviceToHost, stream));
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return h;
+}
+
+// cu_seqlens (host-side checks): int32 (batch + 1,), contiguous, on q's device.
+void check_cu_seqlens_tensor(const check::Arg& cu, const check::Arg& ref, int64_t batch) {
+  check::cuda(cu);
+  check::same_device(cu, ref);
+  check::dtype_in(cu, {DType::kI32});
+  check::ndim(cu, 1);
+  check::contiguous(cu);
+  check::shape(cu, {batch + 1});
+}
+
+// cu_seqlens values (read from the device, so checked last): cu[0] = 0, non-decreasing,
+// cu[batch] = the packed rows of `ref`, every length <= max_len.
+void check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_t batch, int64_t total, int64_t max_len,
+                             const char* max_name, cudaStream_t stream) {
+  detail::DeviceGuard guard(cu.t.device.index);
+  const std::vector<int> v = read_int32(cu.t, stream);
+  if (v[0] != 0) check::fail(cu, "cu_seqlens[0] = 0", detail::concat("cu_seqlens[0] = ", v[0]));
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (v[b + 1] < v[b])
+      check::fail(cu, "non-decreasing values", detail::concat("cu_seqlens[", b + 1, "] = ", v[b + 1], " < cu_seqlens[", b, "] = ", v[b]));
+    longest = std::max<int64_t>(longest, v[b + 1] - v[b]);
+  }
+  if (v[batch] != total)
+    check::fail(cu, detail::concat("cu_seqlens[", batch, "] = ", total, " (the packed rows of '", ref.name, "')"),
+                detail::concat(v[batch]));
+  FLASHLAB_CHECK(longest <= max_len, kOp, ": argument '", max_name, "': expected >= the longest sequence (", longest,
+                 "), got ", max_len);
+}
+
+// Every check of attention_fwd(); throws flashlab::Error on the first that fails, else the kernel
+// parameters (window and scale resolved).
+AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                               int rung, const AttnFwdOptions& opt, cudaStream_t stream) {
+  const check::Arg Q{kOp, "q", q}, K{kOp, "k", k}, V{kOp, "v", v}, O{kOp, "out", out};
+  check::rung(kOp, rung, kAttnFwdRungs);
+  const bool varlen = opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr;
+  FLASHLAB_CHECK(!varlen || (opt.cu_seqlens_q != nullptr && opt.cu_seqlens_k != nullptr), kOp,
+                 ": arguments 'cu_seqlens_q' and 'cu_seqlens_k': expected both or neither, got only '",
+                 opt.cu_seqlens_q != nullptr ? "cu_seqlens_q" : "cu_seqlens_k", "'");
+  const int rank = varlen ? 3 : 4;
+  for (const check::Arg* x : {&Q, &K, &V, &O}) {
+    check::cuda(*x);
+    check::ndim(*x, rank);
+    check::last_dim_contiguous(*x);
+  }
+  for (const check::Arg* x : {&K, &V, &O}) check::same_device(*x, Q);
+  check::dtype_in(Q, {DType::kF16, DType::kBF16});
+  for (const check::Arg* x : {&K, &V, &O}) check::dtype_eq(*x, Q);
+  const int hd = rank - 1, hh = rank - 2;  // dims of headdim and heads
+  const int64_t d = q.shape[hd], nheads = q.shape[hh], nheads_kv = k.shape[hh];
+  if (!head_dim_supported(d)) check::fail(Q, detail::concat("head dim (last dim) one of ", head_dims_str()), detail::concat(d));
+  if (k.shape[hd] != d) check::fail(K, detail::concat("head dim ", d, " (as 'q')"), detail::concat(k.shape[hd]));
+  check::shape_eq(V, K);
+  check::shape_eq(O, Q);
+  if (nheads_kv < 1 || nheads % nheads_kv != 0)
+    check::fail(K, detail::concat("a number of heads that divides q's ", nheads, " (GQA/MQA)"), detail::concat(nheads_kv));
+  FLASHLAB_CHECK(nheads <= kMaxGridYZ, kOp, ": argument 'q': expected at most ", kMaxGridYZ, " heads, got ", nheads);
+  // 16-byte aligned rows for the cp.async copies of rung 3 (all rungs take the same inputs).
+  for (const check::Arg* x : {&Q, &K, &V, &O}) {
+    check::aligned(*x, 16);
+    for (int dim = 0; dim < hd; ++dim)
+      if (x->t.shape[dim] > 1 && x->t.strides[dim] % 8 != 0)
+        check::fail(*x, "strides that are multiples of 8 elements (16-byte aligned rows)",
+                    detail::concat("strides ", shape_str(x->t.strides)));
+  }
+  for (const check::Arg* x : {&Q, &K, &V}) check::no_overlap(O, *x);
+
+  AttnFwdParams p{};
+  p.q = q.data, p.k = k.data, p.v = v.data, p.o = out.data;
+  int64_t batch, max_sq, max_sk;
+  if (varlen) {
+    const check::Arg CQ{kOp, "cu_seqlens_q", *opt.cu_seqlens_q}, CK{kOp, "cu_seqlens_k", *opt.cu_seqlens_k};
+    check::cuda(CQ);
+    FLASHLAB_CHECK(opt.cu_seqlens_q->ndim() == 1 && opt.cu_seqlens_q->shape[0] >= 2, kOp,
+                   ": argument 'cu_seqlens_q': expected shape [batch + 1] with batch >= 1, got ",
+                   shape_str(opt.cu_seqlens_q->shape));
+    batch = opt.cu_seqlens_q->shape[0] - 1;
+    FLASHLAB_CHECK(batch <= kMaxGridYZ, kOp, ": argument 'cu_seqlens_q': expected at most ", kMaxGridYZ, " sequences, got ", batch);
+    FLASHLAB_CHECK(opt.max_seqlen_q >= 0 && opt.max_seqlen_q <= INT_MAX / 2, kOp,
+                   ": argument 'max_seqlen_q': expected 0 .. 2^30 - 1, got ", opt.max_seqlen_q);
+    FLASHLAB_CHECK(opt.max_seqlen_k >= 0 && opt.max_seqlen_k <= INT_MAX / 2, kOp,
+                   ": argument 'max_seqlen_k': expected 0 .. 2^30 - 1, got ", opt.max_seqlen_k);
+    check_cu_seqlens_tensor(CQ, Q, batch);
+    check_cu_seqlens_tensor(CK, K, batch);
+    FLASHLAB_CHECK(q.shape[0] <= INT_MAX && k.shape[0] <= INT_MAX, kOp, ": arguments 'q', 'k': expected at most 2^31 - 1 packed rows");
+    max_sq = opt.max_seqlen_q, max_sk = opt.max_seqlen_k;
+    p.cu_seqlens_q = static_cast<const int*>(opt.cu_seqlens_q->data);
+    p.cu_seqlens_k = static_cast<const int*>(opt.cu_seqlens_k->data);
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+    p.q_row_stride = q.strides[0], p.q_head_stride = q.strides[1];
+    p.k_row_stride = k.strides[0], p.k_head_stride = k.strides[1];
+    p.v_row_stride = v.strides[0], p.v_head_stride = v.strides[1];
+    p.o_row_stride = out.strides[0], p.o_head_stride = out.strides[1];
+  } else {
+    for (const check::Arg* x : {&Q, &K}) check::nonempty(*x);
+    batch = q.shape[0], max_sq = q.shape[1], max_sk = k.shape[1];
+    if (k.shape[0] != batch) check::fail(K, detail::concat("batch ", batch, " (as 'q')"), detail::concat(k.shape[0]));
+    FLASHLAB_CHECK(batch <= kMaxGridYZ, kOp, ": argument 'q': expected batch <= ", kMaxGridYZ, ", got ", batch);
+    FLASHLAB_CHECK(max_sq <= INT_MAX / 2 && max_sk <= INT_MAX / 2, kOp,
+                   ": arguments 'q', 'k': expected sequence lengths < 2^30, got ", max_sq, " and ", max_sk);
+    p.q_batch_stride = q.strides[0], p.q_row_stride = q.strides[1], p.q_head_stride = q.strides[2];
+    p.k_batch_stride = k.strides[0], p.k_row_stride = k.strides[1], p.k_head_stride = k.strides[2];
+    p.v_batch_stride = v.strides[0], p.v_row_stride = v.strides[1], p.v_head_stride = v.strides[2];
+    p.o_batch_stride = out.strides[0], p.o_row_stride = out.strides[1], p.o_head_stride = out.strides[2];
+  }
+  p.batch = static_cast<int>(batch), p.nheads = static_cast<int>(nheads), p.nheads_kv = static_cast<int>(nheads_kv);
+  p.headdim = static_cast<int>(d), p.seqlen_q = static_cast<int>(max_sq), p.seqlen_k = static_cast<int>(max_sk);
+
+  // Scalars.
+  const float scale = opt.softmax_scale;
+  FLASHLAB_CHECK(std::isnan(scale) || (std::isfinite(scale)), kOp, ": argument 'softmax_scale': expected a finite value, got ", scale);
+  p.scale = std::isnan(scale) || scale <= 0.f ? 1.f / std::sqrt(static_cast<float>(d)) : scale;
+  FLASHLAB_CHECK(std::isfinite(opt.softcap) && opt.softcap >= 0.f, kOp, ": argument 'softcap': expected a finite value >= 0, got ", opt.softcap);
+  p.softcap = opt.softcap;
+  FLASHLAB_CHECK(opt.window_left >= -1, kOp, ": argument 'window_left': expected >= -1 (-1: unbounded), got ", opt.window_left);
+  FLASHLAB_CHECK(opt.window_right >= -1, kOp, ": argument 'window_right': expected >= -1 (-1: unbounded), got ", opt.window_right);
+  // A window past both sequence lengths is unbounded (and keeps the kernels' int arithmetic small).
+  const auto window = [&](int64_t w) { return w > max_sq + max_sk ? -1 : static_cast<int>(w); };
+  p.window_left = window(opt.window_left);
+  p.window_right = opt.causal ? 0 : window(opt.window_right);
+
+  if (opt.alibi_slopes != nullptr) {
+    const check::Arg A{kOp, "alibi_slopes", *opt.alibi_slopes};
+    check::cuda(A);
+    check::same_device(A, Q);
+    check::dtype_in(A, {DType::kF32});
+    check::contiguous(A);
+    const auto& s = opt.alibi_slopes->shape;
+    if (!((s.size() == 1 && s[0] == nheads) || (s.size() == 2 && s[0] == batch && s[1] == nheads)))
+      check::fail(A, detail::concat("shape [", nheads, "] or [", batch, ", ", nheads, "]"), shape_str(s));
+    p.alibi_slopes = static_cast<const float*>(opt.alibi_slopes->data);
+    p.alibi_batch_stride = s.size() == 2 ? nheads : 0;
+  }
+  if (opt.softmax_lse != nullptr) {
+    const check::Arg L{kOp, "softmax_lse", *opt.softmax_lse};
+    check::cuda(L);
+    check::same_device(L, Q);
+    check::dtype_in(L, {DType::kF32});
+    check::contiguous(L);
+    if (varlen) check::shape(L, {nheads, q.shape[0]});
+    else check::shape(L, {batch, nheads, max_sq});
+    for (const check::Arg* x : {&Q, &K, &V, &O}) check::no_overlap(L, *x);
+    p.lse = static_cast<float*>(opt.softmax_lse->data);
+    p.lse_batch_stride = varlen ? 0 : nheads * max_sq;
+    p.lse_head_stride = varlen ? q.shape[0] : max_sq;
+  }
+  if (opt.attn_probs != nullptr) {
+    const check::Arg P{kOp, "attn_probs", *opt.attn_probs};
+    FLASHLAB_CHECK(opt.softmax_lse != nullptr, kOp,
+                   ": argument 'attn_probs': expected together with 'softmax_lse' (P is computed from it), got no softmax_lse");
+    check::cuda(P);
+    check::same_device(P, Q);
+    check::dtype_eq(P, Q);
+    check::contiguous(P);
+    check::shape(P, {batch, nheads, max_sq, max_sk});
+    for (const check::Arg* x : {&Q, &K, &V, &O}) check::no_overlap(P, *x);
+    check::no_overlap(P, check::Arg{kOp, "softmax_lse", *opt.softmax_lse});
+  }
+  if (varlen) {  // last: the only checks that read device memory
+    check_cu_seqlens_values(check::Arg{kOp, "cu_seqlens_q", *opt.cu_seqlens_q}, Q, batch, q.shape[0], max_sq, "max_seqlen_q", stream);
+    check_cu_seqlens_values(check::Arg{kOp, "cu_seqlens_k", *opt.cu_seqlens_k}, K, batch, k.shape[0], max_sk, "max_seqlen_k", stream);
+  }
+  return p;
+}
+
+template <typename T>
+void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t stream) {
+  const int64_t max_sq = p.seqlen_q;
+  if (rung == 1) {
+    auto* s = static_cast<float*>(detail::workspace(stream, attention_fwd_workspace_bytes(1, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim)));
+    const dim3 tile(32, 8);
+    const dim3 scores_grid(static_cast<unsigned>(detail::ceil_div(p.seqlen_k, 32) * detail::ceil_div(max_sq, 8)), p.nheads, p.batch);
+    FLASHLAB_LAUNCH(kernels::attn_naive_scores_kernel<T>, scores_grid, tile, 0, stream, p, s);
+    const dim3 rows_grid(static_cast<unsigned>(detail::ceil_div(max_sq, 128)), p.nheads, p.batch);
+    FLASHLAB_LAUNCH(kernels::attn_naive_softmax_kernel, rows_grid, 128, 0, stream, p, s);
+    const dim3 pv_grid(static_cast<unsigned>(detail::ceil_div(p.headdim, 32) * detail::ceil_div(max_sq, 8)), p.nheads, p.batch);
+    FLASHLAB_LAUNCH(kernels::attn_naive_pv_kernel<T>, pv_grid, tile, 0, stream, p, s);
+    return;
+  }
+  if (rung == 2) {
+    void* ws = detail::workspace(stream, attention_fwd_workspace_bytes(2, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim));
+    detail::launch_attn_flash1(p, dtype, ws, stream);
+    return;
+  }
+  detail::launch_attn_flash2(p, dtype, stream);
+}
+
+}  // namespace
+
+int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
+                                      int64_t headdim) {
+  if (rung == 1) return batch * nheads * seqlen_q * seqlen_k * static_cast<int64_t>(sizeof(float));
+  if (rung == 2) return batch * nheads * seqlen_q * (headdim + 2) * static_cast<int64_t>(sizeof(float));
+  return 0;
+}
+
+void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                   cudaStream_t stream, int rung, const AttnFwdOptions& options) {
+  const AttnFwdParams p = validated_params(q, k, v, out, rung, options, stream);
+  detail::DeviceGuard guard(q.device.index);
+  if (p.seqlen_q == 0) return;  // varlen with no query rows: nothing to write
+  HALF_DTYPE_SWITCH(q.dtype, T, [&] {
+    launch_rung<T>(p, q.dtype, rung, stream);
+    if (options.attn_probs != nullptr && p.seqlen_k > 0) {
+      const dim3 grid(static_cast<unsigned>(detail::ceil_div(p.seqlen_k, 32) * detail::ceil_div(p.seqlen_q, 8)), p.nheads, p.batch);
+      FLASHLAB_LAUNCH(kernels::attn_probs_kernel<T>, grid, dim3(32, 8), 0, stream, p, static_cast<T*>(options.attn_probs->data));
+    }
+  });
+}
+
+}  // namespace flashlab

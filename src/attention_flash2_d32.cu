@@ -1,0 +1,4 @@
+// Rung 3 (FlashAttention-2) for head dim 32.
+#include "src/attention_flash2_hdim.cuh"
+
+template void flashlab::detail::launch_attn_flash2_hdim<32>(const flashlab::AttnFwdParams&, flashlab::DType, cudaStream_t);

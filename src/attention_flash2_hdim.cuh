@@ -1,0 +1,23 @@
+// Body of launch_attn_flash2_hdim<kHeadDim>, included by one src/attention_flash2_d<D>.cu per
+// head dim.
+#pragma once
+
+#include "kernels/attention/03_flash2.cuh"
+#include "src/attention_launch.h"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+
+namespace flashlab::detail {
+
+template <int kHeadDim>
+void launch_attn_flash2_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  using Tr = kernels::Flash2Traits<kHeadDim>;
+  HALF_DTYPE_SWITCH(dtype, T, [&] {
+    const auto kernel = kernels::attn_flash2_kernel<T, kHeadDim>;
+    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, Tr::kBlockM)), p.nheads, p.batch);
+    FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+  });
+}
+
+}  // namespace flashlab::detail

@@ -1,0 +1,37 @@
+// Internal: the attention forward host's launchers, one file per rung (rung 3 one per head dim)
+// so that they compile in parallel; src/attention.cu validates and dispatches. Arguments are
+// already validated.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "flashlab/error.h"
+#include "flashlab/tensor.h"
+#include "kernels/attention/params.h"
+
+// Head dims 32, 64, 96, 128, 192, 256 (kAttnHeadDims) as a compile-time kHeadDim.
+#define HEADDIM_SWITCH(D, NAME, ...)                                                                     \
+  [&] {                                                                                                  \
+    switch (D) {                                                                                         \
+      case 32: { constexpr int NAME = 32; return __VA_ARGS__(); }                                       \
+      case 64: { constexpr int NAME = 64; return __VA_ARGS__(); }                                       \
+      case 96: { constexpr int NAME = 96; return __VA_ARGS__(); }                                       \
+      case 128: { constexpr int NAME = 128; return __VA_ARGS__(); }                                     \
+      case 192: { constexpr int NAME = 192; return __VA_ARGS__(); }                                     \
+      case 256: { constexpr int NAME = 256; return __VA_ARGS__(); }                                     \
+      default: throw ::flashlab::Error(::flashlab::detail::concat("HEADDIM_SWITCH: unsupported head dim ", D)); \
+    }                                                                                                    \
+  }()
+
+namespace flashlab::detail {
+
+// Rung 2 (src/attention_flash1.cu): init, the FA1 kernel, finish; `workspace` of
+// attention_fwd_workspace_bytes(2, ...) bytes.
+void launch_attn_flash1(const AttnFwdParams& p, DType dtype, void* workspace, cudaStream_t stream);
+
+// Rung 3 (src/attention_flash2.cu dispatches to src/attention_flash2_d<D>.cu).
+void launch_attn_flash2(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
+template <int kHeadDim>
+void launch_attn_flash2_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
+
+}  // namespace flashlab::detail

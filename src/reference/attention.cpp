@@ -1,0 +1,110 @@
+#include "src/reference/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace flashlab::reference {
+
+namespace {
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("reference::attention_fwd: " + what);
+}
+
+// Checks cu_seqlens (batch + 1, starts at 0, non-decreasing); returns the longest length.
+int64_t check_cu_seqlens(const std::vector<int64_t>& cu, int64_t batch, const char* name) {
+  check(static_cast<int64_t>(cu.size()) == batch + 1, std::string(name) + " must have batch + 1 entries");
+  check(cu[0] == 0, std::string(name) + "[0] must be 0");
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    check(cu[b + 1] >= cu[b], std::string(name) + " must be non-decreasing");
+    longest = std::max(longest, cu[b + 1] - cu[b]);
+  }
+  return longest;
+}
+
+}  // namespace
+
+bool attention_key_visible(int64_t i, int64_t j, int64_t sq, int64_t sk, bool causal, int64_t window_left,
+                           int64_t window_right) {
+  if (causal) window_right = 0;
+  const int64_t d = i + sk - sq;  // the key on row i's diagonal
+  if (window_left >= 0 && j < d - window_left) return false;
+  if (window_right >= 0 && j > d + window_right) return false;
+  return true;
+}
+
+AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                            const AttnRefArgs& a, bool want_probs) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  check(a.batch >= 1 && a.nheads >= 1 && a.nheads_kv >= 1 && a.headdim >= 1,
+        "batch, nheads, nheads_kv, headdim must be >= 1");
+  check(a.nheads % a.nheads_kv == 0, "nheads must be a multiple of nheads_kv");
+  const int64_t max_sq = check_cu_seqlens(a.cu_seqlens_q, a.batch, "cu_seqlens_q");
+  const int64_t max_sk = check_cu_seqlens(a.cu_seqlens_k, a.batch, "cu_seqlens_k");
+  const int64_t total_q = a.cu_seqlens_q[a.batch], total_k = a.cu_seqlens_k[a.batch];
+  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim;
+  check(static_cast<int64_t>(q.size()) == total_q * H * D, "q must hold total_q * nheads * headdim values");
+  check(static_cast<int64_t>(k.size()) == total_k * Hkv * D, "k must hold total_k * nheads_kv * headdim values");
+  check(static_cast<int64_t>(v.size()) == total_k * Hkv * D, "v must hold total_k * nheads_kv * headdim values");
+  check(std::isfinite(a.scale), "scale must be finite");
+  check(std::isfinite(a.softcap) && a.softcap >= 0.0, "softcap must be finite and >= 0");
+  check(a.window_left >= -1 && a.window_right >= -1, "window_left / window_right must be >= -1");
+  const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
+  check(n_slopes == 0 || n_slopes == H || n_slopes == a.batch * H,
+        "alibi_slopes must be empty, (nheads) or (batch * nheads)");
+
+  AttnRefResult r;
+  r.out.assign(static_cast<size_t>(total_q * H * D), 0.0);
+  r.lse.assign(static_cast<size_t>(H * total_q), -kInf);
+  if (want_probs) r.probs.assign(static_cast<size_t>(a.batch * H * max_sq * max_sk), 0.0);
+
+  const int64_t group = H / Hkv;
+  std::vector<double> s(static_cast<size_t>(max_sk));  // (sk) scores of one row
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
+    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / group;
+      const double slope = n_slopes == 0 ? 0.0 : n_slopes == H ? a.alibi_slopes[h] : a.alibi_slopes[b * H + h];
+      for (int64_t i = 0; i < sq; ++i) {
+        const double* qi = &q[((q0 + i) * H + h) * D];  // (D)
+        double m = -kInf;
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) {
+            s[j] = -kInf;
+            continue;
+          }
+          const double* kj = &k[((k0 + j) * Hkv + hk) * D];  // (D)
+          double dot = 0.0;
+          for (int64_t c = 0; c < D; ++c) dot += qi[c] * kj[c];
+          double x = a.scale * dot;
+          if (a.softcap > 0.0) x = a.softcap * std::tanh(x / a.softcap);
+          if (n_slopes != 0) x -= slope * static_cast<double>(std::llabs(i + sk - sq - j));
+          s[j] = x;
+          m = std::max(m, x);
+        }
+        if (m == -kInf) continue;  // no visible key (or sk = 0): out 0, lse -inf, probs 0
+        double l = 0.0;
+        for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);  // exp(-inf) = 0 for masked keys
+        const double lse = m + std::log(l);
+        r.lse[h * total_q + q0 + i] = lse;
+        double* oi = &r.out[((q0 + i) * H + h) * D];  // (D)
+        double* pi = want_probs ? &r.probs[((b * H + h) * max_sq + i) * max_sk] : nullptr;  // (max_sk)
+        for (int64_t j = 0; j < sk; ++j) {
+          if (s[j] == -kInf) continue;
+          const double p = std::exp(s[j] - lse);
+          if (pi) pi[j] = p;
+          const double* vj = &v[((k0 + j) * Hkv + hk) * D];  // (D)
+          for (int64_t c = 0; c < D; ++c) oi[c] += p * vj[c];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace flashlab::reference

@@ -1,0 +1,380 @@
+// attention_fwd, every rung, against the float64 reference (src/reference/attention.h) on fresh
+// random inputs, outputs (and lse) poisoned with NaN before each launch. Tolerance (DESIGN.md):
+// error <= 2x the error of the same computation done naively in the input dtype
+// (tests/common/attention_naive.h) + one unit roundoff of max |ref|. Fully masked rows must give
+// exactly 0 and an lse of exactly -inf.
+// Cases: every head dim and dtype; sequence lengths 1 .. 8192 with seqlen_q != seqlen_k both
+// ways; causal (bottom-right aligned), sliding windows, softcap, ALiBi ((nheads,) and (batch,
+// nheads) slopes), GQA/MQA, varlen batches (with empty sequences), their combinations; strided
+// layouts (padded heads, head-major memory); return_attn_probs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "flashlab/attention.h"
+#include "src/reference/attention.h"
+#include "tests/common/attention_naive.h"
+#include "tests/common/gpu_utils.h"
+#include "tests/common/test_utils.h"
+
+namespace flashlab {
+namespace {
+
+using namespace flashlab::testing;
+
+// Memory order of a fixed-length (batch, seq, heads, d) tensor: contiguous; heads padded by 8
+// elements; or head-major storage (batch, heads, seq, d) seen as (batch, seq, heads, d).
+enum class Layout { kContig, kPadded, kHeadMajor };
+
+struct Case {
+  int64_t batch = 1, h = 1, hk = 1, d = 64;
+  std::vector<int64_t> lq, lk;  // per-batch lengths (all equal unless varlen)
+  bool varlen = false, causal = false;
+  int64_t wl = -1, wr = -1;
+  float softcap = 0.f;
+  int alibi = 0;  // 0 none, 1 (nheads,), 2 (batch, nheads)
+  Layout layout = Layout::kContig;
+  double range = 2.0;  // inputs uniform in [-range, range]
+  bool probs = false;
+};
+
+Case fixed(int64_t batch, int64_t sq, int64_t sk, int64_t h, int64_t hk, int64_t d) {
+  Case c;
+  c.batch = batch, c.h = h, c.hk = hk, c.d = d;
+  c.lq.assign(batch, sq);
+  c.lk.assign(batch, sk);
+  return c;
+}
+
+::testing::Message describe(const Case& c, DType dt, int rung) {
+  ::testing::Message m;
+  m << dtype_name(dt) << " rung " << rung << " batch " << c.batch << " heads " << c.h << "/" << c.hk << " d " << c.d
+    << " lq";
+  for (int64_t x : c.lq) m << " " << x;
+  m << " lk";
+  for (int64_t x : c.lk) m << " " << x;
+  m << (c.varlen ? " varlen" : "") << (c.causal ? " causal" : "") << " window (" << c.wl << ", " << c.wr << ")";
+  if (c.softcap > 0) m << " softcap " << c.softcap;
+  if (c.alibi) m << " alibi " << c.alibi;
+  m << " layout " << static_cast<int>(c.layout);
+  return m;
+}
+
+// A device tensor of `rows` packed rows (total, heads, d) or fixed (batch, seq, heads, d) in the
+// case's layout: its view and the element offset of (batch b, packed row r = cu[b] + i, head,
+// column c).
+struct DevTensor {
+  std::vector<int64_t> shape, strides;
+  int64_t elems = 0;  // storage size in elements
+  int64_t offset(int64_t b, int64_t i, int64_t packed_row, int64_t head, int64_t c, bool varlen) const {
+    if (varlen) return packed_row * strides[0] + head * strides[1] + c;
+    return b * strides[0] + i * strides[1] + head * strides[2] + c;
+  }
+};
+
+DevTensor make_layout(const Case& c, int64_t total, int64_t seq, int64_t heads) {
+  DevTensor t;
+  const int64_t dp = c.layout == Layout::kPadded ? c.d + 8 : c.d;
+  if (c.varlen) {
+    t.shape = {total, heads, c.d};
+    t.strides = {heads * dp, dp, 1};
+    t.elems = total * heads * dp;
+  } else if (c.layout == Layout::kHeadMajor) {
+    t.shape = {c.batch, seq, heads, c.d};
+    t.strides = {heads * seq * c.d, c.d, seq * c.d, 1};
+    t.elems = c.batch * heads * seq * c.d;
+  } else {
+    t.shape = {c.batch, seq, heads, c.d};
+    t.strides = {seq * heads * dp, heads * dp, dp, 1};
+    t.elems = c.batch * seq * heads * dp;
+  }
+  return t;
+}
+
+std::vector<int64_t> prefix(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu{0};
+  for (int64_t x : lens) cu.push_back(cu.back() + x);
+  return cu;
+}
+
+// Bytes of a device tensor from packed host values (total, heads, d); padding poisoned.
+std::vector<uint8_t> scatter(const HostTensor& packed, const DevTensor& t, const Case& c, const std::vector<int64_t>& cu,
+                             int64_t heads) {
+  const int64_t es = dtype_size(packed.dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(std::max<int64_t>(t.elems, 1) * es), 0xff);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t i = 0; i < cu[b + 1] - cu[b]; ++i)
+      for (int64_t hh = 0; hh < heads; ++hh)
+        std::memcpy(out.data() + t.offset(b, i, cu[b] + i, hh, 0, c.varlen) * es,
+                    packed.bytes.data() + ((cu[b] + i) * heads + hh) * c.d * es, static_cast<size_t>(c.d * es));
+  return out;
+}
+
+std::vector<double> gather(const std::vector<double>& dev, const DevTensor& t, const Case& c, const std::vector<int64_t>& cu,
+                           int64_t heads) {
+  std::vector<double> out(static_cast<size_t>(cu.back() * heads * c.d));
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t i = 0; i < cu[b + 1] - cu[b]; ++i)
+      for (int64_t hh = 0; hh < heads; ++hh)
+        for (int64_t x = 0; x < c.d; ++x)
+          out[((cu[b] + i) * heads + hh) * c.d + x] = dev[t.offset(b, i, cu[b] + i, hh, x, c.varlen)];
+  return out;
+}
+
+void expect_no_nan(const std::vector<double>& v, const ::testing::Message& what) {
+  const auto n = std::count_if(v.begin(), v.end(), [](double x) { return std::isnan(x); });
+  EXPECT_EQ(n, 0) << what << ": NaN in the output";
+}
+
+// Runs the case on each of `rungs` and checks out, lse (and probs) against the reference.
+void check_case(DType dt, const Case& c, std::initializer_list<int> rungs, std::mt19937_64& rng) {
+  const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
+  const int64_t total_q = cuq.back(), total_k = cuk.back();
+  const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
+  const HostTensor q = random_tensor(dt, total_q * c.h * c.d, rng, -c.range, c.range);
+  const HostTensor k = random_tensor(dt, total_k * c.hk * c.d, rng, -c.range, c.range);
+  const HostTensor v = random_tensor(dt, total_k * c.hk * c.d, rng, -1.0, 1.0);
+  std::vector<double> slopes;
+  std::uniform_real_distribution<double> slope(0.01, 0.5);
+  for (int64_t n = 0; n < (c.alibi == 2 ? c.batch * c.h : c.alibi == 1 ? c.h : 0); ++n)
+    slopes.push_back(static_cast<float>(slope(rng)));
+
+  reference::AttnRefArgs args;
+  args.batch = c.batch, args.nheads = c.h, args.nheads_kv = c.hk, args.headdim = c.d;
+  args.cu_seqlens_q = cuq, args.cu_seqlens_k = cuk;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));  // the float the kernel uses
+  args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
+  args.alibi_slopes = slopes;
+  const reference::AttnRefResult ref = reference::attention_fwd(q.values, k.values, v.values, args, c.probs);
+  const reference::AttnRefResult naive = attention_fwd_naive(q.values, k.values, v.values, args, dt);
+
+  const DevTensor lq = make_layout(c, total_q, max_sq, c.h), lk = make_layout(c, total_k, max_sk, c.hk);
+  const int64_t es = dtype_size(dt);
+  DeviceBuffer dq(std::max<int64_t>(lq.elems, 1) * es), dk(std::max<int64_t>(lk.elems, 1) * es),
+      dv(std::max<int64_t>(lk.elems, 1) * es), dout(std::max<int64_t>(lq.elems, 1) * es);
+  upload(dq.ptr, scatter(q, lq, c, cuq, c.h));
+  upload(dk.ptr, scatter(k, lk, c, cuk, c.hk));
+  upload(dv.ptr, scatter(v, lk, c, cuk, c.hk));
+  const int64_t lse_n = c.varlen ? c.h * total_q : c.batch * c.h * max_sq;
+  DeviceBuffer dlse(std::max<int64_t>(lse_n, 1) * 4), dprobs(std::max<int64_t>(c.batch * c.h * max_sq * max_sk, 1) * es);
+  DeviceBuffer dcuq(cuq.size() * 4), dcuk(cuk.size() * 4), dslopes(std::max<size_t>(slopes.size(), 1) * 4);
+  std::vector<int> cuq32(cuq.begin(), cuq.end()), cuk32(cuk.begin(), cuk.end());
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuq.ptr, cuq32.data(), cuq32.size() * 4, cudaMemcpyHostToDevice));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuk.ptr, cuk32.data(), cuk32.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<float> slopes32(slopes.begin(), slopes.end());
+  if (!slopes.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpy(dslopes.ptr, slopes32.data(), slopes32.size() * 4, cudaMemcpyHostToDevice));
+
+  const Device gpu{DeviceType::kCUDA, 0};
+  const TensorView qv(dq.ptr, dt, lq.shape, lq.strides, gpu), kv(dk.ptr, dt, lk.shape, lk.strides, gpu),
+      vv(dv.ptr, dt, lk.shape, lk.strides, gpu), ov(dout.ptr, dt, lq.shape, lq.strides, gpu);
+  const TensorView cuq_v = device_view(dcuq.ptr, DType::kI32, {c.batch + 1}), cuk_v = device_view(dcuk.ptr, DType::kI32, {c.batch + 1});
+  const TensorView slopes_v = c.alibi == 2 ? device_view(dslopes.ptr, DType::kF32, {c.batch, c.h})
+                                           : device_view(dslopes.ptr, DType::kF32, {c.h});
+  const TensorView lse_v = c.varlen ? device_view(dlse.ptr, DType::kF32, {c.h, total_q})
+                                    : device_view(dlse.ptr, DType::kF32, {c.batch, c.h, max_sq});
+  const TensorView probs_v = device_view(dprobs.ptr, dt, {c.batch, c.h, max_sq, max_sk});
+  AttnFwdOptions opt;
+  opt.causal = c.causal, opt.window_left = c.wl, opt.window_right = c.wr, opt.softcap = c.softcap;
+  if (c.alibi) opt.alibi_slopes = &slopes_v;
+  if (c.varlen) opt.cu_seqlens_q = &cuq_v, opt.cu_seqlens_k = &cuk_v, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
+  opt.softmax_lse = &lse_v;
+  if (c.probs) opt.attn_probs = &probs_v;
+
+  double max_ref = 0;
+  for (double x : ref.out) max_ref = std::max(max_ref, std::fabs(x));
+  for (int rung : rungs) {
+    const ::testing::Message what = describe(c, dt, rung);
+    dout.poison();
+    dlse.poison();
+    dprobs.poison();
+    attention_fwd(qv, kv, vv, ov, nullptr, rung, opt);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> got = gather(decode(dt, download(dout.ptr, dout.bytes)), lq, c, cuq, c.h);
+    expect_no_nan(got, what);
+    expect_within_tolerance(got, naive.out, ref.out, unit_roundoff(dt) * max_ref, what);
+
+    // lse: (nheads, total_q) in the reference; -inf must match exactly.
+    const std::vector<double> lse_dev = decode(DType::kF32, download(dlse.ptr, dlse.bytes));
+    std::vector<double> lse(ref.lse.size()), lse_ref = ref.lse, lse_naive = naive.lse;
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t hh = 0; hh < c.h; ++hh)
+        for (int64_t i = 0; i < c.lq[b]; ++i)
+          lse[hh * total_q + cuq[b] + i] = lse_dev[c.varlen ? hh * total_q + cuq[b] + i : (b * c.h + hh) * max_sq + i];
+    int64_t inf_mismatch = 0;
+    double max_lse = 0;
+    for (size_t x = 0; x < lse.size(); ++x) {
+      if (std::isinf(lse_ref[x]) || std::isinf(lse[x])) {
+        inf_mismatch += lse[x] != lse_ref[x];
+        lse[x] = lse_ref[x] = lse_naive[x] = 0;
+      }
+      max_lse = std::max(max_lse, std::fabs(lse_ref[x]));
+    }
+    EXPECT_EQ(inf_mismatch, 0) << what << ": lse rows where exactly one of kernel and reference is -inf";
+    expect_no_nan(lse, what);
+    expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse), ::testing::Message(what) << " (lse)");
+
+    if (c.probs) {
+      const std::vector<double> p = decode(dt, download(dprobs.ptr, static_cast<size_t>(c.batch * c.h * max_sq * max_sk * es)));
+      expect_no_nan(p, what);
+      double worst = 0;
+      for (size_t x = 0; x < p.size(); ++x) worst = std::max(worst, std::fabs(p[x] - ref.probs[x]));
+      // One rounding to dt of a value <= 1, plus the fp32 exponent of a recomputed score.
+      EXPECT_LE(worst, 2 * unit_roundoff(dt) + 1e-5) << what << " (probs)";
+    }
+  }
+}
+
+const DType kDtypes[] = {DType::kF16, DType::kBF16};
+
+TEST(Attention, EveryRungHeadDimDtype) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(51);
+  for (DType dt : kDtypes)
+    for (int64_t d : kAttnHeadDims)
+      for (bool causal : {false, true}) {
+        Case c = fixed(2, 77, 113, 2, 1, d);
+        c.causal = causal;
+        check_case(dt, c, {1, 2, 3}, rng);
+      }
+}
+
+// Sequence lengths from 1 to 8192, q and k lengths equal and different both ways (rung 3; rungs
+// 1-2 up to 1023).
+TEST(Attention, SequenceLengths) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(52);
+  const std::pair<int64_t, int64_t> lens[] = {{1, 1},     {17, 17},   {113, 113}, {128, 128}, {256, 256}, {1023, 1023},
+                                               {2049, 2049}, {17, 1023}, {1023, 17}, {1, 256},  {256, 1}, {128, 2049}, {2049, 128}};
+  for (const auto& [sq, sk] : lens)
+    for (bool causal : {false, true}) {
+      Case c = fixed(1, sq, sk, 2, 1, 64);
+      c.causal = causal;
+      if (std::max(sq, sk) <= 1023) check_case(DType::kBF16, c, {1, 2, 3}, rng);
+      else check_case(DType::kBF16, c, {3}, rng);
+    }
+  Case longest = fixed(1, 8192, 8192, 1, 1, 64);
+  longest.causal = true;
+  check_case(DType::kBF16, longest, {3}, rng);
+}
+
+TEST(Attention, SlidingWindows) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(53);
+  const std::pair<int64_t, int64_t> windows[] = {{32, 16}, {0, 0}, {5, -1}, {-1, 7}, {100, 0}, {1, 300}};
+  for (const auto& [wl, wr] : windows)
+    for (const auto& [sq, sk] : {std::pair<int64_t, int64_t>{200, 200}, {90, 300}, {300, 90}}) {
+      Case c = fixed(2, sq, sk, 2, 2, 64);
+      c.wl = wl, c.wr = wr;
+      check_case(DType::kF16, c, {1, 2, 3}, rng);
+    }
+  // causal overrides the right window
+  Case c = fixed(1, 150, 150, 1, 1, 128);
+  c.causal = true, c.wl = 20, c.wr = 50;
+  check_case(DType::kBF16, c, {1, 2, 3}, rng);
+}
+
+TEST(Attention, SoftcapAndAlibi) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(54);
+  for (DType dt : kDtypes) {
+    Case c = fixed(2, 130, 190, 4, 2, 64);
+    c.softcap = 5.f, c.range = 4.0;  // scores far past the cap
+    check_case(dt, c, {1, 2, 3}, rng);
+    c.softcap = 0.f, c.alibi = 1, c.causal = true;
+    check_case(dt, c, {1, 2, 3}, rng);
+    c.alibi = 2, c.causal = false, c.wl = 40, c.wr = 10, c.softcap = 30.f;
+    check_case(dt, c, {1, 2, 3}, rng);
+  }
+}
+
+TEST(Attention, GroupedQueryAttention) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(55);
+  for (const auto& [h, hk] : {std::pair<int64_t, int64_t>{8, 1}, {6, 3}, {4, 4}, {12, 4}}) {
+    Case c = fixed(2, 100, 160, h, hk, 128);
+    c.causal = h % 2 == 0;
+    check_case(DType::kBF16, c, {1, 2, 3}, rng);
+  }
+}
+
+TEST(Attention, VariableLengths) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(56);
+  Case c;
+  c.batch = 5, c.h = 4, c.hk = 2, c.d = 64, c.varlen = true;
+  c.lq = {17, 0, 128, 1, 300};
+  c.lk = {17, 5, 200, 1, 100};
+  for (DType dt : kDtypes)
+    for (bool causal : {false, true}) {
+      c.causal = causal;
+      check_case(dt, c, {1, 2, 3}, rng);
+    }
+  // the combination that matters for serving: causal + window + GQA + varlen (+ ALiBi)
+  c.causal = true, c.wl = 48, c.alibi = 2;
+  check_case(DType::kBF16, c, {1, 2, 3}, rng);
+  c.layout = Layout::kPadded;
+  check_case(DType::kF16, c, {3}, rng);
+}
+
+// Causal with seqlen_q > seqlen_k: the first sq - sk rows see no key (0 output, -inf lse); a
+// window that leaves rows empty too.
+TEST(Attention, FullyMaskedRows) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(57);
+  Case c = fixed(1, 200, 70, 2, 1, 64);
+  c.causal = true;
+  check_case(DType::kBF16, c, {1, 2, 3}, rng);
+  Case w = fixed(1, 100, 100, 1, 1, 32);
+  w.wl = 0, w.wr = 0;  // only the diagonal: every row sees one key
+  check_case(DType::kF16, w, {1, 2, 3}, rng);
+}
+
+TEST(Attention, StridedLayouts) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(58);
+  for (Layout layout : {Layout::kPadded, Layout::kHeadMajor}) {
+    Case c = fixed(3, 65, 129, 4, 2, 96);
+    c.layout = layout, c.causal = true;
+    check_case(DType::kBF16, c, {1, 2, 3}, rng);
+  }
+}
+
+TEST(Attention, ReturnAttnProbs) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(59);
+  Case c = fixed(2, 40, 70, 2, 1, 64);
+  c.causal = true, c.wl = 20, c.probs = true;
+  check_case(DType::kBF16, c, {1, 3}, rng);
+  Case v;
+  v.batch = 3, v.h = 2, v.hk = 2, v.d = 32, v.varlen = true, v.probs = true;
+  v.lq = {5, 0, 33};
+  v.lk = {9, 4, 20};
+  check_case(DType::kF16, v, {3}, rng);
+}
+
+// Repeated launches give bit-identical outputs (no atomics in any rung).
+TEST(Attention, Deterministic) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(60);
+  const int64_t b = 2, s = 300, h = 4, d = 128;
+  const HostTensor q = random_tensor(DType::kBF16, b * s * h * d, rng, -2, 2);
+  DeviceBuffer dq(q.bytes.size()), d1(q.bytes.size()), d2(q.bytes.size());
+  upload(dq.ptr, q.bytes);
+  const TensorView qv = device_view(dq.ptr, DType::kBF16, {b, s, h, d});
+  AttnFwdOptions opt;
+  opt.causal = true;
+  for (int rung = 1; rung <= kAttnFwdRungs; ++rung) {
+    attention_fwd(qv, qv, qv, device_view(d1.ptr, DType::kBF16, {b, s, h, d}), nullptr, rung, opt);
+    attention_fwd(qv, qv, qv, device_view(d2.ptr, DType::kBF16, {b, s, h, d}), nullptr, rung, opt);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(download(d1.ptr, d1.bytes), download(d2.ptr, d2.bytes)) << "rung " << rung;
+  }
+}
+
+}  // namespace
+}  // namespace flashlab
