@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
           h.selected("quantize_fp8_per_tensor/" + d))
         bench_quant(h, dt);
       if (h.selected("gemm/" + d)) bench_gemm(h, dt);
+      if (dt == DType::kBF16 && h.selected("attn_fwd/" + d)) bench_attention(h, dt);
     }
     if (h.selected("streams_pipeline/fp32")) bench_streams(h);
     h.write_json();

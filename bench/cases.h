@@ -51,5 +51,10 @@ void bench_quant(Harness& h, DType dt);
 
 // bench/cases_gemm.cu: cuBLAS (rung 0) and every rung of the GEMM ladder that takes dt (fp32 or bf16)
 void bench_gemm(Harness& h, DType dt);
+// max |got - want| / max |want| over n device elements of dt (fp32 or bf16), synchronous on s.
+double relative_difference(const void* got, const void* want, int64_t n, DType dt, cudaStream_t s);
+
+// bench/cases_attention.cu: attention forward, every rung (op attn_fwd)
+void bench_attention(Harness& h, DType dt);
 
 }  // namespace flashlab::bench

@@ -103,7 +103,15 @@ __global__ void max_abs_diff_kernel(const T* x, const T* y, int64_t n, unsigned*
   atomicMax(out + 1, __float_as_uint(m));
 }
 
-// max |got - want| / max |want| over n elements of dt.
+int cc_major() {
+  int dev = 0, major = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major;
+}
+
+}  // namespace
+
 double relative_difference(const void* got, const void* want, int64_t n, DType dt, cudaStream_t s) {
   DeviceMem out(2 * sizeof(unsigned));
   FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0, 2 * sizeof(unsigned), s));
@@ -119,15 +127,6 @@ double relative_difference(const void* got, const void* want, int64_t n, DType d
   FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(s));
   return host[1] > 0 ? host[0] / host[1] : host[0];
 }
-
-int cc_major() {
-  int dev = 0, major = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major;
-}
-
-}  // namespace
 
 void bench_gemm(Harness& h, DType dt) {
   const int es = dtype_size(dt);

@@ -62,6 +62,7 @@ PEERS = {
     "quantize_fp8": ("torch", "torch-compile"),
     "quantize_int8": ("torch", "torch-compile"),
     "quantize_fp8_per_tensor": ("torch", "torch-compile"),
+    "attn_fwd": ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient"),
 }
 # Rows whose shapes the peers follow: our rungs, and the harness's own copy baseline.
 SOURCE_IMPLS = ("flashlab", "cudaMemcpy")
@@ -223,6 +224,24 @@ def _peer_builders(torch, case):
         src = torch.randint(0, 256, (case["copy_bytes"],), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         return {"torch": lambda: functools.partial(dst.copy_, src)}
+    if op == "attn_fwd":  # torch SDPA in its native (batch, heads, seq, d) layout, one backend each
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+        if s["nheads_q"] != s["nheads_kv"] or s["seqlen_q"] != s["seqlen_k"]:
+            return {}  # is_causal is top-left aligned in SDPA: same as ours only when sq == sk
+        q, k, v = (_random(torch, (s["batch"], s["nheads_q"], s["seqlen_q"], s["headdim"]), dtype) for _ in range(3))
+        causal = bool(s["causal"])
+
+        def backend(b):
+            def run():
+                with sdpa_kernel(b):
+                    return sdpa(q, k, v, is_causal=causal)
+            return run
+
+        return {"torch-sdpa-flash": lambda: backend(SDPBackend.FLASH_ATTENTION),
+                "torch-sdpa-cudnn": lambda: backend(SDPBackend.CUDNN_ATTENTION),
+                "torch-sdpa-efficient": lambda: backend(SDPBackend.EFFICIENT_ATTENTION)}
     if op == "vector_add":
         n = s["n"]
         a, b = _random(torch, n, dtype), _random(torch, n, dtype)

@@ -105,7 +105,12 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
         check::fail(*x, "strides that are multiples of 8 elements (16-byte aligned rows)",
                     detail::concat("strides ", shape_str(x->t.strides)));
   }
-  for (const check::Arg* x : {&Q, &K, &V}) check::no_overlap(O, *x);
+  for (const check::Arg* x : {&Q, &K, &V}) {
+    check::no_overlap(O, *x);
+    // no_overlap lets identical views through (in-place ops); here other blocks still read q, k
+    // and v while a block writes its rows of out.
+    if (out.data == x->t.data) check::fail(O, detail::concat("memory disjoint from '", x->name, "'"), detail::concat("the same memory as '", x->name, "'"));
+  }
 
   AttnFwdParams p{};
   p.q = q.data, p.k = k.data, p.v = v.data, p.o = out.data;
@@ -198,7 +203,15 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     for (const check::Arg* x : {&Q, &K, &V, &O}) check::no_overlap(P, *x);
     check::no_overlap(P, check::Arg{kOp, "softmax_lse", *opt.softmax_lse});
   }
-  if (varlen) {  // last: the only checks that read device memory
+  // Last: the only checks that read device memory (and wait for `stream`). Skipped while the
+  // stream is being captured into a CUDA graph (a device-to-host copy cannot be captured); the
+  // kernels then trust cu_seqlens as given.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (varlen) {
+    detail::DeviceGuard guard(q.device.index);
+    FLASHLAB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  }
+  if (varlen && capture == cudaStreamCaptureStatusNone) {
     check_cu_seqlens_values(check::Arg{kOp, "cu_seqlens_q", *opt.cu_seqlens_q}, Q, batch, q.shape[0], max_sq, "max_seqlen_q", stream);
     check_cu_seqlens_values(check::Arg{kOp, "cu_seqlens_k", *opt.cu_seqlens_k}, K, batch, k.shape[0], max_sk, "max_seqlen_k", stream);
   }

@@ -50,7 +50,9 @@ struct AttnFwdOptions {
   // Variable-length batches: both given or neither. int32, (batch + 1,), contiguous,
   // cu_seqlens[0] = 0, non-decreasing; q/k/v/out are then packed (total, nheads, headdim) and
   // batch b's rows are [cu_seqlens[b], cu_seqlens[b + 1]). max_seqlen_q / max_seqlen_k must be
-  // >= every batch's length (they size the grid; the kernels read the true lengths).
+  // >= every batch's length (they size the grid; the kernels read the true lengths). The values
+  // are checked on the host (a copy and a wait on the stream) unless the stream is capturing a
+  // CUDA graph, when they are taken as given.
   const TensorView* cu_seqlens_q = nullptr;
   const TensorView* cu_seqlens_k = nullptr;
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;

@@ -1,0 +1,84 @@
+// Benchmark cases of the attention forward ladder (op "attn_fwd"), bf16, q/k/v/out (batch,
+// seqlen, nheads, headdim) contiguous, nheads_kv = nheads. Rung 0 is torch SDPA (flash, cuDNN and
+// efficient backends), run by bench/peers.py on the same shapes.
+// Shapes: 16k tokens and model dim 2048 (batch = 16384 / seqlen, nheads = 2048 / headdim), head
+// dim 128, seqlen 512 .. 16k, causal and not; head dims 64 and 256 at seqlen 2k. Rung 3 runs
+// every shape; rung 1 (naive: the fp32 S matrix, batch x nheads x seqlen^2 x 4 bytes) up to
+// seqlen 4k; rung 2 (FA1 order on CUDA cores, one thread block per (batch, head)) up to 2k.
+// FLOPs: 4 batch nheads seqlen_q seqlen_k headdim, half when causal (DESIGN.md); bytes: q, k, v
+// and out once. Each row carries the rung's workspace (extra "workspace_MB"): the O(N^2) vs O(N)
+// memory of the ladder. Rungs 1-2 are checked against rung 3 (max |diff|, printed).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/cases.h"
+#include "flashlab/attention.h"
+
+namespace flashlab::bench {
+
+namespace {
+
+const char* const kAttnRungNames[] = {"", "naive", "flash1_cuda_cores", "flash2_mma_sync"};
+static_assert(sizeof(kAttnRungNames) / sizeof(kAttnRungNames[0]) == kAttnFwdRungs + 1, "one name per rung");
+
+struct AttnCase {
+  int64_t batch, seqlen, nheads, headdim;
+  bool causal;
+};
+
+std::vector<AttnCase> attn_cases(bool quick) {
+  std::vector<AttnCase> cases;
+  const std::vector<int64_t> seqlens = quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
+  for (bool causal : {false, true}) {
+    for (int64_t s : seqlens) cases.push_back({16384 / s, s, 2048 / 128, 128, causal});
+    for (int64_t d : {64, 256}) cases.push_back({16384 / 2048, 2048, 2048 / d, d, causal});
+  }
+  return cases;
+}
+
+}  // namespace
+
+void bench_attention(Harness& h, DType dt) {
+  const int64_t es = dtype_size(dt);
+  for (const AttnCase& c : attn_cases(h.options().quick)) {
+    const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
+    DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), ref(n * es);
+    fill_random(q.p, n, dt == DType::kBF16, 71, h.stream());
+    fill_random(k.p, n, dt == DType::kBF16, 72, h.stream());
+    fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
+    const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
+    AttnFwdOptions opt;
+    opt.causal = c.causal;
+    attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(ref.p, dt, shape), h.stream(),
+                  kAttnFwdRungs, opt);
+    for (int rung = kAttnFwdRungs; rung >= 1; --rung) {
+      if ((rung == 1 && c.seqlen > 4096) || (rung == 2 && c.seqlen > 2048)) continue;
+      const double ms = h.time_ms([&] {
+        attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(),
+                      rung, opt);
+      });
+      Row r;
+      r.op = "attn_fwd";
+      r.impl = "flashlab";
+      r.rung_name = kAttnRungNames[rung];
+      r.rung = rung;
+      r.dtype = dtype_name(dt);
+      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
+                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
+      r.ms = ms;
+      r.bytes = 4.0 * n * es;
+      r.flops = 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+      r.extra["workspace_MB"] =
+          attention_fwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0;
+      h.add(r);
+      if (rung != kAttnFwdRungs) {
+        const double diff = relative_difference(out.p, ref.p, n, dt, h.stream());
+        std::printf("  attn_fwd rung %d vs rung %d: max |diff| / max |rung %d| = %.2e\n", rung, kAttnFwdRungs, diff,
+                    kAttnFwdRungs);
+      }
+    }
+  }
+}
+
+}  // namespace flashlab::bench

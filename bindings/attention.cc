@@ -1,0 +1,70 @@
+// TVM-FFI export of the attention forward ladder (include/flashlab/attention.h).
+#include <cstdint>
+#include <limits>
+
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/optional.h>
+
+#include "bindings/convert.h"
+#include "flashlab/attention.h"
+
+namespace flashlab::bindings {
+
+namespace {
+
+using OptTensor = tvm::ffi::Optional<tvm::ffi::TensorView>;
+
+// The flashlab view of an optional tensor; an empty view (unused) when None.
+TensorView to_flashlab_opt(const OptTensor& t, const char* op, const char* name) {
+  return t.has_value() ? to_flashlab(t.value(), op, name) : TensorView{};
+}
+
+// A float option from Python (double) as the C++ API's float. A finite value beyond float's
+// range becomes +-inf, which the API rejects by name, rather than a rounded valid one.
+float to_float(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (v > kMax) return std::numeric_limits<float>::infinity();
+  if (v < -kMax) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
+
+}  // namespace
+
+// out = softmax(scale * q k^T (+ softcap, ALiBi, mask)) v on the caller's current stream of q's
+// device. softmax_lse / attn_probs: optional outputs; alibi_slopes: optional input; cu_seqlens_q
+// and cu_seqlens_k (both or neither) switch to the packed variable-length layout, with
+// max_seqlen_q / max_seqlen_k (ignored otherwise); softmax_scale None: 1 / sqrt(headdim).
+void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v, tvm::ffi::TensorView out,
+                   OptTensor softmax_lse, OptTensor attn_probs, OptTensor alibi_slopes, OptTensor cu_seqlens_q,
+                   OptTensor cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                   tvm::ffi::Optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+                   double softcap, int64_t rung) {
+  constexpr const char* op = "attention_fwd";
+  call([&] {
+    const TensorView Q = to_flashlab(q, op, "q"), K = to_flashlab(k, op, "k"), V = to_flashlab(v, op, "v"),
+                     O = to_flashlab(out, op, "out");
+    const TensorView Lse = to_flashlab_opt(softmax_lse, op, "softmax_lse"),
+                     Probs = to_flashlab_opt(attn_probs, op, "attn_probs"),
+                     Alibi = to_flashlab_opt(alibi_slopes, op, "alibi_slopes"),
+                     CuQ = to_flashlab_opt(cu_seqlens_q, op, "cu_seqlens_q"),
+                     CuK = to_flashlab_opt(cu_seqlens_k, op, "cu_seqlens_k");
+    AttnFwdOptions o;
+    o.softmax_scale = softmax_scale.has_value() ? to_float(softmax_scale.value()) : 0.f;
+    o.causal = causal;
+    o.window_left = window_left;
+    o.window_right = window_right;
+    o.softcap = to_float(softcap);
+    o.alibi_slopes = alibi_slopes.has_value() ? &Alibi : nullptr;
+    o.cu_seqlens_q = cu_seqlens_q.has_value() ? &CuQ : nullptr;
+    o.cu_seqlens_k = cu_seqlens_k.has_value() ? &CuK : nullptr;
+    o.max_seqlen_q = max_seqlen_q;
+    o.max_seqlen_k = max_seqlen_k;
+    o.softmax_lse = softmax_lse.has_value() ? &Lse : nullptr;
+    o.attn_probs = attn_probs.has_value() ? &Probs : nullptr;
+    flashlab::attention_fwd(Q, K, V, O, current_stream(Q), to_rung(op, rung, kAttnFwdRungs), o);
+  });
+}
+
+}  // namespace flashlab::bindings
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(attention_fwd, flashlab::bindings::attention_fwd);

@@ -1,0 +1,293 @@
+"""Attention forward, drop-in for flash-attn 2.x's Python API (C++: include/flashlab/attention.h).
+
+``flash_attn_func`` and its varlen / packed variants take flash-attn's arguments, names, defaults
+and return conventions; each adds the keyword ``impl`` (the rung, 1..ATTN_FWD_RUNGS; None: the
+top rung). What differs from flash-attn:
+
+* forward only: dropout (``dropout_p != 0``) and paged KV (``block_table``) raise
+  NotImplementedError; with torch autograd recording (an input that requires grad), the outputs
+  are differentiable and their backward raises NotImplementedError;
+* head dims are 32, 64, 96, 128, 192 or 256 (flash-attn pads others; flashlab refuses them);
+* with ``return_attn_probs`` the third value ``S_dmask`` is the normalised probabilities
+  exp(s_ij - lse_i) in q's dtype, (batch, nheads, seqlen_q, seqlen_k) (varlen: padded to
+  (batch, nheads, max_seqlen_q, max_seqlen_k) with zeros), not flash-attn's dropout mask;
+* ``softmax_scale <= 0`` (or NaN) means the default 1/sqrt(headdim), as in the C++ API.
+
+Masks are aligned bottom-right (flash-attn >= 2.1): with sq / sk a batch's lengths, row i sees
+keys j in [i + sk - sq - window_left, i + sk - sq + window_right], -1 meaning unbounded, and
+causal is window_right = 0. A row that sees no key gives 0 output and -inf lse.
+
+Argument checks are in C++ (ValueError naming the op, the argument, what was expected and what
+was given); only what C++ never sees is checked here (window_size, packed tensors, dropout,
+block_table). Tensors are any DLPack producer (torch, CuPy, JAX, ...); torch is never imported.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from typing import Any
+
+from . import _alloc
+from . import _ffi  # set by __init__ before this module is imported
+
+# 1 naive (S in global memory), 2 FlashAttention-1 (tiled, online softmax, CUDA cores),
+# 3 FlashAttention-2 (mma.sync + ldmatrix + cp.async, exp2 softmax) (top)
+ATTN_FWD_RUNGS = 3
+
+_NO_BACKWARD = ("flashlab: attention backward is not implemented yet (forward only; the backward "
+                "lands with the attention backward issue). Call with inputs that do not require "
+                "grad, or under torch.no_grad(), to use the forward.")
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(n) for n in x.shape)
+
+
+def _plain(x: Any) -> Any:
+    # torch will not export a tensor that requires grad through DLPack; the kernels record no
+    # autograd of their own (flash_attn_* wrap them in an autograd.Function when torch records).
+    return x.detach() if getattr(x, "requires_grad", False) else x
+
+
+def attention_fwd(q: Any, k: Any, v: Any, out: Any = None, *, softmax_lse: Any = None, attn_probs: Any = None,
+                  alibi_slopes: Any = None, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+                  max_seqlen_q: int = 0, max_seqlen_k: int = 0, softmax_scale: float | None = None,
+                  causal: bool = False, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                  rung: int | None = None) -> Any:
+    """The C++ ``flashlab::attention_fwd`` as it is: no autograd, outputs given or not. Returns ``out``.
+
+    ``out`` defaults to a new tensor like ``q``; ``softmax_lse`` and ``attn_probs`` are written only
+    when given (attn_probs needs softmax_lse too). Shapes as include/flashlab/attention.h says.
+    """
+    if out is None:
+        out = _alloc.empty(q, _shape(q))
+    q, k, v, alibi_slopes = _plain(q), _plain(k), _plain(v), _plain(alibi_slopes)
+    _ffi.attention_fwd(q, k, v, out, softmax_lse, attn_probs, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                       int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal), window_left,
+                       window_right, float(softcap), ATTN_FWD_RUNGS if rung is None else rung)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# flash-attn's argument handling: only what C++ never sees.
+
+def _check_forward_only(fn: str, dropout_p: float, block_table: Any = None) -> None:
+    if dropout_p != 0:
+        raise NotImplementedError(
+            f"{fn}: argument 'dropout_p': expected 0.0 (dropout is not implemented yet: forward and "
+            f"backward dropout land with the attention backward issue), got {dropout_p}")
+    if block_table is not None:
+        raise NotImplementedError(
+            f"{fn}: argument 'block_table': expected None (paged KV is not implemented yet), got a tensor")
+
+
+def _window(fn: str, window_size: Any) -> tuple[Any, Any]:
+    try:
+        left, right = window_size
+        return operator.index(left), operator.index(right)
+    except (TypeError, ValueError):
+        raise ValueError(f"{fn}: argument 'window_size': expected (left, right) ints, got {window_size!r}") from None
+
+
+def _check_packed(fn: str, name: str, x: Any, layout: str, dim: int, count: int) -> None:
+    shape = _shape(x)
+    if len(shape) != layout.count(",") + 1 or shape[dim] != count:
+        raise ValueError(f"{fn}: argument '{name}': expected shape {layout}, got {list(shape)}")
+
+
+def _split(x: Any, dim: int, count: int) -> tuple[Any, ...]:
+    """x split along `dim` (of size `count`): qkv -> (q, k, v), kv -> (k, v); views, no copies."""
+    index = (slice(None),) * dim
+    return tuple(x[index + (i,)] for i in range(count))
+
+
+def _batch(cu_seqlens_q: Any) -> int:
+    # The batch of a varlen call, from cu_seqlens_q's length (C++ checks it is (batch + 1,)).
+    shape = _shape(cu_seqlens_q)
+    return max(shape[0] - 1, 0) if len(shape) == 1 else 0
+
+
+def _outputs(q: Any, return_attn_probs: bool, varlen: bool, batch: int, seqlen_k: int,
+             max_seqlen_q: int, max_seqlen_k: int) -> tuple[Any, Any]:
+    """(softmax_lse, attn_probs) to allocate, or (None, None) when not returned. Shapes that
+    cannot be read off a wrongly shaped q are left to C++ to reject (it checks q first)."""
+    if not return_attn_probs:
+        return None, None
+    s = _shape(q)
+    if varlen:
+        total_q, nheads = (s[0], s[1]) if len(s) == 3 else (0, 0)
+        lse_shape = (nheads, total_q)
+        probs_shape = (batch, nheads, max(int(max_seqlen_q), 0), max(int(max_seqlen_k), 0))
+    else:
+        b, sq, nheads = (s[0], s[1], s[2]) if len(s) == 4 else (0, 0, 0)
+        lse_shape = (b, nheads, sq)
+        probs_shape = (b, nheads, sq, seqlen_k)
+    return _alloc.empty(q, lse_shape, "float32"), _alloc.empty(q, probs_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd: differentiable outputs whose backward says it is not there yet.
+
+_FUNCTION = None
+
+
+def _torch_tracking(tensors: tuple[Any, ...]) -> bool:
+    """Whether torch autograd would record this call (torch is only looked up, never imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return False
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _forward_only_function() -> Any:
+    global _FUNCTION
+    if _FUNCTION is None:
+        torch = sys.modules["torch"]
+
+        class FlashAttnForwardOnly(torch.autograd.Function):
+            """``run(*inputs)`` -> (out, [softmax_lse, attn_probs]); the backward raises."""
+
+            @staticmethod
+            def forward(ctx, run, *inputs):  # noqa: ARG004
+                outs = run(*inputs)
+                if len(outs) == 1:
+                    return outs[0]
+                ctx.mark_non_differentiable(*outs[1:])
+                return outs
+
+            @staticmethod
+            def backward(ctx, *grads):  # noqa: ARG004
+                raise NotImplementedError(_NO_BACKWARD)
+
+        _FUNCTION = FlashAttnForwardOnly
+    return _FUNCTION
+
+
+def _apply(run: Any, inputs: tuple[Any, ...], return_attn_probs: bool) -> Any:
+    """outs = run(*inputs) through autograd when torch records, else directly; flash-attn's return."""
+    if _torch_tracking(inputs):
+        outs = _forward_only_function().apply(run, *inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+    else:
+        outs = run(*inputs)
+    return tuple(outs) if return_attn_probs else outs[0]
+
+
+def _runner(*, varlen: bool, return_attn_probs: bool, softmax_scale: Any, causal: bool, window: tuple[Any, Any],
+            softcap: float, alibi_slopes: Any, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+            max_seqlen_q: int = 0, max_seqlen_k: int = 0, impl: int | None = None) -> Any:
+    """run(q, k, v) -> (out,) or (out, softmax_lse, attn_probs) with these options."""
+    batch = _batch(cu_seqlens_q) if varlen and cu_seqlens_q is not None else 0
+
+    def run(q: Any, k: Any, v: Any) -> tuple[Any, ...]:
+        sk = _shape(k)
+        lse, probs = _outputs(q, return_attn_probs, varlen, batch, sk[1] if len(sk) == 4 else 0,
+                              max_seqlen_q, max_seqlen_k)
+        out = attention_fwd(q, k, v, softmax_lse=lse, attn_probs=probs, alibi_slopes=alibi_slopes,
+                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                            max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                            window_left=window[0], window_right=window[1], softcap=softcap, rung=impl)
+        return (out, lse, probs) if return_attn_probs else (out,)
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# flash-attn 2.x's functions.
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl=None):
+    """Attention over fixed-length batches.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_kv, headdim), nheads a
+    multiple of nheads_kv (GQA / MQA); fp16 or bf16; any batch/row/head strides with a contiguous
+    head dim (multiples of 8 elements, 16-byte aligned). alibi_slopes: fp32 (nheads,) or (batch,
+    nheads). ``deterministic`` only concerns the backward (ignored).
+
+    Returns out (batch, seqlen_q, nheads, headdim), or with ``return_attn_probs``
+    ``(out, softmax_lse, S_dmask)``: softmax_lse fp32 (batch, nheads, seqlen_q), S_dmask the
+    probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype.
+    """
+    fn = "flash_attn_func"
+    _check_forward_only(fn, dropout_p)
+    run = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                  window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
+    return _apply(run, (q, k, v), return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None, *, impl=None):
+    """Attention over variable-length batches packed along the rows.
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_kv, headdim); cu_seqlens_q / _k: int32
+    (batch + 1,) row offsets (0 first, non-decreasing; a batch entry may be empty); max_seqlen_q /
+    _k: at least every batch's length. Otherwise as :func:`flash_attn_func`.
+
+    Returns out (total_q, nheads, headdim), or ``(out, softmax_lse, S_dmask)`` with softmax_lse fp32
+    (nheads, total_q) and S_dmask (batch, nheads, max_seqlen_q, max_seqlen_k), zero past a batch's
+    lengths.
+    """
+    fn = "flash_attn_varlen_func"
+    _check_forward_only(fn, dropout_p, block_table)
+    run = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                  window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
+                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                  max_seqlen_k=max_seqlen_k, impl=impl)
+    return _apply(run, (q, k, v), return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                              impl=None):
+    """:func:`flash_attn_func` with q, k, v packed: qkv (batch, seqlen, 3, nheads, headdim)."""
+    fn = "flash_attn_qkvpacked_func"
+    _check_forward_only(fn, dropout_p)
+    window = _window(fn, window_size)
+    _check_packed(fn, "qkv", qkv, "(batch, seqlen, 3, nheads, headdim)", 2, 3)
+    run = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
+    return _apply(lambda t: run(*_split(t, 2, 3)), (qkv,), return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                             impl=None):
+    """:func:`flash_attn_func` with k, v packed: kv (batch, seqlen_k, 2, nheads_kv, headdim)."""
+    fn = "flash_attn_kvpacked_func"
+    _check_forward_only(fn, dropout_p)
+    window = _window(fn, window_size)
+    _check_packed(fn, "kv", kv, "(batch, seqlen_k, 2, nheads_kv, headdim)", 2, 2)
+    run = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
+    return _apply(lambda q_, t: run(q_, *_split(t, 2, 2)), (q, kv), return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False, *, impl=None):
+    """:func:`flash_attn_varlen_func` with q, k, v packed: qkv (total, 3, nheads, headdim), one
+    cu_seqlens and max_seqlen for queries and keys."""
+    fn = "flash_attn_varlen_qkvpacked_func"
+    _check_forward_only(fn, dropout_p)
+    window = _window(fn, window_size)
+    _check_packed(fn, "qkv", qkv, "(total, 3, nheads, headdim)", 1, 3)
+    run = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens,
+                  cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, impl=impl)
+    return _apply(lambda t: run(*_split(t, 1, 3)), (qkv,), return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl=None):
+    """:func:`flash_attn_varlen_func` with k, v packed: kv (total_k, 2, nheads_kv, headdim)."""
+    fn = "flash_attn_varlen_kvpacked_func"
+    _check_forward_only(fn, dropout_p)
+    window = _window(fn, window_size)
+    _check_packed(fn, "kv", kv, "(total_k, 2, nheads_kv, headdim)", 1, 2)
+    run = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                  cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, impl=impl)
+    return _apply(lambda q_, t: run(q_, *_split(t, 1, 2)), (q, kv), return_attn_probs)
