@@ -98,7 +98,7 @@ timeout "$step_timeout" ./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter
 if [ "${FLASHLAB_SANITIZE:-0}" = 1 ]; then
   step "compute-sanitizer"
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 ./build/gpu/tests/test_gpu \
+    timeout "$step_timeout" compute-sanitizer --tool "$tool" --error-exitcode 9 ./build/gpu/tests/test_gpu \
       --gtest_filter="${FLASHLAB_SANITIZE_FILTER:-VectorAdd.AnyAlignment*:Sum.Determ*:RowSum*}" --gtest_brief=1 \
       >"$out/sanitizer_$tool.log" 2>&1 && echo "$tool: clean" || { tail -n 30 "$out/sanitizer_$tool.log"; fail "$tool"; }
   done
