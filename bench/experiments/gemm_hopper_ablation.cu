@@ -1,10 +1,21 @@
 // Experiment (not a rung): GEMM rung 9 with and without CTA pairs (clusters of 2 sharing B
-// tiles through TMA multicast), against cuBLAS in the same process, bf16, layout NN, at the
-// issue's shapes. Built as build/*/bench/experiment_gemm_hopper_ablation; quoted in
-// docs/ladder/gemm.md. Timing: the benchmark harness (warm-up, L2 flushed, median of CUDA
-// events). Usage: experiment_gemm_hopper_ablation [out.json]
+// tiles through TMA multicast), and its pingpong variant (kernels/gemm/09_hopper_ws_pingpong.cuh:
+// each consumer warpgroup computes whole 128 x 128 tiles, the two take turns; main loops free or
+// strictly alternating), against cuBLAS in the same process, bf16, layout NN, at the issue's
+// shapes. Built as build/*/bench/experiment_gemm_hopper_ablation; quoted in docs/ladder/gemm.md.
+// Timing: the benchmark harness (warm-up, L2 flushed, median of CUDA events).
+// Correctness of the pingpong kernels (and rung 9 beside them): one run on C poisoned with NaN
+// (0xFF bytes) against cuBLAS's C; max |diff| / max |ref| must stay <= 2^-7, no NaN may remain
+// and C's padding columns must stay untouched. First at ragged shapes (M, N, K tails; NN, NT,
+// TN), then at each timed shape after its timings. Any failure prints FAIL and the exit status
+// is 1. Usage: experiment_gemm_hopper_ablation [out.json]
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,7 +25,9 @@
 #include "bench/harness.h"
 #include "flashlab/error.h"
 #include "kernels/gemm/09_hopper_ws.cuh"
+#include "kernels/gemm/09_hopper_ws_pingpong.cuh"
 #include "src/core/launch.h"
+#include "src/core/tensor_map.h"
 #include "src/gemm_launch.h"
 
 using namespace flashlab;
@@ -25,7 +38,166 @@ struct Shape {
   int m, n, k;
 };
 
+enum class Layout { kNN, kNT, kTN };
+const char* layout_name(Layout l) { return l == Layout::kNN ? "NN" : l == Layout::kNT ? "NT" : "TN"; }
+
 double tflops(const Shape& s, double ms) { return 2.0 * s.m * s.n * s.k / (ms * 1e-3) / 1e12; }
+
+// Leading dims padded to 8 elements: 16-byte rows, as TMA needs.
+int64_t pad8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// The pingpong kernel's host side (not in the library): tensor maps as src/gemm_hopper.cu builds
+// them, for 128 x 128 tiles, and a persistent grid of min(units, resident) CTAs (pairs); a unit
+// is a tile, or with kCluster = 2 a pair of vertically adjacent tiles, as for rung 9.
+template <bool kTransA, bool kTransB, bool kOrdered, int kCluster>
+void launch_pingpong(const GemmParams& p, cudaStream_t stream) {
+  using namespace kernels;
+  const auto kernel = gemm_hopper_pingpong_kernel<__nv_bfloat16, kTransA, kTransB, kCluster, kOrdered>;
+  constexpr int smem = HopperPingpongTile::kSmemBytes;
+  constexpr int bn = HopperPingpongTile::kBN;
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int64_t lda = kTransA ? p.a_col : p.a_row, ldb = kTransB ? p.b_row : p.b_col;
+  const auto stride = [](int64_t ld) { return detail::ceil_div(ld * 2, 16) * 16; };
+  constexpr DType bf16 = DType::kBF16;
+  HopperGemmArgs args{};
+  args.a = kTransA ? detail::make_tensor_map_2d(p.a, bf16, p.M, p.K, stride(lda), 64, 64, true)
+                   : detail::make_tensor_map_2d(p.a, bf16, p.K, p.M, stride(lda), 64, kHopperBM, true);
+  args.b = kTransB ? detail::make_tensor_map_2d(p.b, bf16, p.N, p.K, stride(ldb), 64, 64, true)
+                   : detail::make_tensor_map_2d(p.b, bf16, p.K, p.N, stride(ldb), 64, bn / kCluster, true);
+  args.c = detail::make_tensor_map_2d(p.c, bf16, p.N, p.M, stride(p.ldc), 64, 64, true);
+  args.p = p;
+  args.tiles_m = static_cast<int>(detail::ceil_div(p.M, kHopperBM));
+  args.tiles_n = static_cast<int>(detail::ceil_div(p.N, bn));
+  const int units = static_cast<int>(detail::ceil_div(args.tiles_m, kCluster)) * args.tiles_n;
+  const int resident = kCluster > 1 ? detail::resident_clusters(reinterpret_cast<const void*>(kernel), kCluster,
+                                                                kHopperThreads, smem)
+                                    : detail::sm_count();
+  const int grid = std::min(units, resident) * kCluster;
+  FLASHLAB_LAUNCH(kernel, grid, kHopperThreads, smem, stream, args);
+}
+
+// NN as the library would run it: CTA pairs when there are two tile rows, else single CTAs.
+template <bool kOrdered>
+void launch_pingpong_nn(const GemmParams& p, cudaStream_t stream) {
+  if (detail::ceil_div(p.M, kernels::kHopperBM) >= 2) launch_pingpong<false, true, kOrdered, 2>(p, stream);
+  else launch_pingpong<false, true, kOrdered, 1>(p, stream);
+}
+
+// One GEMM's bf16 operands in `layout` (leading dims padded to 16 bytes), A and B pseudo-random,
+// C, and cuBLAS's C in c_ref.
+struct Operands {
+  GemmParams p{};
+  void* c_ref = nullptr;
+  size_t c_elems = 0;
+  Operands(const Shape& s, Layout layout, cudaStream_t stream) {
+    p.M = s.m;
+    p.N = s.n;
+    p.K = s.k;
+    p.alpha = 1.f;
+    // A: row-major (M, K), or column-major (layout TN) stored as (K, M) rows.
+    const bool a_cols = layout == Layout::kTN;
+    const int64_t lda = pad8(a_cols ? s.m : s.k), rows_a = a_cols ? s.k : s.m;
+    p.a_row = a_cols ? 1 : lda;
+    p.a_col = a_cols ? lda : 1;
+    // B: row-major (K, N), or (layout NT) an (N, K) weight stored as (N, K) rows.
+    const bool b_nk = layout == Layout::kNT;
+    const int64_t ldb = pad8(b_nk ? s.k : s.n), rows_b = b_nk ? s.n : s.k;
+    p.b_row = b_nk ? 1 : ldb;
+    p.b_col = b_nk ? ldb : 1;
+    p.ldc = pad8(s.n);
+    c_elems = static_cast<size_t>(s.m) * p.ldc;
+    void *a, *b;
+    FLASHLAB_CUDA_CHECK(cudaMalloc(&a, static_cast<size_t>(rows_a) * lda * 2));
+    FLASHLAB_CUDA_CHECK(cudaMalloc(&b, static_cast<size_t>(rows_b) * ldb * 2));
+    FLASHLAB_CUDA_CHECK(cudaMalloc(&p.c, c_elems * 2));
+    FLASHLAB_CUDA_CHECK(cudaMalloc(&c_ref, c_elems * 2));
+    bench::fill_random(a, rows_a * lda, 1, 1, stream);
+    bench::fill_random(b, rows_b * ldb, 1, 2, stream);
+    p.a = a;
+    p.b = b;
+  }
+  ~Operands() {
+    cudaFree(const_cast<void*>(p.a));
+    cudaFree(const_cast<void*>(p.b));
+    cudaFree(p.c);
+    cudaFree(c_ref);
+  }
+  Operands(const Operands&) = delete;
+  Operands& operator=(const Operands&) = delete;
+};
+
+// cuBLAS into c: row-major C = A B is column-major C^T = B^T A^T; an operand whose k stride is
+// 1 (K-major) enters transposed.
+void cublas_gemm(cublasHandle_t handle, const GemmParams& p, void* c) {
+  const float one = 1.f, zero = 0.f;
+  const bool b_n = p.b_col == 1, a_n = p.a_col == 1;
+  cublasGemmEx(handle, b_n ? CUBLAS_OP_N : CUBLAS_OP_T, a_n ? CUBLAS_OP_N : CUBLAS_OP_T, p.N, p.M, p.K, &one, p.b,
+               CUDA_R_16BF, static_cast<int>(b_n ? p.b_row : p.b_col), p.a, CUDA_R_16BF,
+               static_cast<int>(a_n ? p.a_row : p.a_col), &zero, c, CUDA_R_16BF, static_cast<int>(p.ldc),
+               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+float bf16_bits_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Check {
+  double rel = 0;       // max |C - C_ref| / max |C_ref| over the M x N values
+  int64_t nan = 0;      // NaN / inf values left in the M x N values
+  int64_t padding = 0;  // padding values (columns N..ldc) no longer the poison
+  bool ok() const { return rel <= 1.0 / 128 && nan == 0 && padding == 0; }
+};
+
+// Runs `launch` once on C poisoned with NaN and compares C with o.c_ref (cuBLAS's result).
+Check check_once(const Operands& o, const std::function<void()>& launch, cudaStream_t stream) {
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(o.p.c, 0xFF, o.c_elems * 2, stream));
+  launch();
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> c(o.c_elems), ref(o.c_elems);
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(c.data(), o.p.c, o.c_elems * 2, cudaMemcpyDeviceToHost));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(ref.data(), o.c_ref, o.c_elems * 2, cudaMemcpyDeviceToHost));
+  Check r;
+  double max_diff = 0, max_ref = 0;
+  for (int64_t m = 0; m < o.p.M; ++m) {
+    for (int64_t n = 0; n < o.p.ldc; ++n) {
+      const size_t i = static_cast<size_t>(m * o.p.ldc + n);
+      if (n >= o.p.N) {
+        r.padding += c[i] != 0xFFFF;
+        continue;
+      }
+      const float v = bf16_bits_to_float(c[i]), want = bf16_bits_to_float(ref[i]);
+      if (!std::isfinite(v)) {
+        ++r.nan;
+        continue;
+      }
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(v) - want));
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(want)));
+    }
+  }
+  r.rel = max_ref > 0 ? max_diff / max_ref : max_diff;
+  return r;
+}
+
+// Prints one check and appends it to the JSON list; false on failure.
+bool report(const char* shape, const char* layout, const char* kernel, const Check& r, std::string& json) {
+  const bool ok = r.ok();
+  std::printf("  %-16s %s %-22s max|diff|/max|ref| %.3e  NaN %lld  padding written %lld  %s\n", shape, layout, kernel,
+              r.rel, static_cast<long long>(r.nan), static_cast<long long>(r.padding), ok ? "ok" : "FAIL");
+  if (!ok)
+    std::fprintf(stderr, "FAIL: %s %s %s: max|diff|/max|ref| %.3e (limit 2^-7), %lld NaN, %lld padding values written\n",
+                 shape, layout, kernel, r.rel, static_cast<long long>(r.nan), static_cast<long long>(r.padding));
+  char row[320];
+  std::snprintf(row, sizeof(row),
+                "%s{\"shape\": \"%s\", \"layout\": \"%s\", \"kernel\": \"%s\", \"rel_err\": %.4e, \"nan\": %lld, "
+                "\"padding_written\": %lld, \"ok\": %s}",
+                json.size() > 1 ? ", " : "", shape, layout, kernel, r.rel, static_cast<long long>(r.nan),
+                static_cast<long long>(r.padding), ok ? "true" : "false");
+  json += row;
+  return ok;
+}
 
 }  // namespace
 
@@ -44,58 +216,85 @@ int main(int argc, char** argv) {
     std::printf("resident CTA pairs (1 CTA per SM, %d KB shared memory): %d on %d SMs\n", smem / 1024, pairs,
                 detail::sm_count());
   }
+  {  // the same for the pingpong kernel
+    const auto kernel = kernels::gemm_hopper_pingpong_kernel<__nv_bfloat16, false, true, 2, false>;
+    constexpr int smem = kernels::HopperPingpongTile::kSmemBytes;
+    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int pairs = detail::resident_clusters(reinterpret_cast<const void*>(kernel), 2, kernels::kHopperThreads, smem);
+    std::printf("pingpong: resident CTA pairs (%d KB shared memory): %d\n", smem / 1024, pairs);
+  }
+  bool all_ok = true;
+  std::string checks = "[";
+
+  // Correctness at ragged shapes first (quick; a hang or a wrong result shows before the timings).
+  std::printf("correctness (C poisoned with NaN, against cuBLAS; limit 2^-7):\n");
+  // Tails in M, N (ragged 16-byte rows: stores from registers) and K; one tile row (single CTAs
+  // for NN); an odd count of tile rows (a pair's second CTA idle); several tiles per CTA with 16
+  // k-blocks and with 2 (fewer than the stages: the ring holds both consumers' tiles at once).
+  const std::vector<Shape> ragged = {{1000, 1000, 1000}, {129, 257, 77},    {77, 520, 333},
+                                     {300, 1000, 40},    {2500, 3001, 1000}, {4000, 4000, 100}};
+  for (const Shape& s : ragged) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "%dx%dx%d", s.m, s.n, s.k);
+    for (Layout layout : {Layout::kNN, Layout::kNT, Layout::kTN}) {
+      Operands o(s, layout, h.stream());
+      cublas_gemm(handle, o.p, o.c_ref);
+      const GemmParams& p = o.p;
+      const auto run = [&](const char* kernel, const std::function<void()>& launch) {
+        all_ok &= report(name, layout_name(layout), kernel, check_once(o, launch, h.stream()), checks);
+      };
+      run("rung 9 (pairs)", [&] { detail::launch_gemm_hopper(p, DType::kBF16, h.stream(), true); });
+      if (layout == Layout::kNN) {
+        run("pingpong", [&] { launch_pingpong_nn<false>(p, h.stream()); });
+        run("pingpong ordered", [&] { launch_pingpong_nn<true>(p, h.stream()); });
+      } else if (layout == Layout::kNT) {  // pairs even for one tile row (the second CTA stores nothing)
+        run("pingpong ordered (pairs)", [&] { launch_pingpong<false, false, true, 2>(p, h.stream()); });
+      } else {
+        run("pingpong ordered (pairs)", [&] { launch_pingpong<true, true, true, 2>(p, h.stream()); });
+      }
+    }
+  }
+
   const std::vector<Shape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {2048, 12288, 4096}, {128, 12288, 4096}};
   std::string json = "[";
-  std::printf("%-20s %12s %12s %12s %9s %9s\n", "M x N x K (NN bf16)", "cuBLAS", "single CTAs", "CTA pairs", "single/cB",
-              "pairs/cB");
+  std::printf("%-20s %12s %12s %12s %12s %12s %9s %9s %9s %9s\n", "M x N x K (NN bf16)", "cuBLAS", "single CTAs",
+              "CTA pairs", "pingpong", "pp ordered", "single/cB", "pairs/cB", "pp/cB", "ppo/cB");
   for (const Shape& s : shapes) {
-    void *a, *b, *c;
-    FLASHLAB_CUDA_CHECK(cudaMalloc(&a, static_cast<size_t>(s.m) * s.k * 2));
-    FLASHLAB_CUDA_CHECK(cudaMalloc(&b, static_cast<size_t>(s.k) * s.n * 2));
-    FLASHLAB_CUDA_CHECK(cudaMalloc(&c, static_cast<size_t>(s.m) * s.n * 2));
-    bench::fill_random(a, static_cast<int64_t>(s.m) * s.k, 1, 1, h.stream());
-    bench::fill_random(b, static_cast<int64_t>(s.k) * s.n, 1, 2, h.stream());
-    GemmParams p{};
-    p.a = a;
-    p.b = b;
-    p.c = c;
-    p.M = s.m;
-    p.N = s.n;
-    p.K = s.k;
-    p.a_row = s.k;
-    p.a_col = 1;
-    p.b_row = s.n;
-    p.b_col = 1;
-    p.ldc = s.n;
-    p.alpha = 1.f;
-    const float one = 1.f, zero = 0.f;
-    // Row-major C = A B is column-major C^T = B^T A^T.
-    const double cublas_ms = h.time_ms([&] {
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.n, s.m, s.k, &one, b, CUDA_R_16BF, s.n, a, CUDA_R_16BF, s.k, &zero,
-                   c, CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    });
+    Operands o(s, Layout::kNN, h.stream());
+    const GemmParams& p = o.p;
+    const double cublas_ms = h.time_ms([&] { cublas_gemm(handle, p, p.c); });
     const double single_ms = h.time_ms([&] { detail::launch_gemm_hopper(p, DType::kBF16, h.stream(), false); });
     const double pairs_ms = h.time_ms([&] { detail::launch_gemm_hopper(p, DType::kBF16, h.stream(), true); });
+    // Pingpong: CTA pairs (single CTAs at M = 128, one tile row, as the library's "pairs" column).
+    const double pp_ms = h.time_ms([&] { launch_pingpong_nn<false>(p, h.stream()); });
+    const double ppo_ms = h.time_ms([&] { launch_pingpong_nn<true>(p, h.stream()); });
     FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
     char name[64];
     std::snprintf(name, sizeof(name), "%dx%dx%d", s.m, s.n, s.k);
-    std::printf("%-20s %7.1f TF/s %7.1f TF/s %7.1f TF/s %8.3fx %8.3fx\n", name, tflops(s, cublas_ms), tflops(s, single_ms),
-                tflops(s, pairs_ms), cublas_ms / single_ms, cublas_ms / pairs_ms);
-    char row[256];
+    std::printf("%-20s %7.1f TF/s %7.1f TF/s %7.1f TF/s %7.1f TF/s %7.1f TF/s %8.3fx %8.3fx %8.3fx %8.3fx\n", name,
+                tflops(s, cublas_ms), tflops(s, single_ms), tflops(s, pairs_ms), tflops(s, pp_ms), tflops(s, ppo_ms),
+                cublas_ms / single_ms, cublas_ms / pairs_ms, cublas_ms / pp_ms, cublas_ms / ppo_ms);
+    cublas_gemm(handle, p, o.c_ref);
+    const Check pp = check_once(o, [&] { launch_pingpong_nn<false>(p, h.stream()); }, h.stream());
+    const Check ppo = check_once(o, [&] { launch_pingpong_nn<true>(p, h.stream()); }, h.stream());
+    all_ok &= report(name, "NN", "pingpong", pp, checks);
+    all_ok &= report(name, "NN", "pingpong ordered", ppo, checks);
+    char row[512];
     std::snprintf(row, sizeof(row),
-                  "%s{\"shape\": \"%s\", \"cublas_ms\": %.5f, \"single_ms\": %.5f, \"pairs_ms\": %.5f}", json.size() > 1 ? ", " : "",
-                  name, cublas_ms, single_ms, pairs_ms);
+                  "%s{\"shape\": \"%s\", \"cublas_ms\": %.5f, \"single_ms\": %.5f, \"pairs_ms\": %.5f, "
+                  "\"pingpong_ms\": %.5f, \"pingpong_ordered_ms\": %.5f, \"pingpong_rel_err\": %.4e, "
+                  "\"pingpong_ordered_rel_err\": %.4e, \"pingpong_ok\": %s}",
+                  json.size() > 1 ? ", " : "", name, cublas_ms, single_ms, pairs_ms, pp_ms, ppo_ms, pp.rel, ppo.rel,
+                  pp.ok() && ppo.ok() ? "true" : "false");
     json += row;
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(c);
   }
   json += "]";
+  checks += "]";
   cudaDeviceProp prop{};
   FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const char* commit = std::getenv("FLASHLAB_COMMIT");
   json = std::string("{\"device\": \"") + prop.name + "\", \"commit\": \"" + (commit ? commit : "unknown") +
-         "\", \"rows\": " + json + "}\n";
+         "\", \"rows\": " + json + ", \"checks\": " + checks + ", \"all_ok\": " + (all_ok ? "true" : "false") + "}\n";
   if (argc > 1) {
     FILE* f = std::fopen(argv[1], "w");
     if (f) {
@@ -104,5 +303,9 @@ int main(int argc, char** argv) {
     }
   }
   cublasDestroy(handle);
+  if (!all_ok) {
+    std::fprintf(stderr, "FAIL: a pingpong (or rung 9) result differs from cuBLAS; see the lines marked FAIL above\n");
+    return 1;
+  }
   return 0;
 }

@@ -26,8 +26,9 @@
 //     a ragged N edge store from registers).
 // A consumer keeps one k-block of wgmmas in flight while it waits for the next stage, and
 // releases a stage once the wgmmas that read it have completed.
-// Limits: no pingpong between consumers (they run in lockstep, epilogues included);
-// no split-K or stream-K for shapes with fewer tiles than SMs.
+// Limits: no pingpong between consumers (they run in lockstep, epilogues included; the variant
+// in 09_hopper_ws_pingpong.cuh gives each consumer whole tiles); no split-K or stream-K for
+// shapes with fewer tiles than SMs.
 #pragma once
 
 #include <cstdint>
