@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "flashlab/attention.h"
@@ -46,6 +47,7 @@ void check_cu_seqlens_tensor(const check::Arg& cu, const check::Arg& ref, int64_
   check::dtype_in(cu, {DType::kI32});
   check::ndim(cu, 1);
   check::contiguous(cu);
+  check::aligned(cu, 4);
   check::shape(cu, {batch + 1});
 }
 
@@ -67,6 +69,31 @@ void check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_
                 detail::concat(v[batch]));
   FLASHLAB_CHECK(longest <= max_len, kOp, ": argument '", max_name, "': expected >= the longest sequence (", longest,
                  "), got ", max_len);
+}
+
+// a and b are disjoint; no_overlap lets identical views through (the in-place case of other
+// ops), which here would let one kernel read what another block writes.
+void disjoint(const check::Arg& a, const check::Arg& b) {
+  check::no_overlap(a, b);
+  if (a.t.numel() > 0 && b.t.numel() > 0 && a.t.data == b.t.data)
+    check::fail(a, detail::concat("memory disjoint from '", b.name, "'"), detail::concat("the same memory as '", b.name, "'"));
+}
+
+// No two elements of a (an output) at one address: with its dims sorted by stride, each stride
+// is at least the span of the dims inside it (several blocks would write one element otherwise).
+void no_self_overlap(const check::Arg& a) {
+  if (a.t.numel() == 0) return;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  for (int i = 0; i < a.t.ndim(); ++i)
+    if (a.t.shape[i] > 1) dims.emplace_back(a.t.strides[i], a.t.shape[i]);
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements covered by the dims inside
+  for (const auto& [stride, size] : dims) {
+    if (stride < span)
+      check::fail(a, "strides under which no two elements share an address",
+                  detail::concat("strides ", shape_str(a.t.strides), " for shape ", shape_str(a.t.shape)));
+    span = stride * size;
+  }
 }
 
 // Every check of attention_fwd(); throws flashlab::Error on the first that fails, else the kernel
@@ -94,6 +121,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
   if (k.shape[hd] != d) check::fail(K, detail::concat("head dim ", d, " (as 'q')"), detail::concat(k.shape[hd]));
   check::shape_eq(V, K);
   check::shape_eq(O, Q);
+  if (nheads < 1) check::fail(Q, "at least 1 head", detail::concat(nheads, " heads"));
   if (nheads_kv < 1 || nheads % nheads_kv != 0)
     check::fail(K, detail::concat("a number of heads that divides q's ", nheads, " (GQA/MQA)"), detail::concat(nheads_kv));
   FLASHLAB_CHECK(nheads <= kMaxGridYZ, kOp, ": argument 'q': expected at most ", kMaxGridYZ, " heads, got ", nheads);
@@ -105,12 +133,8 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
         check::fail(*x, "strides that are multiples of 8 elements (16-byte aligned rows)",
                     detail::concat("strides ", shape_str(x->t.strides)));
   }
-  for (const check::Arg* x : {&Q, &K, &V}) {
-    check::no_overlap(O, *x);
-    // no_overlap lets identical views through (in-place ops); here other blocks still read q, k
-    // and v while a block writes its rows of out.
-    if (out.data == x->t.data) check::fail(O, detail::concat("memory disjoint from '", x->name, "'"), detail::concat("the same memory as '", x->name, "'"));
-  }
+  for (const check::Arg* x : {&Q, &K, &V}) disjoint(O, *x);
+  no_self_overlap(O);
 
   AttnFwdParams p{};
   p.q = q.data, p.k = k.data, p.v = v.data, p.o = out.data;
@@ -129,7 +153,8 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
                    ": argument 'max_seqlen_k': expected 0 .. 2^30 - 1, got ", opt.max_seqlen_k);
     check_cu_seqlens_tensor(CQ, Q, batch);
     check_cu_seqlens_tensor(CK, K, batch);
-    FLASHLAB_CHECK(q.shape[0] <= INT_MAX && k.shape[0] <= INT_MAX, kOp, ": arguments 'q', 'k': expected at most 2^31 - 1 packed rows");
+    FLASHLAB_CHECK(q.shape[0] <= INT_MAX, kOp, ": argument 'q': expected at most 2^31 - 1 packed rows, got ", q.shape[0]);
+    FLASHLAB_CHECK(k.shape[0] <= INT_MAX, kOp, ": argument 'k': expected at most 2^31 - 1 packed rows, got ", k.shape[0]);
     max_sq = opt.max_seqlen_q, max_sk = opt.max_seqlen_k;
     p.cu_seqlens_q = static_cast<const int*>(opt.cu_seqlens_q->data);
     p.cu_seqlens_k = static_cast<const int*>(opt.cu_seqlens_k->data);
@@ -172,6 +197,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     check::same_device(A, Q);
     check::dtype_in(A, {DType::kF32});
     check::contiguous(A);
+    check::aligned(A, 4);
     const auto& s = opt.alibi_slopes->shape;
     if (!((s.size() == 1 && s[0] == nheads) || (s.size() == 2 && s[0] == batch && s[1] == nheads)))
       check::fail(A, detail::concat("shape [", nheads, "] or [", batch, ", ", nheads, "]"), shape_str(s));
@@ -184,9 +210,10 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     check::same_device(L, Q);
     check::dtype_in(L, {DType::kF32});
     check::contiguous(L);
+    check::aligned(L, 4);
     if (varlen) check::shape(L, {nheads, q.shape[0]});
     else check::shape(L, {batch, nheads, max_sq});
-    for (const check::Arg* x : {&Q, &K, &V, &O}) check::no_overlap(L, *x);
+    for (const check::Arg* x : {&Q, &K, &V, &O}) disjoint(L, *x);
     p.lse = static_cast<float*>(opt.softmax_lse->data);
     p.lse_batch_stride = varlen ? 0 : nheads * max_sq;
     p.lse_head_stride = varlen ? q.shape[0] : max_sq;
@@ -199,9 +226,21 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     check::same_device(P, Q);
     check::dtype_eq(P, Q);
     check::contiguous(P);
+    check::aligned(P, dtype_size(q.dtype));
     check::shape(P, {batch, nheads, max_sq, max_sk});
-    for (const check::Arg* x : {&Q, &K, &V, &O}) check::no_overlap(P, *x);
-    check::no_overlap(P, check::Arg{kOp, "softmax_lse", *opt.softmax_lse});
+    for (const check::Arg* x : {&Q, &K, &V, &O}) disjoint(P, *x);
+    disjoint(P, check::Arg{kOp, "softmax_lse", *opt.softmax_lse});
+  }
+  // What the kernels read (cu_seqlens, slopes) must not lie inside what they write.
+  {
+    std::vector<check::Arg> reads, writes{O};
+    if (opt.cu_seqlens_q != nullptr) reads.push_back({kOp, "cu_seqlens_q", *opt.cu_seqlens_q});
+    if (opt.cu_seqlens_k != nullptr) reads.push_back({kOp, "cu_seqlens_k", *opt.cu_seqlens_k});
+    if (opt.alibi_slopes != nullptr) reads.push_back({kOp, "alibi_slopes", *opt.alibi_slopes});
+    if (opt.softmax_lse != nullptr) writes.push_back({kOp, "softmax_lse", *opt.softmax_lse});
+    if (opt.attn_probs != nullptr) writes.push_back({kOp, "attn_probs", *opt.attn_probs});
+    for (const check::Arg& r : reads)
+      for (const check::Arg& w : writes) disjoint(r, w);
   }
   // Last: the only checks that read device memory (and wait for `stream`). Skipped while the
   // stream is being captured into a CUDA graph (a device-to-host copy cannot be captured); the
@@ -244,8 +283,20 @@ void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t str
 
 int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
                                       int64_t headdim) {
-  if (rung == 1) return batch * nheads * seqlen_q * seqlen_k * static_cast<int64_t>(sizeof(float));
-  if (rung == 2) return batch * nheads * seqlen_q * (headdim + 2) * static_cast<int64_t>(sizeof(float));
+  check::rung("attention_fwd_workspace_bytes", rung, kAttnFwdRungs);
+  FLASHLAB_CHECK(batch >= 0 && nheads >= 0 && seqlen_q >= 0 && seqlen_k >= 0 && headdim >= 0,
+                 "attention_fwd_workspace_bytes: expected sizes >= 0, got batch ", batch, ", nheads ", nheads, ", seqlen_q ",
+                 seqlen_q, ", seqlen_k ", seqlen_k, ", headdim ", headdim);
+  const auto product = [](std::initializer_list<int64_t> xs) {
+    int64_t p = 1;
+    for (int64_t x : xs) {
+      FLASHLAB_CHECK(x == 0 || p <= INT64_MAX / x, "attention_fwd_workspace_bytes: the size overflows int64");
+      p *= x;
+    }
+    return p;
+  };
+  if (rung == 1) return product({batch, nheads, seqlen_q, seqlen_k, static_cast<int64_t>(sizeof(float))});
+  if (rung == 2) return product({batch, nheads, seqlen_q, headdim + 2, static_cast<int64_t>(sizeof(float))});
   return 0;
 }
 

@@ -41,7 +41,7 @@ struct AttnFwdOptions {
   float softmax_scale = 0.f;
   bool causal = false;
   // Sliding window in keys left / right of the (bottom-right aligned) diagonal; -1: unbounded.
-  // With causal = true, window_right is taken as 0 whatever is given (as flash-attn does).
+  // With causal = true, window_right is taken as 0 (as flash-attn does; it must still be >= -1).
   int64_t window_left = -1, window_right = -1;
   // > 0: softcapping (s = softcap * tanh(s / softcap)); 0: none. Finite, >= 0.
   float softcap = 0.f;
@@ -71,7 +71,9 @@ struct AttnFwdOptions {
 // fp16 or bf16 (all four the same), on one CUDA device; any batch/row/head strides with a unit
 // stride in the head dim; 16-byte aligned pointers and strides (multiples of 8 elements).
 // headdim one of kAttnHeadDims; nheads a multiple of nheads_kv (GQA/MQA); seqlen_q,
-// seqlen_k >= 1 (fixed length); out must not overlap q, k or v.
+// seqlen_k >= 1 (fixed length); out must not overlap q, k, v or itself; softmax_lse and
+// attn_probs must not overlap the inputs, out or each other, nor the inputs cu_seqlens and
+// alibi_slopes any output. Optional tensors are aligned to their element size.
 // Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid arguments.
 void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                    cudaStream_t stream = nullptr, int rung = kAttnFwdRungs, const AttnFwdOptions& options = {});
