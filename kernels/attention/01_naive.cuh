@@ -56,8 +56,7 @@ __global__ void attn_naive_softmax_kernel(const __grid_constant__ AttnFwdParams 
   // Fully masked row (or no keys): P = 0, lse = -inf.
   for (int j = 0; j < sb.sk; ++j) row[j] = sum > 0.f ? expf(row[j] - m) / sum : 0.f;
   if (p.lse != nullptr) {
-    const int64_t at = p.cu_seqlens_q != nullptr ? h * p.lse_head_stride + sb.q_row0 + i
-                                                 : b * p.lse_batch_stride + h * p.lse_head_stride + i;
+    const int64_t at = attn_lse_offset(p, b, h, sb, i);
     p.lse[at] = sum > 0.f ? m + logf(sum) : -INFINITY;
   }
 }

@@ -151,8 +151,7 @@ __global__ void attn_flash1_finish_kernel(const __grid_constant__ AttnFwdParams 
   T* o = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   for (int c = threadIdx.x; c < p.headdim; c += 32) o[c] = from_float<T>(w.o[row * p.headdim + c] * inv);
   if (threadIdx.x == 0 && p.lse != nullptr) {
-    const int64_t at = p.cu_seqlens_q != nullptr ? h * p.lse_head_stride + sb.q_row0 + i
-                                                 : b * p.lse_batch_stride + h * p.lse_head_stride + i;
+    const int64_t at = attn_lse_offset(p, b, h, sb, i);
     p.lse[at] = l > 0.f ? w.m[row] + logf(l) : -INFINITY;
   }
 }

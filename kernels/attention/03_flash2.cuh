@@ -262,8 +262,7 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim>::kThreads) attn_flash2_
       for (int j = 0; j < Tr::kDTiles; ++j)
         *reinterpret_cast<uint32_t*>(orow + j * 8 + 2 * t) = attn_pack2<T>(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
       if (t == 0 && p.lse != nullptr) {
-        const int64_t at = p.cu_seqlens_q != nullptr ? h * p.lse_head_stride + sb.q_row0 + i
-                                                     : b * p.lse_batch_stride + h * p.lse_head_stride + i;
+        const int64_t at = attn_lse_offset(p, b, h, sb, i);
         p.lse[at] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
     }

@@ -34,6 +34,11 @@ __device__ __forceinline__ int64_t attn_offset(const AttnFwdParams& p, int b, in
   return batch_part + i * row_stride + h * head_stride;
 }
 
+// Element of the lse of (batch b, head h, row i): (batch, nheads, sq) or, varlen, (nheads, total_q).
+__device__ __forceinline__ int64_t attn_lse_offset(const AttnFwdParams& p, int b, int h, const AttnBatch& s, int64_t i) {
+  return p.cu_seqlens_q != nullptr ? h * p.lse_head_stride + s.q_row0 + i : b * p.lse_batch_stride + h * p.lse_head_stride + i;
+}
+
 // Everything that turns q.k into the logit s_ij for one (batch, head): see attention.h.
 struct AttnScoreMod {
   float scale;    // softmax scale

@@ -24,8 +24,7 @@ __global__ void attn_probs_kernel(const __grid_constant__ AttnFwdParams p, T* pr
   const AttnBatch sb = attn_batch(p, b);
   float value = 0.f;
   if (i < sb.sq && j < sb.sk) {
-    const int64_t at = p.cu_seqlens_q != nullptr ? h * p.lse_head_stride + sb.q_row0 + i
-                                                 : b * p.lse_batch_stride + h * p.lse_head_stride + i;
+    const int64_t at = attn_lse_offset(p, b, h, sb, i);
     const float lse = p.lse[at];
     const int hk = h / (p.nheads / p.nheads_kv);
     const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, i, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
