@@ -44,16 +44,24 @@
 
 namespace flashlab::kernels {
 
-template <int kHeadDim_>
+// kScoreMod: the kernel applies softcap and/or ALiBi (the generic score path); without them the
+// logit is the dot product times scale log2(e), and the registers that path needs go to a
+// second m16 tile of rows per warp.
+template <int kHeadDim_, bool kScoreMod_ = false>
 struct Flash2Traits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kScoreMod = kScoreMod_;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = kWarps * 16;  // query rows per block: 16 per warp
-  // Keys per block: the S accumulator (kBlockN / 2 registers), P (kBlockN / 4), O (d / 2) and
-  // Q (d / 4, when in registers) share a thread's registers.
-  static constexpr int kBlockN = kHeadDim <= 64 ? 128 : kHeadDim <= 192 ? 64 : 32;
-  static constexpr bool kQInRegs = kHeadDim <= 128;
+  // m16 tiles of rows per warp: with 2, every K and V fragment a warp loads feeds two mmas (half
+  // the shared-memory reads per mma). The O accumulators of head dims past 128, or the generic
+  // score path, leave no registers for a second tile.
+  static constexpr int kMTiles = !kScoreMod && kHeadDim <= 128 ? 2 : 1;
+  static constexpr int kBlockM = kWarps * 16 * kMTiles;  // query rows per block
+  // Keys per block: the S accumulator (kMTiles x kBlockN / 2 registers), O (kMTiles x d / 2) and
+  // Q (kMTiles x d / 4, when in registers) share a thread's registers.
+  static constexpr int kBlockN = kMTiles == 2 ? (kHeadDim <= 64 ? 64 : 32) : kHeadDim <= 64 ? 128 : kHeadDim <= 192 ? 64 : 32;
+  static constexpr bool kQInRegs = kMTiles == 2 ? kHeadDim <= 64 : kHeadDim <= 128;
   static constexpr int kStride = kHeadDim + 8;  // shared row stride in elements (padded)
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S
@@ -97,9 +105,9 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
 
 // Grid (ceil(max_sq / kBlockM), nheads, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
 // shared memory.
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(Flash2Traits<kHeadDim>::kThreads) attn_flash2_kernel(const __grid_constant__ AttnFwdParams p) {
-  using Tr = Flash2Traits<kHeadDim>;
+template <typename T, int kHeadDim, bool kScoreMod>
+__global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) attn_flash2_kernel(const __grid_constant__ AttnFwdParams p) {
+  using Tr = Flash2Traits<kHeadDim, kScoreMod>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -114,7 +122,10 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim>::kThreads) attn_flash2_
   const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates
-  const int row_g = m0 + warp * 16 + g;  // this thread's rows: row_g and row_g + 8
+  constexpr int kMT = Tr::kMTiles;
+  // This thread's rows: row0 + 16 mt + g and row0 + 16 mt + g + 8 for each m16 tile mt.
+  const int warp_row = warp * 16 * kMT;  // first row of this warp in the block
+  const int row0 = m0 + warp_row + g;
 
   const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
   const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
@@ -126,14 +137,17 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim>::kThreads) attn_flash2_
   const AttnKeyRange kr = attn_key_range(m0, rows_hi, sb.sk, mod.diag, mod.window_left, mod.window_right);
   const int n_begin = kr.lo / kN, n_end = kr.hi > kr.lo ? (kr.hi + kN - 1) / kN : n_begin;
 
-  float acc[Tr::kDTiles][4];  // O: rows (g, g + 8) x columns 8 j + 2 t + {0, 1}
+  float acc[kMT][Tr::kDTiles][4];  // O: per m16 tile, rows (g, g + 8) x columns 8 j + 2 t + {0, 1}
 #pragma unroll
-  for (int j = 0; j < Tr::kDTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of rows g, g + 8
-  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums of 2^(s - max)
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int j = 0; j < Tr::kDTiles; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+  float row_max[kMT][2], row_sum[kMT][2];  // running max (log2 units); this thread's partial sums of 2^(s - max)
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) row_max[mt][0] = row_max[mt][1] = -INFINITY, row_sum[mt][0] = row_sum[mt][1] = 0.f;
 
   const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
-  uint32_t qf[Tr::kQInRegs ? Tr::kKSteps : 1][4];  // Q A-fragments (when kept in registers)
+  uint32_t qf[Tr::kQInRegs ? kMT : 1][Tr::kQInRegs ? Tr::kKSteps : 1][4];  // Q A-fragments (when kept in registers)
   // ldmatrix addresses: A (Q, row-major): lane -> row (l % 8) + 8 ((l / 8) % 2), column 8 (l / 16);
   // B of Q K^T (K rows are keys): lane -> key (l % 8) + 8 (l / 16), column 8 ((l / 8) % 2);
   // B of P V (V rows are keys, .trans): lane -> key (l % 8) + 8 ((l / 8) % 2), column 8 (l / 16).
@@ -160,113 +174,145 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim>::kThreads) attn_flash2_
     cp_async_commit();  // (possibly empty: keeps one group per iteration)
     cp_async_wait<1>();  // block n (and Q) landed
     __syncthreads();
-    if (Tr::kQInRegs && n == n_begin) {
+    if constexpr (Tr::kQInRegs) {
+      if (n == n_begin) {
 #pragma unroll
-      for (int kk = 0; kk < Tr::kKSteps; ++kk)
-        ldmatrix_x4(qf[Tr::kQInRegs ? kk : 0], smem_addr(qs + (warp * 16 + a_row) * kS + kk * 16 + a_col));
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < Tr::kKSteps; ++kk)
+            ldmatrix_x4(qf[mt][kk], smem_addr(qs + (warp_row + 16 * mt + a_row) * kS + kk * 16 + a_col));
+      }
     }
 
-    // S = Q K^T: (16, kN) per warp.
-    float s[Tr::kNTiles][4];
+    // S = Q K^T: (16 kMT, kN) per warp; each K fragment feeds the kMT m16 tiles.
+    float s[kMT][Tr::kNTiles][4];
 #pragma unroll
-    for (int j = 0; j < Tr::kNTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < Tr::kNTiles; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < Tr::kKSteps; ++kk) {
-      uint32_t a[4];
-      if constexpr (Tr::kQInRegs) {
+      uint32_t a[kMT][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) a[e] = qf[kk][e];
-      } else {
-        ldmatrix_x4(a, smem_addr(qs + (warp * 16 + a_row) * kS + kk * 16 + a_col));
+      for (int mt = 0; mt < kMT; ++mt) {
+        if constexpr (Tr::kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kk][e];
+        } else {
+          ldmatrix_x4(a[mt], smem_addr(qs + (warp_row + 16 * mt + a_row) * kS + kk * 16 + a_col));
+        }
       }
 #pragma unroll
       for (int j = 0; j < Tr::kNTiles; j += 2) {
         uint32_t bk[4];  // keys 8 j .. 8 j + 15, head dims 16 kk .. 16 kk + 15
         ldmatrix_x4(bk, smem_addr(kst + (j * 8 + kb_row) * kS + kk * 16 + kb_col));
         const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
-        mma_m16n8k16<T>(s[j], a, b0);
-        mma_m16n8k16<T>(s[j + 1], a, b1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_m16n8k16<T>(s[mt][j], a[mt], b0);
+          mma_m16n8k16<T>(s[mt][j + 1], a[mt], b1);
+        }
       }
     }
 
-    // Logits in log2 units; the mask only where this block needs it.
+    // Logits in log2 units (softcap and ALiBi only in the kScoreMod kernel); the mask only where
+    // this block needs it.
     const int k0 = n * kN;
     const bool need_mask = k0 + kN > sb.sk || (mod.window_left >= 0 && k0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
                            (mod.window_right >= 0 && k0 + kN - 1 > m0 + mod.diag + mod.window_right);
 #pragma unroll
-    for (int j = 0; j < Tr::kNTiles; ++j) {
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = row_g + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
-        float x = s[j][e];
-        if (mod.softcap > 0.f) x = mod.softcap * kLog2e * tanhf(x * (mod.scale / mod.softcap));
-        else x *= scale_log2;
-        if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-        if (need_mask && (key >= sb.sk || !attn_visible(i, key, mod.diag, mod.window_left, mod.window_right))) x = -INFINITY;
-        s[j][e] = x;
+      for (int j = 0; j < Tr::kNTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = row0 + 16 * mt + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
+          float x = s[mt][j][e];
+          if constexpr (kScoreMod) {
+            if (mod.softcap > 0.f) x = mod.softcap * kLog2e * tanhf(x * (mod.scale / mod.softcap));
+            else x *= scale_log2;
+            if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
+          } else {
+            x *= scale_log2;
+          }
+          if (need_mask && (key >= sb.sk || !attn_visible(i, key, mod.diag, mod.window_left, mod.window_right))) x = -INFINITY;
+          s[mt][j][e] = x;
+        }
       }
-    }
 
     // Online softmax: new row max (over the 4 threads of a row), rescale O and l, P = 2^(s - max).
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int j = 0; j < Tr::kNTiles; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // A row with every key so far masked keeps max -inf: use 0 as the offset so that
-      // 2^(-inf - 0) = 0 instead of 2^(-inf + inf) = NaN.
-      const float off = mx == -INFINITY ? 0.f : mx;
-      const float rescale = exp2f(row_max[r] - off);  // 0 when the old max is -inf
-      row_max[r] = mx;
-      row_sum[r] *= rescale;
+      for (int r = 0; r < 2; ++r) {
+        float mx = row_max[mt][r];
 #pragma unroll
-      for (int j = 0; j < Tr::kDTiles; ++j) acc[j][2 * r] *= rescale, acc[j][2 * r + 1] *= rescale;
+        for (int j = 0; j < Tr::kNTiles; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row with every key so far masked keeps max -inf: use 0 as the offset so that
+        // 2^(-inf - 0) = 0 instead of 2^(-inf + inf) = NaN.
+        const float off = mx == -INFINITY ? 0.f : mx;
+        const float rescale = exp2f(row_max[mt][r] - off);  // 0 when the old max is -inf
+        row_max[mt][r] = mx;
+        row_sum[mt][r] *= rescale;
 #pragma unroll
-      for (int j = 0; j < Tr::kNTiles; ++j) {
-        s[j][2 * r] = exp2f(s[j][2 * r] - off);
-        s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - off);
-        row_sum[r] += s[j][2 * r] + s[j][2 * r + 1];
+        for (int j = 0; j < Tr::kDTiles; ++j) acc[mt][j][2 * r] *= rescale, acc[mt][j][2 * r + 1] *= rescale;
+#pragma unroll
+        for (int j = 0; j < Tr::kNTiles; ++j) {
+          s[mt][j][2 * r] = exp2f(s[mt][j][2 * r] - off);
+          s[mt][j][2 * r + 1] = exp2f(s[mt][j][2 * r + 1] - off);
+          row_sum[mt][r] += s[mt][j][2 * r] + s[mt][j][2 * r + 1];
+        }
       }
-    }
 
-    // O += P V: P's A-fragments straight from the S accumulators (two n8 tiles per k16 step).
+    // O += P V: P's A-fragments straight from the S accumulators (two n8 tiles per k16 step);
+    // each V fragment feeds the kMT m16 tiles.
 #pragma unroll
     for (int kk = 0; kk < Tr::kPSteps; ++kk) {
-      const uint32_t a[4] = {attn_pack2<T>(s[2 * kk][0], s[2 * kk][1]), attn_pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                             attn_pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             attn_pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        a[mt][0] = attn_pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = attn_pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = attn_pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = attn_pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int j = 0; j < Tr::kDTiles; j += 2) {
         uint32_t bv[4];  // keys 16 kk .. 16 kk + 15, head dims 8 j .. 8 j + 15 (transposed)
         ldmatrix_x4_trans(bv, smem_addr(vst + (kk * 16 + vb_row) * kS + j * 8 + vb_col));
         const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
-        mma_m16n8k16<T>(acc[j], a, b0);
-        mma_m16n8k16<T>(acc[j + 1], a, b1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_m16n8k16<T>(acc[mt][j], a[mt], b0);
+          mma_m16n8k16<T>(acc[mt][j + 1], a[mt], b1);
+        }
       }
     }
   }
 
   // Epilogue: l over the row's 4 threads, O / l, lse = (max + log2 l) ln 2.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
-    const int i = row_g + 8 * r;
-    if (i < sb.sq) {
-      T* orow = o + static_cast<int64_t>(i) * p.o_row_stride;
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int j = 0; j < Tr::kDTiles; ++j)
-        *reinterpret_cast<uint32_t*>(orow + j * 8 + 2 * t) = attn_pack2<T>(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
-      if (t == 0 && p.lse != nullptr) {
-        const int64_t at = attn_lse_offset(p, b, h, sb, i);
-        p.lse[at] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
+      const int i = row0 + 16 * mt + 8 * r;
+      if (i < sb.sq) {
+        T* orow = o + static_cast<int64_t>(i) * p.o_row_stride;
+#pragma unroll
+        for (int j = 0; j < Tr::kDTiles; ++j)
+          *reinterpret_cast<uint32_t*>(orow + j * 8 + 2 * t) = attn_pack2<T>(acc[mt][j][2 * r] * inv, acc[mt][j][2 * r + 1] * inv);
+        if (t == 0 && p.lse != nullptr) {
+          const int64_t at = attn_lse_offset(p, b, h, sb, i);
+          p.lse[at] = l > 0.f ? (row_max[mt][r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+        }
       }
     }
-  }
 }
 
 }  // namespace flashlab::kernels
