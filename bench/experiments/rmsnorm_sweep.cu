@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kRmsNormRegsMaxThreads) fused_variant_kernel(c
   const T* w = static_cast<const T*>(p.weight);
   const auto store = [](T* q, const V& v) {
     if constexpr (kStoreCs) store_vec(q, v);
-    else *reinterpret_cast<int4*>(q) = *reinterpret_cast<const int4*>(&v);
+    else store_vec_wb(q, v);
   };
   V x[kVpt], rv[kVpt];
 #pragma unroll
