@@ -31,7 +31,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -74,18 +73,6 @@ struct Flash2Traits {
   static_assert((kStride / 8) % 2 == 1, "an odd number of 16-byte chunks per shared row");
   static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "ldmatrix.x4 loads two n8 tiles at a time");
 };
-
-// Two fp32 values -> the 32-bit register of two 16-bit values (lo in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t attn_pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
 
 // Copies rows [row0, row0 + kRows) of one head of a (rows, d) tensor slice into a padded shared
 // tile, zero-filling rows >= nrows. `base` points at row 0 of the slice; rows are `row_stride`
@@ -273,10 +260,10 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
       uint32_t a[kMT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        a[mt][0] = attn_pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = attn_pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = attn_pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = attn_pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int j = 0; j < Tr::kDTiles; j += 2) {
@@ -306,7 +293,7 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
         T* orow = o + static_cast<int64_t>(i) * p.o_row_stride;
 #pragma unroll
         for (int j = 0; j < Tr::kDTiles; ++j)
-          *reinterpret_cast<uint32_t*>(orow + j * 8 + 2 * t) = attn_pack2<T>(acc[mt][j][2 * r] * inv, acc[mt][j][2 * r + 1] * inv);
+          *reinterpret_cast<uint32_t*>(orow + j * 8 + 2 * t) = pack2<T>(acc[mt][j][2 * r] * inv, acc[mt][j][2 * r + 1] * inv);
         if (t == 0 && p.lse != nullptr) {
           const int64_t at = attn_lse_offset(p, b, h, sb, i);
           p.lse[at] = l > 0.f ? (row_max[mt][r] + log2f(l)) * 0.6931471805599453f : -INFINITY;

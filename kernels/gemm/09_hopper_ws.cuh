@@ -32,7 +32,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include <cuda.h>
 
@@ -84,16 +83,6 @@ __device__ __forceinline__ void hopper_tile_coords(int t, int tiles_m, int tiles
   const int r = t % per_group;
   tm = first_m + r % rows;
   tn = r / rows;
-}
-
-// Two fp32 values -> one 32-bit word of two 16-bit values (element 0 in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const T l = from_float<T>(lo), h = from_float<T>(hi);
-  uint16_t bl, bh;
-  memcpy(&bl, &l, 2);
-  memcpy(&bh, &h, 2);
-  return static_cast<uint32_t>(bl) | (static_cast<uint32_t>(bh) << 16);
 }
 
 // kTransA: A is MN-major (column-major A, layout TN); kTransB: B is MN-major (row-major B:
