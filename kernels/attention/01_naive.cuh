@@ -26,6 +26,18 @@ __device__ __forceinline__ float* attn_naive_s_row(float* s, const AttnFwdParams
   return s + ((static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i) * p.seqlen_k;
 }
 
+// The logit s_ij of (batch b, head h): the dot product over the head dim straight from global
+// memory, then attn_logit. Also what the probs pass (probs.cuh) recomputes.
+template <typename T>
+__device__ __forceinline__ float attn_naive_logit(const AttnFwdParams& p, int b, int h, const AttnBatch& sb, int i, int j) {
+  const int hk = h / (p.nheads / p.nheads_kv);
+  const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, i, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, j, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  float dot = 0.f;
+  for (int c = 0; c < p.headdim; ++c) dot += to_float(q[c]) * to_float(k[c]);
+  return attn_logit(dot, i, j, attn_score_mod(p, b, h, sb));
+}
+
 // Step 1. Grid (ceil(max_sk / 32) * ceil(max_sq / 8), nheads, batch), block (32, 8).
 template <typename T>
 __global__ void attn_naive_scores_kernel(const __grid_constant__ AttnFwdParams p, float* s) {
@@ -34,12 +46,7 @@ __global__ void attn_naive_scores_kernel(const __grid_constant__ AttnFwdParams p
   const int j = (blockIdx.x % blocks_j) * 32 + threadIdx.x, i = (blockIdx.x / blocks_j) * 8 + threadIdx.y;
   const AttnBatch sb = attn_batch(p, b);
   if (i >= sb.sq || j >= sb.sk) return;
-  const int hk = h / (p.nheads / p.nheads_kv);
-  const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, i, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, j, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  float dot = 0.f;
-  for (int c = 0; c < p.headdim; ++c) dot += to_float(q[c]) * to_float(k[c]);
-  attn_naive_s_row(s, p, b, h, i)[j] = attn_logit(dot, i, j, attn_score_mod(p, b, h, sb));
+  attn_naive_s_row(s, p, b, h, i)[j] = attn_naive_logit<T>(p, b, h, sb, i, j);
 }
 
 // Step 2. One thread per (batch, head, row): grid (ceil(max_sq / 128), nheads, batch).

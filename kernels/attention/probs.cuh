@@ -1,11 +1,12 @@
 // The attention probabilities P = exp(s - lse) for tests (flash-attn's return_attn_probs), from
-// the lse a rung wrote: a separate pass that recomputes each score (attn_logit, as rung 1), so
+// the lse a rung wrote: a separate pass that recomputes each score (rung 1's attn_naive_logit), so
 // that the rungs themselves never store an N x N matrix.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/attention/01_naive.cuh"
 #include "kernels/attention/common.cuh"
 #include "kernels/attention/params.h"
 #include "kernels/common/dtype.cuh"
@@ -26,12 +27,7 @@ __global__ void attn_probs_kernel(const __grid_constant__ AttnFwdParams p, T* pr
   if (i < sb.sq && j < sb.sk) {
     const int64_t at = attn_lse_offset(p, b, h, sb, i);
     const float lse = p.lse[at];
-    const int hk = h / (p.nheads / p.nheads_kv);
-    const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, i, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-    const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, j, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-    float dot = 0.f;
-    for (int c = 0; c < p.headdim; ++c) dot += to_float(q[c]) * to_float(k[c]);
-    const float s = attn_logit(dot, i, j, attn_score_mod(p, b, h, sb));
+    const float s = attn_naive_logit<T>(p, b, h, sb, i, j);
     value = lse == -INFINITY || s == -INFINITY ? 0.f : expf(s - lse);
   }
   probs[((static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i) * p.seqlen_k + j] = from_float<T>(value);
