@@ -5,6 +5,7 @@
 # Environment:
 #   FLASHLAB_FILTER=vector_add   run one op's tests and benchmarks (a substring of case names)
 #   FLASHLAB_QUICK=1             smaller benchmark sizes
+#   FLASHLAB_BENCH=0             skip the benchmarks (tests and sanitizer only)
 #   FLASHLAB_SANITIZE=1          also run the GPU tests under compute-sanitizer (memcheck, racecheck)
 #   FLASHLAB_PROFILE=SUBSTR      also run scripts/profile.sh on matching benchmark cases
 #   FLASHLAB_COMMIT=<sha>        the commit being measured (the GPU machine has no .git)
@@ -114,6 +115,9 @@ else
 fi
 
 step "benchmarks"
+if [ "${FLASHLAB_BENCH:-1}" = 0 ]; then
+  echo "skipped (FLASHLAB_BENCH=0)"
+else
 bench_args=(--out build/gpu/bench.json)
 [ -n "$filter" ] && bench_args+=(--filter "$filter")
 [ "${FLASHLAB_QUICK:-0}" = 1 ] && bench_args+=(--quick)
@@ -128,6 +132,7 @@ if timeout "$step_timeout" ./build/gpu/bench/flashlab_bench "${bench_args[@]}"; 
   fi
 else
   fail "flashlab_bench"
+fi
 fi
 if [ -n "${FLASHLAB_PROFILE:-}" ]; then
   step "ncu profile: $FLASHLAB_PROFILE"
