@@ -2,12 +2,12 @@
 // seqlen, nheads, headdim) contiguous, nheads_kv = nheads. Rung 0 is torch SDPA (flash, cuDNN and
 // efficient backends), run by bench/peers.py on the same shapes.
 // Shapes: 16k tokens and model dim 2048 (batch = 16384 / seqlen, nheads = 2048 / headdim), head
-// dim 128, seqlen 512 .. 16k, causal and not; head dims 64 and 256 at seqlen 2k. Rung 3 runs
-// every shape; rung 1 (naive: the fp32 S matrix, batch x nheads x seqlen^2 x 4 bytes) up to
+// dim 128, seqlen 512 .. 16k, causal and not; head dims 64 and 256 at seqlen 512 .. 2k. Rungs 3
+// and 4 run every shape; rung 1 (naive: the fp32 S matrix, batch x nheads x seqlen^2 x 4 bytes) up to
 // seqlen 4k; rung 2 (FA1 order on CUDA cores, one thread block per (batch, head)) up to 2k.
 // FLOPs: 4 batch nheads seqlen_q seqlen_k headdim, half when causal (DESIGN.md); bytes: q, k, v
 // and out once. Each row carries the rung's workspace (extra "workspace_MB"): the O(N^2) vs O(N)
-// memory of the ladder. Rungs 1-2 are checked against rung 3 (max |diff|, printed).
+// memory of the ladder. Rungs 1-3 are checked against rung 4 (max |diff|, printed).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,7 +19,7 @@ namespace flashlab::bench {
 
 namespace {
 
-const char* const kAttnRungNames[] = {"", "naive", "flash1_cuda_cores", "flash2_mma_sync"};
+const char* const kAttnRungNames[] = {"", "naive", "flash1_cuda_cores", "flash2_mma_sync", "hopper_wgmma_ws"};
 static_assert(sizeof(kAttnRungNames) / sizeof(kAttnRungNames[0]) == kAttnFwdRungs + 1, "one name per rung");
 
 struct AttnCase {
@@ -32,7 +32,9 @@ std::vector<AttnCase> attn_cases(bool quick) {
   const std::vector<int64_t> seqlens = quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
   for (bool causal : {false, true}) {
     for (int64_t s : seqlens) cases.push_back({16384 / s, s, 2048 / 128, 128, causal});
-    for (int64_t d : {64, 256}) cases.push_back({16384 / 2048, 2048, 2048 / d, d, causal});
+    for (int64_t d : {64, 256})
+      for (int64_t s : quick ? std::vector<int64_t>{2048} : std::vector<int64_t>{512, 1024, 2048})
+        cases.push_back({16384 / s, s, 2048 / d, d, causal});
   }
   return cases;
 }

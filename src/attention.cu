@@ -101,7 +101,8 @@ void no_self_overlap(const check::Arg& a) {
 AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                                int rung, const AttnFwdOptions& opt, cudaStream_t stream) {
   const check::Arg Q{kOp, "q", q}, K{kOp, "k", k}, V{kOp, "v", v}, O{kOp, "out", out};
-  check::rung(kOp, rung, kAttnFwdRungs);
+  FLASHLAB_CHECK(rung == kAttnFwdRungAuto || (rung >= 1 && rung <= kAttnFwdRungs), kOp, ": argument 'rung': expected 1..",
+                 kAttnFwdRungs, " or ", kAttnFwdRungAuto, " (auto), got ", rung);
   const bool varlen = opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr;
   FLASHLAB_CHECK(!varlen || (opt.cu_seqlens_q != nullptr && opt.cu_seqlens_k != nullptr), kOp,
                  ": arguments 'cu_seqlens_q' and 'cu_seqlens_k': expected both or neither, got only '",
@@ -175,6 +176,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     p.v_batch_stride = v.strides[0], p.v_row_stride = v.strides[1], p.v_head_stride = v.strides[2];
     p.o_batch_stride = out.strides[0], p.o_row_stride = out.strides[1], p.o_head_stride = out.strides[2];
   }
+  p.total_q = varlen ? q.shape[0] : max_sq, p.total_k = varlen ? k.shape[0] : max_sk;
   p.batch = static_cast<int>(batch), p.nheads = static_cast<int>(nheads), p.nheads_kv = static_cast<int>(nheads_kv);
   p.headdim = static_cast<int>(d), p.seqlen_q = static_cast<int>(max_sq), p.seqlen_k = static_cast<int>(max_sk);
 
@@ -242,6 +244,13 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     for (const check::Arg& r : reads)
       for (const check::Arg& w : writes) disjoint(r, w);
   }
+  if (rung == 4) {  // TMA + wgmma: 64-column boxes, built for sm_90a only
+    if (d < 64) check::fail(Q, "head dim (last dim) 64, 96, 128, 192 or 256 for rung 4 (64-column TMA boxes)", detail::concat(d));
+    detail::DeviceGuard guard(q.device.index);
+    if (detail::cc_major() != 9)
+      check::fail(Q, "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 4",
+                  detail::concat("compute capability ", detail::cc_major(), ".x"));
+  }
   // Last: the only checks that read device memory (and wait for `stream`). Skipped while the
   // stream is being captured into a CUDA graph (a device-to-host copy cannot be captured); the
   // kernels then trust cu_seqlens as given.
@@ -276,7 +285,18 @@ void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t str
     detail::launch_attn_flash1(p, dtype, ws, stream);
     return;
   }
-  detail::launch_attn_flash2(p, dtype, stream);
+  if (rung == 3) {
+    detail::launch_attn_flash2(p, dtype, stream);
+    return;
+  }
+  detail::launch_attn_hopper(p, dtype, stream);
+}
+
+// kAttnFwdRungAuto: the Hopper rung where it runs, else FlashAttention-2.
+int resolved_rung(int rung, const TensorView& q) {
+  if (rung != kAttnFwdRungAuto) return rung;
+  detail::DeviceGuard guard(q.device.index);
+  return detail::cc_major() == 9 && q.shape[q.ndim() - 1] >= 64 ? 4 : 3;
 }
 
 }  // namespace
@@ -297,13 +317,14 @@ int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
   };
   if (rung == 1) return product({batch, nheads, seqlen_q, seqlen_k, static_cast<int64_t>(sizeof(float))});
   if (rung == 2) return product({batch, nheads, seqlen_q, headdim + 2, static_cast<int64_t>(sizeof(float))});
-  return 0;
+  return 0;  // rungs 3 and 4
 }
 
 void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                    cudaStream_t stream, int rung, const AttnFwdOptions& options) {
   const AttnFwdParams p = validated_params(q, k, v, out, rung, options, stream);
   detail::DeviceGuard guard(q.device.index);
+  rung = resolved_rung(rung, q);
   if (p.seqlen_q == 0) return;  // varlen with no query rows: nothing to write
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     launch_rung<T>(p, q.dtype, rung, stream);

@@ -34,4 +34,10 @@ void launch_attn_flash2(const AttnFwdParams& p, DType dtype, cudaStream_t stream
 template <int kHeadDim>
 void launch_attn_flash2_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
 
+// Rung 4 (src/attention_hopper.cu dispatches to src/attention_hopper_d<D>.cu): head dims 64 ..
+// 256, sm_90a.
+void launch_attn_hopper(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
+template <int kHeadDim>
+void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
+
 }  // namespace flashlab::detail

@@ -6,7 +6,9 @@
 //   2 FlashAttention-1: tiled, online softmax, CUDA cores, FA1 loop order
 //     (outer loop over K/V blocks, inner over Q blocks; O, m, l kept in global memory)
 //   3 FlashAttention-2: a CTA per (Q block, head, batch), Q in registers, K/V streamed by
-//     cp.async, mma.sync m16n8k16 + ldmatrix, P in registers, exp2 softmax (top)
+//     cp.async, mma.sync m16n8k16 + ldmatrix, P in registers, exp2 softmax
+//   4 Hopper (FlashAttention-3 class): TMA, wgmma, a producer warpgroup and two consumer
+//     warpgroups with pingpong and softmax/GEMM overlap (sm_90; head dims 64 .. 256) (top)
 // All rungs take every feature below; they differ only in how fast.
 //
 // The maths, per batch b, query head h (its KV head h / (nheads / nheads_kv)), query row i,
@@ -31,7 +33,10 @@
 
 namespace flashlab {
 
-inline constexpr int kAttnFwdRungs = 3;
+inline constexpr int kAttnFwdRungs = 4;
+// rung = kAttnFwdRungAuto: rung 4 on a device of compute capability 9.x for head dims 64 ..
+// 256, rung 3 otherwise.
+inline constexpr int kAttnFwdRungAuto = -1;
 
 // Head dims every rung takes.
 inline constexpr int kAttnHeadDims[] = {32, 64, 96, 128, 192, 256};
@@ -74,12 +79,13 @@ struct AttnFwdOptions {
 // seqlen_k >= 1 (fixed length); out must not overlap q, k, v or itself; softmax_lse and
 // attn_probs must not overlap the inputs, out or each other, nor the inputs cu_seqlens and
 // alibi_slopes any output. Optional tensors are aligned to their element size.
+// Rung 4 also needs a compute capability 9.x device and a head dim of 64 .. 256.
 // Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid arguments.
 void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                   cudaStream_t stream = nullptr, int rung = kAttnFwdRungs, const AttnFwdOptions& options = {});
+                   cudaStream_t stream = nullptr, int rung = kAttnFwdRungAuto, const AttnFwdOptions& options = {});
 
 // Bytes of device workspace a rung needs for these shapes (rung 1: the fp32 S/P matrix; rung 2:
-// the fp32 output accumulator and the running max and sum of every row; rung 3: none).
+// the fp32 output accumulator and the running max and sum of every row; rungs 3 and 4: none).
 // attention_fwd allocates it itself (stream-ordered, on `stream`); exposed for the memory
 // comparison of the ladder. For varlen, seqlen_q / seqlen_k are the totals (rung 1: the sum
 // over batches of seqlen_q x seqlen_k is at most total_q x max_seqlen_k).

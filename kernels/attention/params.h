@@ -25,6 +25,7 @@ struct AttnFwdParams {
   // Varlen: int32 (batch + 1,) row offsets, or nullptr for fixed lengths seqlen_q / seqlen_k.
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
+  int64_t total_q, total_k;  // rows of q / k as stored: packed rows (varlen), seqlen otherwise
   int batch, nheads, nheads_kv, headdim;
   int seqlen_q, seqlen_k;  // fixed lengths, or the max over batches (varlen)
   float scale;             // softmax scale (already resolved)

@@ -57,6 +57,15 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, 
       : "memory");
 }
 
+// 4-D box at (c0 innermost .. c3) of `map` -> smem.
+__device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(
+          smem_u32(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+      : "memory");
+}
+
 // The same box into the same shared-memory offset of every CTA of the cluster in `cta_mask`,
 // completing bytes on the mbarrier at `bar`'s offset in each of them.
 __device__ __forceinline__ void tma_load_2d_multicast(void* smem, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
@@ -97,6 +106,13 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
                : "memory");
 }
 
+// smem -> 4-D box at (c0 .. c3) of `map`, in the current bulk group.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(map), "r"(c0),
+               "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(smem))
+               : "memory");
+}
+
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Waits until the bulk stores of this thread have finished reading shared memory (kRead) or
@@ -117,6 +133,11 @@ __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
 // Named barrier over `threads` threads (a multiple of 32) of the block; id 0 is __syncthreads.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Arrives on named barrier `id` without waiting (the other `threads` - 32 k arrive or sync).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Register budget handover between warpgroups (all warps of a warpgroup execute it).

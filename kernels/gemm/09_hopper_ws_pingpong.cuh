@@ -73,11 +73,6 @@ struct HopperPingpongTile {
 // kPingpongOrderBarrier + c (256 threads) is "consumer c may issue its next tile".
 inline constexpr int kPingpongOrderBarrier = 3;
 
-// Arrives on named barrier `id` of `threads` threads without waiting (the other side bar.syncs).
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // Producer, one stage: arms `full` for the stage's 32 KB and issues the TMA loads for tile
 // (tm, tn) at k = k0 into a_dst (128 x 64 of A) and b_dst (128 x 64 of B): all of B, or with
 // kCluster = 2 this CTA's half, multicast into both CTAs (each CTA's `full` at the same offset).

@@ -2,7 +2,8 @@
 
 ``flash_attn_func`` and its varlen / packed variants take flash-attn's arguments, names, defaults
 and return conventions; each adds the keyword ``impl`` (the rung, 1..ATTN_FWD_RUNGS; None: the
-top rung). What differs from flash-attn:
+top rung that runs here: 4 on Hopper (sm_90) for head dims 64..256, else 3). What differs from
+flash-attn:
 
 * forward only: dropout (``dropout_p != 0``) and paged KV (``block_table``) raise
   NotImplementedError; with torch autograd recording (an input that requires grad), the outputs
@@ -32,8 +33,10 @@ from . import _alloc
 from . import _ffi  # set by __init__ before this module is imported
 
 # 1 naive (S in global memory), 2 FlashAttention-1 (tiled, online softmax, CUDA cores),
-# 3 FlashAttention-2 (mma.sync + ldmatrix + cp.async, exp2 softmax) (top)
-ATTN_FWD_RUNGS = 3
+# 3 FlashAttention-2 (mma.sync + ldmatrix + cp.async, exp2 softmax), 4 Hopper (TMA, wgmma, warp
+# specialization, pingpong; sm_90, head dims 64..256) (top)
+ATTN_FWD_RUNGS = 4
+_RUNG_AUTO = -1  # C++ kAttnFwdRungAuto: 4 where it runs, else 3
 
 _NO_BACKWARD = ("flashlab: attention backward is not implemented yet (forward only; the backward "
                 "lands with the attention backward issue). Call with inputs that do not require "
@@ -65,7 +68,7 @@ def attention_fwd(q: Any, k: Any, v: Any, out: Any = None, *, softmax_lse: Any =
     q, k, v, alibi_slopes = _plain(q), _plain(k), _plain(v), _plain(alibi_slopes)
     _ffi.attention_fwd(q, k, v, out, softmax_lse, attn_probs, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                        int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal), window_left,
-                       window_right, float(softcap), ATTN_FWD_RUNGS if rung is None else rung)
+                       window_right, float(softcap), _RUNG_AUTO if rung is None else rung)
     return out
 
 

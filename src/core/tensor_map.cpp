@@ -52,4 +52,21 @@ CUtensorMap make_tensor_map_2d(const void* base, DType dtype, int64_t inner, int
   return map;
 }
 
+CUtensorMap make_tensor_map_4d(const void* base, DType dtype, const int64_t (&dims)[4], const int64_t (&strides_bytes)[3],
+                               const int (&box)[4]) {
+  CUtensorMap map{};
+  cuuint64_t d[4], st[3];
+  cuuint32_t bx[4];
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 4; ++i) d[i] = static_cast<cuuint64_t>(dims[i]), bx[i] = static_cast<cuuint32_t>(box[i]);
+  for (int i = 0; i < 3; ++i) st[i] = static_cast<cuuint64_t>(strides_bytes[i]);
+  const CUresult r = encode_tiled()(&map, map_dtype(dtype), 4, const_cast<void*>(base), d, st, bx, elem_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FLASHLAB_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r), ") for a 4-D view of dims ",
+                 dims[0], " x ", dims[1], " x ", dims[2], " x ", dims[3], ", byte strides ", strides_bytes[0], ", ",
+                 strides_bytes[1], ", ", strides_bytes[2], ", box ", box[0], " x ", box[1], " x ", box[2], " x ", box[3]);
+  return map;
+}
+
 }  // namespace flashlab::detail

@@ -17,4 +17,10 @@ namespace flashlab::detail {
 CUtensorMap make_tensor_map_2d(const void* base, DType dtype, int64_t inner, int64_t outer, int64_t row_stride_bytes,
                                int box_inner, int box_outer, bool swizzle_128b);
 
+// A 4-D view: dims[0] innermost and contiguous, strides_bytes[i] the byte stride of dims[i + 1]
+// (multiples of 16, any order), boxes of box[0..3] elements, 128B-swizzled (box[0] x element
+// size = 128 bytes). Used for (head dim, rows, heads, batch) views of attention tensors.
+CUtensorMap make_tensor_map_4d(const void* base, DType dtype, const int64_t (&dims)[4], const int64_t (&strides_bytes)[3],
+                               const int (&box)[4]);
+
 }  // namespace flashlab::detail

@@ -18,6 +18,14 @@ inline bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+// Compute capability major of the current device.
+inline int device_cc_major() {
+  int dev = 0, major = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major;
+}
+
 #define SKIP_WITHOUT_GPU() \
   if (!::flashlab::testing::have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine"
 

@@ -37,7 +37,7 @@ using testing::kGpu;
 
 constexpr DType kBf = DType::kBF16;
 const Device kGpu1{DeviceType::kCUDA, 1};
-static_assert(kAttnFwdRungs == 3, "the rung list of include/flashlab/attention.h changed: update this test");
+static_assert(kAttnFwdRungs == 4, "the rung list of include/flashlab/attention.h changed: update this test");
 
 // Slots of tests/common/validation_utils.h: 4 GiB apart, so distinct tensors never overlap.
 enum Slot { kQ = 1, kK, kV, kO, kCuQ, kCuK, kAlibi, kLse, kProbs };
@@ -65,7 +65,7 @@ struct Varlen {
 // "attention_fwd: argument" and contains every piece, before any CUDA call, launching nothing.
 void expect_rejected(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                      std::vector<std::string> pieces, const AttnFwdOptions& opt = {},
-                     std::vector<int> rungs = {1, 2, 3}) {
+                     std::vector<int> rungs = {1, 2, 3, 4, kAttnFwdRungAuto}) {
   pieces.push_back("attention_fwd: argument");
   for (int rung : rungs) {
     SCOPED_TRACE("rung " + std::to_string(rung));
@@ -97,7 +97,7 @@ bool has_gpu() {
 // (a DeviceGuard's cudaGetDevice, before any read or launch) then fails. Skipped where a GPU
 // is present, since the fake pointers would reach it.
 void expect_host_checks_pass(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                             const AttnFwdOptions& opt = {}, int rung = kAttnFwdRungs) {
+                             const AttnFwdOptions& opt = {}, int rung = kAttnFwdRungAuto) {
   const int64_t launches = check::launch_count();
   try {
     attention_fwd(q, k, v, out, nullptr, rung, opt);
@@ -114,8 +114,8 @@ void expect_host_checks_pass(const TensorView& q, const TensorView& k, const Ten
 
 TEST(AttentionValidation, RungOutOfRange) {
   const Fixed t;
-  for (int rung : {0, -1, kAttnFwdRungs + 1, 100})
-    expect_rejected(t.q, t.k, t.v, t.out, {"argument 'rung'", "expected 1..3", "got " + std::to_string(rung)}, {}, {rung});
+  for (int rung : {0, -2, kAttnFwdRungs + 1, 100})
+    expect_rejected(t.q, t.k, t.v, t.out, {"argument 'rung'", "expected 1..4 or -1 (auto)", "got " + std::to_string(rung)}, {}, {rung});
   // The rung is checked first: a CPU q with a bad rung names the rung.
   expect_rejected(TensorView(fake(0, kQ), kBf, {2, 16, 4, 64}, kCpu), t.k, t.v, t.out, {"argument 'rung'", "got 0"}, {},
                   {0});
@@ -187,6 +187,10 @@ TEST(AttentionValidation, HeadDim) {
     expect_rejected(gpu(kBf, {2, 16, 4, d}, kQ), gpu(kBf, {2, 32, 2, d}, kK), gpu(kBf, {2, 32, 2, d}, kV),
                     gpu(kBf, {2, 16, 4, d}, kO), {"argument 'q'", dims, "got " + std::to_string(d)});
   }
+  // Rung 4 loads 64-column boxes: head dim 32 is for rungs 1-3 (and the auto choice) only.
+  expect_rejected(gpu(kBf, {2, 16, 4, 32}, kQ), gpu(kBf, {2, 32, 2, 32}, kK), gpu(kBf, {2, 32, 2, 32}, kV),
+                  gpu(kBf, {2, 16, 4, 32}, kO), {"argument 'q'", "expected head dim (last dim) 64, 96, 128, 192 or 256 for rung 4", "got 32"},
+                  {}, {4});
   const Fixed t;
   expect_rejected(t.q, gpu(kBf, {2, 32, 2, 128}, kK), gpu(kBf, {2, 32, 2, 128}, kV), t.out,
                   {"argument 'k'", "expected head dim 64 (as 'q')", "got 128"});
@@ -591,7 +595,7 @@ TEST(AttentionValidation, ValidCallsPassTheHostChecks) {
   if (has_gpu()) GTEST_SKIP() << "a GPU is present: the fake pointers would reach it";
   const Fixed t;
   const Varlen vl;
-  for (int rung = 1; rung <= kAttnFwdRungs; ++rung) {
+  for (int rung : {1, 2, 3, 4, kAttnFwdRungAuto}) {
     expect_host_checks_pass(t.q, t.k, t.v, t.out, {}, rung);
     expect_host_checks_pass(vl.q, vl.k, vl.v, vl.out, vl.opt(), rung);
   }

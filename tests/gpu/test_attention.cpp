@@ -3,6 +3,7 @@
 // error <= 2x the error of the same computation done naively in the input dtype
 // (tests/common/attention_naive.h) + one unit roundoff of max |ref|. Fully masked rows must give
 // exactly 0 and an lse of exactly -inf.
+// Rung 4 (Hopper) runs every case rung 3 runs with a head dim of 64 or more, on an sm_90 device.
 // Cases: every head dim and dtype; sequence lengths 1 .. 8192 with seqlen_q != seqlen_k both
 // ways; causal (bottom-right aligned), sliding windows, softcap, ALiBi ((nheads,) and (batch,
 // nheads) slopes), GQA/MQA, varlen batches (with empty sequences), their combinations; strided
@@ -131,8 +132,12 @@ void expect_no_nan(const std::vector<double>& v, const ::testing::Message& what)
   EXPECT_EQ(n, 0) << what << ": NaN in the output";
 }
 
-// Runs the case on each of `rungs` and checks out, lse (and probs) against the reference.
-void check_case(DType dt, const Case& c, std::initializer_list<int> rungs, std::mt19937_64& rng) {
+// Runs the case on each of `rungs_asked` and checks out, lse (and probs) against the reference.
+// Wherever rung 3 runs, rung 4 (Hopper) runs too if it can here (an sm_90 device, head dim >= 64):
+// the FA2 rung's suite is the Hopper rung's.
+void check_case(DType dt, const Case& c, std::initializer_list<int> rungs_asked, std::mt19937_64& rng) {
+  std::vector<int> rungs(rungs_asked);
+  if (std::find(rungs.begin(), rungs.end(), 3) != rungs.end() && c.d >= 64 && device_cc_major() == 9) rungs.push_back(4);
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
@@ -332,6 +337,12 @@ TEST(Attention, FullyMaskedRows) {
   Case w = fixed(1, 100, 100, 1, 1, 32);
   w.wl = 0, w.wr = 0;  // only the diagonal: every row sees one key
   check_case(DType::kF16, w, {1, 2, 3}, rng);
+  w.d = 128;  // the same for rung 4 (head dims >= 64)
+  check_case(DType::kF16, w, {3}, rng);
+  // Rows of one 128-row block fully masked in one consumer warpgroup only, several key blocks.
+  Case m = fixed(2, 700, 300, 2, 2, 64);
+  m.causal = true;
+  check_case(DType::kBF16, m, {3}, rng);
 }
 
 TEST(Attention, StridedLayouts) {
@@ -355,6 +366,30 @@ TEST(Attention, ReturnAttnProbs) {
   v.lq = {5, 0, 33};
   v.lk = {9, 4, 20};
   check_case(DType::kF16, v, {3}, rng);
+  v.d = 64;  // rung 4 too
+  check_case(DType::kF16, v, {3}, rng);
+}
+
+// Several query and key blocks per CTA for every head dim of rung 4 (its block sizes depend on
+// the head dim): the K/V pipeline wraps around its stages, both consumer warpgroups have rows,
+// tails in both sequences; varlen with a long sequence next to short ones.
+TEST(Attention, LongerSequencesEveryHeadDim) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(61);
+  for (int64_t d : {64, 96, 128, 192, 256})
+    for (bool causal : {false, true}) {
+      Case c = fixed(1, 300, 777, 2, 1, d);
+      c.causal = causal;
+      check_case(d % 128 == 0 ? DType::kBF16 : DType::kF16, c, {3}, rng);
+    }
+  Case v;
+  v.batch = 4, v.h = 4, v.hk = 1, v.d = 128, v.varlen = true;
+  v.lq = {3, 520, 129, 64};
+  v.lk = {700, 515, 1, 300};
+  for (bool causal : {false, true}) {
+    v.causal = causal;
+    check_case(DType::kBF16, v, {3}, rng);
+  }
 }
 
 // Repeated launches give bit-identical outputs (no atomics in any rung).
@@ -369,6 +404,7 @@ TEST(Attention, Deterministic) {
   AttnFwdOptions opt;
   opt.causal = true;
   for (int rung = 1; rung <= kAttnFwdRungs; ++rung) {
+    if (rung == 4 && device_cc_major() != 9) continue;
     attention_fwd(qv, qv, qv, device_view(d1.ptr, DType::kBF16, {b, s, h, d}), nullptr, rung, opt);
     attention_fwd(qv, qv, qv, device_view(d2.ptr, DType::kBF16, {b, s, h, d}), nullptr, rung, opt);
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());

@@ -83,13 +83,6 @@ struct Case {
   bool bias = false;
 };
 
-int device_cc_major() {
-  int dev = 0, major = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major;
-}
-
 // The rungs this device can run: all of them on sm_90+, rung 9 left out before.
 int top_rung() { return device_cc_major() >= 9 ? kGemmRungs : kHopperRung - 1; }
 

@@ -55,7 +55,7 @@ def _call(q, k, v, out, **kw):
 
 
 def test_rungs_constant():
-    assert flashlab.ATTN_FWD_RUNGS == 3
+    assert flashlab.ATTN_FWD_RUNGS == 4
     from flashlab.flash_attn_interface import flash_attn_func  # the flash-attn module path works too
     assert flash_attn_func is flashlab.flash_attn_func
 
@@ -78,10 +78,21 @@ def test_numpy_input_hits_the_cpp_device_check():
             fn(*args, return_attn_probs=True, causal=True, window_size=(3, 0), impl=1)
 
 
-@pytest.mark.parametrize("rung", [0, 4, -1, 2**40])
+@pytest.mark.parametrize("rung", [0, 5, -2])
 def test_bad_rung(rung):
-    with raises(f"attention_fwd: argument 'rung': expected 1..3, got {rung}"):
+    with raises(f"attention_fwd: argument 'rung': expected 1..4 or -1 (auto), got {rung}"):
         _call(*_fixed(), rung=rung)
+
+
+def test_bad_rung_past_int32():
+    with raises("attention_fwd: argument 'rung': expected 1..4, got 1099511627776"):
+        _call(*_fixed(), rung=2**40)
+
+
+def test_rung4_takes_head_dims_from_64():
+    with raises("attention_fwd: argument 'q': expected head dim (last dim) 64, 96, 128, 192 or 256 for rung 4 "
+                "(64-column TMA boxes), got 32"):
+        _call(*_fixed(d=32), rung=4)
 
 
 def test_ranks_and_dtypes():
@@ -444,11 +455,28 @@ TOP_CASES = [
 ]
 
 
+def _hopper_here() -> bool:
+    return torch.cuda.get_device_capability()[0] == 9
+
+
+# The top cases run on the FA2 rung and on the default choice (impl=None: rung 4 on Hopper for
+# head dims >= 64, rung 3 otherwise).
 @gpu
+@pytest.mark.parametrize("rung", [3, None], ids=["fa2", "auto"])
 @pytest.mark.parametrize("case", TOP_CASES, ids=lambda c: f"{c[6]}-b{c[0]}-sq{c[1]}-sk{c[2]}-h{c[3]}/{c[4]}-d{c[5]}")
-def test_top_rung(case):
+def test_top_rung(case, rung):
     b, sq, sk, h, hkv, d, dtype, opts = case
-    _run_fixed(b, sq, sk, h, hkv, d, dtype, rung=flashlab.ATTN_FWD_RUNGS, seed=sq * 7 + sk, **opts)
+    _run_fixed(b, sq, sk, h, hkv, d, dtype, rung=rung, seed=sq * 7 + sk, **opts)
+
+
+@gpu
+def test_default_is_the_hopper_rung_on_sm90():
+    q, k, v = (_randn((2, 300, 4, 128), "bfloat16", s) for s in (1, 2, 3))
+    auto = flashlab.flash_attn_func(q, k, v, causal=True)
+    expected = 4 if _hopper_here() else 3
+    assert torch.equal(auto, flashlab.flash_attn_func(q, k, v, causal=True, impl=expected))
+    q32 = _randn((1, 70, 2, 32), "float16", 4)
+    assert torch.equal(flashlab.flash_attn_func(q32, q32, q32), flashlab.flash_attn_func(q32, q32, q32, impl=3))
 
 
 # Every rung on smaller sizes (rungs 1-2 are slow by design).
@@ -463,10 +491,12 @@ LADDER_CASES = [
 
 
 @gpu
-@pytest.mark.parametrize("rung", range(1, 4))
+@pytest.mark.parametrize("rung", range(1, 5))
 @pytest.mark.parametrize("case", LADDER_CASES, ids=lambda c: f"{c[6]}-b{c[0]}-sq{c[1]}-sk{c[2]}-d{c[5]}")
 def test_every_rung(rung, case):
     b, sq, sk, h, hkv, d, dtype, opts = case
+    if rung == 4 and (d < 64 or not _hopper_here()):
+        pytest.skip("rung 4: sm_90 and head dims >= 64")
     _run_fixed(b, sq, sk, h, hkv, d, dtype, rung=rung, seed=rung + sq, api=rung == 1, **opts)
 
 
@@ -481,14 +511,17 @@ VARLEN_CASES = [
 
 @gpu
 @pytest.mark.parametrize("case", VARLEN_CASES, ids=lambda c: f"{c[5]}-q{sum(c[0])}-k{sum(c[1])}-d{c[4]}")
-def test_varlen_top_rung(case):
+@pytest.mark.parametrize("rung", [3, None], ids=["fa2", "auto"])
+def test_varlen_top_rung(case, rung):
     lens_q, lens_k, h, hkv, d, dtype, opts = case
-    _run_varlen(lens_q, lens_k, h, hkv, d, dtype, rung=flashlab.ATTN_FWD_RUNGS, seed=len(lens_q), **opts)
+    _run_varlen(lens_q, lens_k, h, hkv, d, dtype, rung=rung, seed=len(lens_q), **opts)
 
 
 @gpu
-@pytest.mark.parametrize("rung", range(1, 4))
+@pytest.mark.parametrize("rung", range(1, 5))
 def test_varlen_every_rung(rung):
+    if rung == 4 and not _hopper_here():
+        pytest.skip("rung 4: sm_90")
     _run_varlen([17, 0, 113, 64], [33, 9, 0, 128], 4, 2, 64, "bfloat16", rung=rung, causal=True, window=(24, -1),
                 alibi="h", seed=rung, api=False)
     _run_varlen([1, 128], [256, 1], 2, 1, 128, "float16", rung=rung, softcap=4.0, seed=rung + 10, api=False)

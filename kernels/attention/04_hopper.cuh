@@ -1,0 +1,397 @@
+// Rung 4 — Hopper attention forward (FlashAttention-3 class): TMA, wgmma, warp specialization,
+// pingpong between consumer warpgroups, softmax overlapped with the next block's GEMM.
+//
+// Changes from rung 3 (FA2: mma.sync + ldmatrix + cp.async, 4 warps per block):
+//   - TMA: one producer thread copies Q (128 x d, once) and each K and V block (kBlockN x d) as
+//     64-column boxes of a 4-D tensor map (head dim, rows, heads, batch) into 128B-swizzled
+//     shared memory; the copy engine zero-fills rows past the end of the tensor and signals
+//     the bytes on an mbarrier per buffer ("full"). K and V have their own barriers, so S = Q K^T
+//     can start while V is still in flight.
+//   - wgmma: S = Q K^T with both operands from shared memory (K-major descriptors), O += P V
+//     with P from registers (the S accumulator layout, rounded to 16 bits, is the register
+//     A-operand layout) and V from shared memory as an MN-major (transposed) B operand. A
+//     consumer warpgroup owns 64 query rows: 64 x kBlockN fp32 scores and 64 x d fp32 outputs
+//     in registers, no ldmatrix, no shared-memory traffic issued by the math warps.
+//   - Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 24 registers), the
+//     two consumer warpgroups take the registers (setmaxnreg.inc to 240). A ring of kStages K
+//     and V buffers with full/empty mbarriers lets the producer run ahead.
+//   - Intra-warpgroup overlap (kOverlap): in step n a consumer issues S_n = Q K_n^T and
+//     O += P_{n-1} V_{n-1} together, waits only for S_n, runs the softmax of block n while the
+//     P V wgmma is still on the tensor cores, then waits for it, rescales O and converts P_n.
+//   - Pingpong (kPingpong): the two consumers take turns to issue their GEMMs (named barriers),
+//     so one warpgroup's softmax runs under the other's GEMMs.
+//   - Scheduling: one CTA per (128-row query block, head, batch) on a 1-D grid, query blocks
+//     from the last to the first (causal: the longest first) and heads fastest (the query
+//     heads of a GQA group, which share K and V, run side by side and share them in L2).
+//   - Epilogue: O / l rounded to 16 bits into Q's shared memory (swizzled like the TMA boxes),
+//     then TMA-stored (fixed lengths, clipped at seqlen_q by the copy engine) or copied out 16
+//     bytes at a time with a row bound (varlen, where the next rows belong to another
+//     sequence); LSE from registers.
+// Masks, softcap and ALiBi as in rung 3 (kernels/attention/common.cuh): fully masked key blocks
+// are never loaded, the element-wise mask runs only on blocks that straddle its boundary.
+// Limits: not persistent (one CTA per query block); the producer loads Q per CTA; FP8 is not
+// here.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/attention/common.cuh"
+#include "kernels/attention/params.h"
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/tma.cuh"
+#include "kernels/common/wgmma.cuh"
+
+namespace flashlab::kernels {
+
+template <int kHeadDim_, bool kScoreMod_>
+struct HopperAttnTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kScoreMod = kScoreMod_;
+  static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
+  // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
+  // and O (d / 2) share a consumer thread's 240 registers.
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 64;
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
+  static constexpr int kBoxes = (kHeadDim + 63) / 64;  // 64-column (128-byte) TMA boxes per row
+  static constexpr int kQBytes = kBoxes * kBlockM * 128;
+  static constexpr int kKVBytes = kBoxes * kBlockN * 128;  // one K or V block
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
+  static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
+  static_assert(kBlockN % 16 == 0, "k16 steps of P V");
+};
+
+// Tensor maps over (head dim, rows, heads, batch): q and o with 128- and 64-row boxes, k and v
+// with kBlockN-row boxes, all 64 columns wide. Varlen: rows are the packed rows, batch 1.
+struct HopperAttnArgs {
+  AttnFwdParams p;
+  CUtensorMap q, k, v, o;
+  int m_blocks;  // query blocks per (batch, head): ceil(max seqlen_q / 128)
+};
+
+// Byte offset of element (row, col) in a tile stored as 64-column, 128B-swizzled boxes of
+// `rows` rows: the 16-byte chunk index within a 128-byte row is XORed with row % 8.
+__device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int rows) {
+  const int box = col / 64, chunk = (col % 64) / 8;
+  return static_cast<uint32_t>(box * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2);
+}
+
+template <int kN>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
+
+// Grid: m_blocks x nheads x batch CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic smem.
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap>
+__global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
+#else
+  using Tr = HopperAttnTraits<kHeadDim, kScoreMod>;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t q_full, k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+  // The 128B swizzle pattern repeats every 1024 bytes: tiles start on a 1024-byte boundary.
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sq = smem;                           // Q (kBoxes x 128 rows), later O
+  unsigned char* sk = sq + Tr::kQBytes;               // (kStages, kBoxes x kN rows)
+  unsigned char* sv = sk + kStages * Tr::kKVBytes;    // (kStages, kBoxes x kN rows)
+  const AttnFwdParams& p = args.p;
+
+  // Work: heads fastest, then batches, query blocks from the last one down.
+  const int hb = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.nheads * p.batch));
+  const int h = hb % p.nheads, b = hb / p.nheads;
+  const int mb = args.m_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.nheads * p.batch));
+  const int m0 = mb * kM;
+  const AttnBatch sb = attn_batch(p, b);
+  if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int hk = h / (p.nheads / p.nheads_kv);
+  const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
+  const int rows_hi = sb.sq - m0 < kM ? sb.sq : m0 + kM;
+  const AttnKeyRange kr = attn_key_range(m0, rows_hi, sb.sk, mod.diag, mod.window_left, mod.window_right);
+  const int n_begin = kr.lo / kN;
+  const int n_blocks = kr.hi > kr.lo ? (kr.hi + kN - 1) / kN - n_begin : 0;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(&q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&k_full[s], 1);   // the producer's arrive + the TMA bytes
+      mbarrier_init(&v_full[s], 1);
+      mbarrier_init(&k_empty[s], 8);  // one arrive per consumer warp
+      mbarrier_init(&v_empty[s], 8);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {  // producer
+    setmaxnreg_dec<24>();
+    if (threadIdx.x == 0 && n_blocks > 0) {
+      prefetch_tensor_map(&args.q);
+      prefetch_tensor_map(&args.k);
+      prefetch_tensor_map(&args.v);
+      const int qb = varlen ? 0 : b;  // batch coordinate (varlen: rows are packed, batch 1)
+      const int q_row = static_cast<int>(sb.q_row0) + m0, k_row = static_cast<int>(sb.k_row0);
+      mbarrier_arrive_expect_tx(&q_full, Tr::kQBytes);
+#pragma unroll
+      for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * 64, q_row, h, qb, &q_full);
+      for (int i = 0; i < n_blocks; ++i) {
+        const int s = i % kStages;
+        const uint32_t phase = (i / kStages) & 1;
+        const int row = k_row + (n_begin + i) * kN;
+        mbarrier_wait(&k_empty[s], phase ^ 1);  // a fresh barrier passes parity 1
+        mbarrier_arrive_expect_tx(&k_full[s], Tr::kKVBytes);
+#pragma unroll
+        for (int x = 0; x < Tr::kBoxes; ++x)
+          tma_load_4d(sk + s * Tr::kKVBytes + x * kN * 128, &args.k, x * 64, row, hk, qb, &k_full[s]);
+        mbarrier_wait(&v_empty[s], phase ^ 1);
+        mbarrier_arrive_expect_tx(&v_full[s], Tr::kKVBytes);
+#pragma unroll
+        for (int x = 0; x < Tr::kBoxes; ++x)
+          tma_load_4d(sv + s * Tr::kKVBytes + x * kN * 128, &args.v, x * 64, row, hk, qb, &v_full[s]);
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64).
+  setmaxnreg_inc<240>();
+  const int cw = wg - 1;
+  const int t128 = threadIdx.x - 128 * wg;
+  const int warp = t128 / 32, lane = t128 % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wg_row0 = m0 + 64 * cw;              // first query row of this warpgroup
+  const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
+  const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
+
+  float o[kHeadDim / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
+#pragma unroll
+  for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
+  float s[kN / 2];         // S, then P in fp32, same layout with key columns
+  uint32_t pa[kN / 16][4]; // P as the 16-bit A operand of P V, one k16 step per entry
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units; partial sums
+
+  const uint32_t q_base = smem_u32(sq) + cw * 64 * 128;  // this warpgroup's 64 rows of each Q box
+  // Pingpong turns: warpgroup cw issues GEMMs after a sync on barrier 1 + cw, then lets the other
+  // go with an arrive on its barrier. The second warpgroup starts by letting the first go, and
+  // skips its final arrive (so every arrive is matched by a sync of the same barrier).
+  const auto turn_begin = [&] {
+    if constexpr (kPingpong) named_barrier_sync(1 + cw, 256);
+  };
+  const auto turn_end = [&](bool last) {
+    if constexpr (kPingpong)
+      if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
+  };
+  const auto gemm_qk = [&](int stage) {
+    const uint32_t k_base = smem_u32(sk + stage * Tr::kKVBytes);
+    wgmma_fence_operands(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      // K-major operands: 16 more head dims are 32 bytes further along the 128-byte rows of a box.
+      const uint64_t da = wgmma_desc_sw128(q_base + (kk / 4) * kM * 128 + (kk % 4) * 32, 16, 1024);
+      const uint64_t db = wgmma_desc_sw128(k_base + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
+      Wgmma<T, kN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  };
+  const auto gemm_pv = [&](int stage) {
+    const uint32_t v_base = smem_u32(sv + stage * Tr::kKVBytes);
+    wgmma_fence_operands(o);
+    wgmma_fence_operands(pa);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
+      // bytes further; 64-column boxes (LBO) are kN rows apart.
+      const uint64_t db = wgmma_desc_sw128(v_base + kk * 16 * 128, kN * 128, 1024);
+      WgmmaRs<T, kHeadDim>::template mma<1>(o, pa[kk], db, 1);
+    }
+    wgmma_commit();
+  };
+  const auto release = [&](uint64_t* bar) {
+    if (lane == 0) mbarrier_arrive(bar);
+  };
+  // Logits in log2 units, the mask where block n needs it, the online softmax: s becomes
+  // 2^(s - max), rescale[r] the factor for O and l of row r.
+  const auto softmax = [&](int n, float (&rescale)[2]) {
+    const int k0 = n * kN;
+    const bool need_mask = k0 + kN > sb.sk ||
+                           (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
+                           (mod.window_right >= 0 && k0 + kN - 1 > wg_row0 + mod.diag + mod.window_right);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
+        float x = s[4 * j + e];
+        if constexpr (kScoreMod) {
+          if (mod.softcap > 0.f) x = mod.softcap * kLog2e * tanhf(x * (mod.scale / mod.softcap));
+          else x *= scale_log2;
+          if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
+        } else {
+          x *= scale_log2;
+        }
+        if (need_mask && (key >= sb.sk || !attn_visible(i, key, mod.diag, mod.window_left, mod.window_right))) x = -INFINITY;
+        s[4 * j + e] = x;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
+      const float off = mx == -INFINITY ? 0.f : mx;
+      rescale[r] = exp2f(row_max[r] - off);
+      row_max[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        s[4 * j + 2 * r] = exp2f(s[4 * j + 2 * r] - off);
+        s[4 * j + 2 * r + 1] = exp2f(s[4 * j + 2 * r + 1] - off);
+        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * rescale[r] + sum;
+    }
+  };
+  const auto rescale_o = [&](const float (&rescale)[2]) {
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * j + e] *= rescale[e / 2];
+  };
+  // P's A fragments: columns 16 kk .. 16 kk + 15 are the accumulator's n8 tiles 2 kk and 2 kk + 1.
+  const auto convert_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+
+  if (n_blocks > 0) {
+    if constexpr (kPingpong)
+      if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+    mbarrier_wait(&q_full, 0);
+    float rescale[2];
+    if constexpr (kOverlap) {
+      // Block 0: S only.
+      mbarrier_wait(&k_full[0], 0);
+      turn_begin();
+      gemm_qk(0);
+      turn_end(false);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      release(&k_empty[0]);
+      softmax(n_begin, rescale);
+      convert_p();
+      for (int i = 1; i < n_blocks; ++i) {
+        const int st = i % kStages, prev = (i - 1) % kStages;
+        mbarrier_wait(&k_full[st], (i / kStages) & 1);
+        mbarrier_wait(&v_full[prev], ((i - 1) / kStages) & 1);
+        turn_begin();
+        gemm_qk(st);    // S_i = Q K_i^T
+        gemm_pv(prev);  // O += P_{i-1} V_{i-1}
+        turn_end(false);
+        wgmma_wait<1>();  // S_i done; P V still running
+        wgmma_fence_operands(s);
+        release(&k_empty[st]);
+        softmax(n_begin + i, rescale);
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        release(&v_empty[prev]);
+        rescale_o(rescale);
+        convert_p();
+      }
+      const int last = (n_blocks - 1) % kStages;
+      mbarrier_wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
+      turn_begin();
+      gemm_pv(last);
+      turn_end(true);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o);
+      release(&v_empty[last]);
+    } else {
+      // One GEMM at a time: S_i, softmax, O += P_i V_i.
+      for (int i = 0; i < n_blocks; ++i) {
+        const int st = i % kStages;
+        const uint32_t phase = (i / kStages) & 1;
+        mbarrier_wait(&k_full[st], phase);
+        turn_begin();
+        gemm_qk(st);
+        turn_end(false);
+        wgmma_wait<0>();
+        wgmma_fence_operands(s);
+        release(&k_empty[st]);
+        softmax(n_begin + i, rescale);
+        rescale_o(rescale);
+        convert_p();
+        mbarrier_wait(&v_full[st], phase);
+        turn_begin();
+        gemm_pv(st);
+        turn_end(i == n_blocks - 1);
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        release(&v_empty[st]);
+      }
+    }
+  }
+
+  // Epilogue: l over the row's 4 threads, O / l into this warpgroup's rows of Q's shared memory
+  // (its own wgmmas, the only readers of those rows, have completed), LSE from registers.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
+    const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the CTA's 128
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j)
+      *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kM)) =
+          pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    const int i = row0 + 8 * r;
+    if (t == 0 && p.lse != nullptr && i < sb.sq)
+      p.lse[attn_lse_offset(p, b, h, sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+  }
+  fence_proxy_async_smem();  // the writes above before the TMA engine reads them
+  named_barrier_sync(3 + cw, 128);
+  if (wg_row0 >= sb.sq) return;
+  if (!varlen) {
+    if (t128 == 0) {
+#pragma unroll
+      for (int x = 0; x < Tr::kBoxes; ++x) tma_store_4d(&args.o, sq + x * kM * 128 + cw * 64 * 128, x * 64, wg_row0, h, b);
+      tma_store_commit();
+      tma_store_wait_all<true>();  // shared memory must outlive the copy's reads
+    }
+  } else {
+    // Rows past this sequence belong to the next one: copy row by row, 16 bytes at a time.
+    constexpr int kChunks = kHeadDim / 8;
+    T* out = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+    for (int e = t128; e < 64 * kChunks; e += 128) {
+      const int r = e / kChunks, c = e % kChunks;
+      const int i = wg_row0 + r;
+      if (i >= sb.sq) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, kM));
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(i) * p.o_row_stride + 8 * c) = v;
+    }
+  }
+#endif
+}
+
+}  // namespace flashlab::kernels

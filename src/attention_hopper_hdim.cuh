@@ -1,0 +1,59 @@
+// Body of launch_attn_hopper_hdim<kHeadDim> (rung 4), included by one
+// src/attention_hopper_d<D>.cu per head dim: the tensor maps of q, k, v and o, the 1-D grid.
+#pragma once
+
+#include <climits>
+
+#include "kernels/attention/04_hopper.cuh"
+#include "src/attention_launch.h"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+#include "src/core/tensor_map.h"
+
+namespace flashlab::detail {
+
+// A (head dim, rows, heads, batch) tensor map with boxes of 64 columns x box_rows rows. A dim of
+// size 1 may carry any stride in the caller's tensor: TMA needs a multiple of 16 bytes there, and
+// never steps over it, so the row stride stands in for it.
+inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, int64_t rows, int64_t heads, int64_t batch,
+                                   int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
+  const int64_t es = dtype_size(dtype);
+  const int64_t row_bytes = row_stride * es;
+  const int64_t dims[4] = {headdim, rows, heads, batch};
+  const int64_t strides[3] = {rows > 1 ? row_bytes : 16 * ceil_div(headdim * es, 16), heads > 1 ? head_stride * es : row_bytes,
+                              batch > 1 ? batch_stride * es : row_bytes};
+  const int box[4] = {64, box_rows, 1, 1};
+  return make_tensor_map_4d(base, dtype, dims, strides, box);
+}
+
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap>
+void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod>;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
+  kernels::HopperAttnArgs args{};
+  args.p = p;
+  args.q = attn_tensor_map(p.q, dtype, kHeadDim, p.total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride,
+                           p.q_batch_stride, Tr::kBlockM);
+  args.k = attn_tensor_map(p.k, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
+                           p.k_batch_stride, Tr::kBlockN);
+  args.v = attn_tensor_map(p.v, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
+                           p.v_batch_stride, Tr::kBlockN);
+  args.o = attn_tensor_map(p.o, dtype, kHeadDim, p.total_q, p.nheads, batch, p.o_row_stride, p.o_head_stride,
+                           p.o_batch_stride, 64);
+  args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
+  const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
+  FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: rung 4 expects at most 2^31 - 1 query blocks x heads x batches, got ", ctas);
+  const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap>;
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+  FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
+}
+
+template <int kHeadDim>
+void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+    HALF_DTYPE_SWITCH(dtype, T, [&] { launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream); });
+  });
+}
+
+}  // namespace flashlab::detail
