@@ -43,6 +43,7 @@
 #include "kernels/attention/common.cuh"
 #include "kernels/attention/params.h"
 #include "kernels/common/dtype.cuh"
+#include "kernels/common/online_softmax.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/common/wgmma.cuh"
 
@@ -223,45 +224,56 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
-  // Logits in log2 units, the mask where block n needs it, the online softmax: s becomes
-  // 2^(s - max), rescale[r] the factor for O and l of row r.
+  // The online softmax of block n: s becomes 2^(logit - max) in log2 units, rescale[r] the factor
+  // for O and l of row r. Plain scores stay raw dot products until the exponent, where one FFMA
+  // applies scale log2(e) and subtracts the max (the max of raw scores scaled is the scaled max:
+  // scale > 0); softcap / ALiBi (kScoreMod) turn s into log2-unit logits first. The mask is a
+  // separate pass, taken only by blocks that straddle its boundary or the sequence end.
   const auto softmax = [&](int n, float (&rescale)[2]) {
     const int k0 = n * kN;
-    const bool need_mask = k0 + kN > sb.sk ||
-                           (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
-                           (mod.window_right >= 0 && k0 + kN - 1 > wg_row0 + mod.diag + mod.window_right);
+    if constexpr (kScoreMod) {
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
+      for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
-        float x = s[4 * j + e];
-        if constexpr (kScoreMod) {
+        for (int e = 0; e < 4; ++e) {
+          const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
+          float x = s[4 * j + e];
           if (mod.softcap > 0.f) x = mod.softcap * kLog2e * tanhf(x * (mod.scale / mod.softcap));
           else x *= scale_log2;
           if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-        } else {
-          x *= scale_log2;
+          s[4 * j + e] = x;
         }
-        if (need_mask && (key >= sb.sk || !attn_visible(i, key, mod.diag, mod.window_left, mod.window_right))) x = -INFINITY;
-        s[4 * j + e] = x;
-      }
+    }
+    const bool need_mask = k0 + kN > sb.sk ||
+                           (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
+                           (mod.window_right >= 0 && k0 + kN - 1 > wg_row0 + mod.diag + mod.window_right);
+    if (need_mask) {
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
+          if (key >= sb.sk || !attn_visible(i, key, mod.diag, mod.window_left, mod.window_right)) s[4 * j + e] = -INFINITY;
+        }
+    }
+    const float to_log2 = kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
+      float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(row_max[r], mx * to_log2);
       // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
       const float off = mx == -INFINITY ? 0.f : mx;
-      rescale[r] = exp2f(row_max[r] - off);
+      rescale[r] = exp2_approx_ftz(row_max[r] - off);
       row_max[r] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
-        s[4 * j + 2 * r] = exp2f(s[4 * j + 2 * r] - off);
-        s[4 * j + 2 * r + 1] = exp2f(s[4 * j + 2 * r + 1] - off);
+        s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
+        s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
         sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
       }
       row_sum[r] = row_sum[r] * rescale[r] + sum;
