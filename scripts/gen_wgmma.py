@@ -7,7 +7,7 @@ m64nNk16 instruction are spelled out here instead of by hand.
 """
 import pathlib
 
-NS = (64, 96, 128, 192, 256)
+NS = (64, 80, 96, 112, 128, 144, 160, 176, 192, 256)
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 
 

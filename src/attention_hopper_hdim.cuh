@@ -26,9 +26,9 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
   return make_tensor_map_4d(base, dtype, dims, strides, box);
 }
 
-template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap>
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod>;
+  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN>;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
   kernels::HopperAttnArgs args{};
@@ -44,7 +44,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
   const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
   FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: rung 4 expects at most 2^31 - 1 query blocks x heads x batches, got ", ctas);
-  const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap>;
+  const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }

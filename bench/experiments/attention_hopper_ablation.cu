@@ -59,9 +59,9 @@ std::vector<float> download_bf16(const void* p, int64_t n) {
   return out;
 }
 
-template <int kD, bool kPingpong, bool kOverlap>
+template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
-  detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap>(p, DType::kBF16, s);
+  detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN>(p, DType::kBF16, s);
 }
 
 template <int kD>
@@ -90,7 +90,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
     const char* name;
     std::function<void()> fn;
   };
-  const std::vector<Variant> variants = {
+  std::vector<Variant> variants = {
       {"rung3_fa2", [&] { api(3, out.p); }},
       {"rung4_library", [&] { api(4, out.p); }},
       {"pingpong+overlap", [&] { launch<kD, true, true>(p, h.stream()); }},
@@ -98,6 +98,13 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
       {"pingpong_only", [&] { launch<kD, true, false>(p, h.stream()); }},
       {"neither", [&] { launch<kD, false, false>(p, h.stream()); }},
   };
+  // Other key-block widths (the library's: 128 for d <= 128, 96 for 192, 64 for 256).
+  if constexpr (kD == 128) {
+    variants.push_back({"kBlockN=176", [&] { launch<kD, true, true, 176>(p, h.stream()); }});
+    variants.push_back({"kBlockN=160", [&] { launch<kD, true, true, 160>(p, h.stream()); }});
+  }
+  if constexpr (kD == 64) variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
+  if constexpr (kD == 256) variants.push_back({"kBlockN=80", [&] { launch<kD, true, true, 80>(p, h.stream()); }});
   for (const Variant& var : variants) {
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
     var.fn();

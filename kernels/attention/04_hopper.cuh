@@ -21,8 +21,9 @@
 //   - Pingpong (kPingpong): the two consumers take turns to issue their GEMMs (named barriers),
 //     so one warpgroup's softmax runs under the other's GEMMs.
 //   - Scheduling: one CTA per (128-row query block, head, batch) on a 1-D grid, query blocks
-//     from the last to the first (causal: the longest first) and heads fastest (the query
-//     heads of a GQA group, which share K and V, run side by side and share them in L2).
+//     fastest (the CTAs running at once read the same few heads' K and V, from L2), from the
+//     last to the first (causal: the longest first), then heads (a GQA group's query heads,
+//     which share K and V, follow each other).
 //   - Epilogue: O / l rounded to 16 bits into Q's shared memory (swizzled like the TMA boxes),
 //     then TMA-stored (fixed lengths, clipped at seqlen_q by the copy engine) or copied out 16
 //     bytes at a time with a row bound (varlen, where the next rows belong to another
@@ -49,14 +50,15 @@
 
 namespace flashlab::kernels {
 
-template <int kHeadDim_, bool kScoreMod_>
+// kBlockN_ = 0: the default key block for the head dim (the experiments try others).
+template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0>
 struct HopperAttnTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kScoreMod = kScoreMod_;
   static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 64;
+  static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 64;
   static constexpr int kStages = 2;
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
   static constexpr int kBoxes = (kHeadDim + 63) / 64;  // 64-column (128-byte) TMA boxes per row
@@ -91,12 +93,12 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN][4]) {
 }
 
 // Grid: m_blocks x nheads x batch CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic smem.
-template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap>
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperAttnTraits<kHeadDim, kScoreMod>;
+  using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
@@ -108,10 +110,12 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   unsigned char* sv = sk + kStages * Tr::kKVBytes;    // (kStages, kBoxes x kN rows)
   const AttnFwdParams& p = args.p;
 
-  // Work: heads fastest, then batches, query blocks from the last one down.
-  const int hb = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.nheads * p.batch));
+  // Work: query blocks fastest, from the last one down (causal: the longest first), then heads,
+  // then batches. CTAs running at once share their heads' K and V in L2, and the query heads of
+  // a GQA group (adjacent heads) follow each other.
+  const int hb = static_cast<int>(blockIdx.x / static_cast<unsigned>(args.m_blocks));
   const int h = hb % p.nheads, b = hb / p.nheads;
-  const int mb = args.m_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.nheads * p.batch));
+  const int mb = args.m_blocks - 1 - static_cast<int>(blockIdx.x % static_cast<unsigned>(args.m_blocks));
   const int m0 = mb * kM;
   const AttnBatch sb = attn_batch(p, b);
   if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)

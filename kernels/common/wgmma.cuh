@@ -52,7 +52,7 @@ struct Wgmma;
 template <typename T, int kN>
 struct WgmmaRs;
 
-// N = 64, 96, 128, 192, 256 for bf16 and fp16 (generated: every accumulator register named).
+// N = 64, 80, 96, 112, 128, 144, 160, 176, 192, 256 for bf16 and fp16 (generated: every accumulator register named).
 #include "kernels/common/wgmma_ops.inc"
 
 }  // namespace flashlab::kernels
