@@ -8,7 +8,9 @@
 // FLOPs: 4 batch nheads seqlen_q seqlen_k headdim, half when causal (DESIGN.md); bytes: q, k, v
 // and out once. Each row carries the rung's workspace (extra "workspace_MB"): the O(N^2) vs O(N)
 // memory of the ladder. Rungs 1-3 are checked against rung 4 (max |diff|, printed).
+// FLASHLAB_ATTN_MIN_RUNG=r runs rungs r.. only.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,9 @@ std::vector<AttnCase> attn_cases(bool quick) {
 
 void bench_attention(Harness& h, DType dt) {
   const int64_t es = dtype_size(dt);
+  // FLASHLAB_ATTN_MIN_RUNG=3: skip the slow rungs 1-2 (quicker runs while tuning the top rungs).
+  const char* min_rung_env = std::getenv("FLASHLAB_ATTN_MIN_RUNG");
+  const int min_rung = min_rung_env != nullptr ? std::atoi(min_rung_env) : 1;
   for (const AttnCase& c : attn_cases(h.options().quick)) {
     const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
     DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), ref(n * es);
@@ -55,7 +60,7 @@ void bench_attention(Harness& h, DType dt) {
     attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(ref.p, dt, shape), h.stream(),
                   kAttnFwdRungs, opt);
     for (int rung = kAttnFwdRungs; rung >= 1; --rung) {
-      if ((rung == 1 && c.seqlen > 4096) || (rung == 2 && c.seqlen > 2048)) continue;
+      if ((rung == 1 && c.seqlen > 4096) || (rung == 2 && c.seqlen > 2048) || rung < min_rung) continue;
       const double ms = h.time_ms([&] {
         attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(),
                       rung, opt);

@@ -5,8 +5,9 @@
 // dim 2048 as in bench/cases_attention.cu. Built as build/*/bench/experiment_attention_hopper_ablation;
 // quoted in docs/ladder/attention.md. Timing: the benchmark harness (warm-up, L2 flushed, median
 // of CUDA events). Correctness: each variant's output, poisoned with NaN before the launch, must
-// equal the library's rung 4 output within 2^-8 relative to max |out| (the variants change the
-// order of nothing but the issue; differences mean a bug) and contain no NaN; else FAIL, exit 1.
+// equal the library's rung 4 output within 2^-8 relative to max |out| (the overlap variants
+// change nothing but the order of issue; differences mean a bug; other key-block widths and rung
+// 3 sum in another order: 2^-6) and contain no NaN; else FAIL, exit 1. Also other key-block widths.
 // Usage: experiment_attention_hopper_ablation [out.json]
 #include <cmath>
 #include <cstdint>
@@ -98,13 +99,13 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
       {"pingpong_only", [&] { launch<kD, true, false>(p, h.stream()); }},
       {"neither", [&] { launch<kD, false, false>(p, h.stream()); }},
   };
-  // Other key-block widths (the library's: 128 for d <= 128, 96 for 192, 64 for 256).
+  // Other key-block widths (the library's: 128 for d <= 128, 96 for 192, 80 for 256).
   if constexpr (kD == 128) {
     variants.push_back({"kBlockN=176", [&] { launch<kD, true, true, 176>(p, h.stream()); }});
     variants.push_back({"kBlockN=160", [&] { launch<kD, true, true, 160>(p, h.stream()); }});
   }
   if constexpr (kD == 64) variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
-  if constexpr (kD == 256) variants.push_back({"kBlockN=80", [&] { launch<kD, true, true, 80>(p, h.stream()); }});
+  if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
   for (const Variant& var : variants) {
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
     var.fn();
@@ -117,8 +118,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
       else worst = std::fmax(worst, std::fabs(got[i] - want[i]));
     }
     const double rel = worst / max_ref;
-    // rung 3 differs by rounding (another summation order): 2^-6 for it, 2^-8 for the variants.
-    const bool ok = nans == 0 && rel <= (std::string(var.name) == "rung3_fa2" ? 1.0 / 64 : 1.0 / 256);
+    // Rung 3 and other key-block widths sum in another order (rounding differences): 2^-6 for
+    // them, 2^-8 for the variants of the same blocks.
+    const std::string name = var.name;
+    const bool other_order = name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0;
+    const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
     const double ms = h.time_ms(var.fn);
     std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
