@@ -1,8 +1,7 @@
 // Body of launch_attn_hopper_hdim<kHeadDim> (rung 4), included by one
-// src/attention_hopper_d<D>.cu per head dim: the tensor maps of q, k, v and o, the persistent grid.
+// src/attention_hopper_d<D>.cu per head dim: the tensor maps of q, k, v and o, the 1-D grid.
 #pragma once
 
-#include <algorithm>
 #include <climits>
 
 #include "kernels/attention/04_hopper.cuh"
@@ -47,10 +46,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: rung 4 expects at most 2^31 - 1 query blocks x heads x batches, got ", ctas);
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-  // Persistent: one CTA per SM (or per tile when there are fewer), each walking its tiles.
-  const int64_t grid = std::min<int64_t>(ctas, sm_count());
-  if (grid == 0) return;
-  FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream, args);
+  FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 
 template <int kHeadDim>

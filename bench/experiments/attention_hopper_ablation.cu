@@ -99,11 +99,13 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
       {"pingpong_only", [&] { launch<kD, true, false>(p, h.stream()); }},
       {"neither", [&] { launch<kD, false, false>(p, h.stream()); }},
   };
-  // Other key-block widths (the library's: 128 for d <= 128, 96 for 192, 64 for 256).
+  // Other key-block widths (the library's: 128 for d <= 128, 96 for 192, 80 for 256).
   if constexpr (kD == 128) {
+    variants.push_back({"kBlockN=176", [&] { launch<kD, true, true, 176>(p, h.stream()); }});
     variants.push_back({"kBlockN=160", [&] { launch<kD, true, true, 160>(p, h.stream()); }});
   }
   if constexpr (kD == 64) variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
+  if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
   for (const Variant& var : variants) {
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
     var.fn();

@@ -20,20 +20,18 @@
 //     P V wgmma is still on the tensor cores, then waits for it, rescales O and converts P_n.
 //   - Pingpong (kPingpong): the two consumers take turns to issue their GEMMs (named barriers),
 //     so one warpgroup's softmax runs under the other's GEMMs.
-//   - Persistent tile scheduler: one CTA per SM walks tiles (128-row query block, head, batch)
-//     c, c + #CTAs, ... in an order with query blocks fastest (the CTAs running at once read the
-//     same few heads' K and V, from L2), from the last to the first (causal: the longest first),
-//     then heads (a GQA group's query heads, which share K and V, follow each other). The
-//     producer runs ahead across tiles: the next tile's K/V blocks, and its Q where two Q
-//     buffers fit (head dims <= 128), load while this tile computes and stores its output.
+//   - Scheduling: one CTA per (128-row query block, head, batch) on a 1-D grid, query blocks
+//     fastest (the CTAs running at once read the same few heads' K and V, from L2), from the
+//     last to the first (causal: the longest first), then heads (a GQA group's query heads,
+//     which share K and V, follow each other).
 //   - Epilogue: O / l rounded to 16 bits into Q's shared memory (swizzled like the TMA boxes),
 //     then TMA-stored (fixed lengths, clipped at seqlen_q by the copy engine) or copied out 16
 //     bytes at a time with a row bound (varlen, where the next rows belong to another
 //     sequence); LSE from registers.
 // Masks, softcap and ALiBi as in rung 3 (kernels/attention/common.cuh): fully masked key blocks
 // are never loaded, the element-wise mask runs only on blocks that straddle its boundary.
-// Limits: static tile assignment (no work stealing); one Q buffer for head dims 192 and 256 (the
-// next Q waits for the epilogue); FP8 is not here.
+// Limits: not persistent (one CTA per query block); the producer loads Q per CTA; FP8 is not
+// here.
 #pragma once
 
 #include <climits>
@@ -61,18 +59,15 @@ struct HopperAttnTraits {
   static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
-  // Measured (bench/experiments/attention_hopper_ablation.cu, before the kernel was persistent):
-  // 160 and 176 at d 128 within a few % (faster at 8k, slower at 2k causal); 192 at d 64 slower;
-  // 80 at d 256 4-7% faster than 64, but the persistent kernel spills with it.
-  static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 64;
+  // Measured (bench/experiments/attention_hopper_ablation.cu): 160 and 176 at d 128 no faster,
+  // slower when causal; 80 at d 256 7-11% faster than 64; 192 at d 64 slower.
+  static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
   static constexpr int kStages = 2;
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
   static constexpr int kBoxes = (kHeadDim + 63) / 64;  // 64-column (128-byte) TMA boxes per row
   static constexpr int kQBytes = kBoxes * kBlockM * 128;
   static constexpr int kKVBytes = kBoxes * kBlockN * 128;  // one K or V block
-  // Q buffers: two where they fit (the next tile's Q loads while this one computes), else one.
-  static constexpr int kQStages = 2 * kQBytes + 2 * kStages * kKVBytes + 1024 <= 227 * 1024 ? 2 : 1;
-  static constexpr int kSmemBytes = kQStages * kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
   static_assert(kBlockN % 16 == 0, "k16 steps of P V");
 };
@@ -100,58 +95,43 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
 }
 
-// Persistent: min(tiles, SMs) CTAs (1-D grid), Tr::kThreads threads, Tr::kSmemBytes dynamic smem.
+// Grid: m_blocks x nheads x batch CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic smem.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
   using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg>;
-  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t q_full[kQStages], q_empty[kQStages];
-  __shared__ uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+  __shared__ uint64_t q_full, k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
   // The 128B swizzle pattern repeats every 1024 bytes: tiles start on a 1024-byte boundary.
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  unsigned char* sq_all = smem;                            // (kQStages, kBoxes x 128 rows): Q, later O
-  unsigned char* sk = sq_all + kQStages * Tr::kQBytes;     // (kStages, kBoxes x kN rows)
-  unsigned char* sv = sk + kStages * Tr::kKVBytes;         // (kStages, kBoxes x kN rows)
+  unsigned char* sq = smem;                           // Q (kBoxes x 128 rows), later O
+  unsigned char* sk = sq + Tr::kQBytes;               // (kStages, kBoxes x kN rows)
+  unsigned char* sv = sk + kStages * Tr::kKVBytes;    // (kStages, kBoxes x kN rows)
   const AttnFwdParams& p = args.p;
-  const bool varlen = p.cu_seqlens_q != nullptr;
 
-  // Tiles (one 128-row query block of one head and batch): query blocks fastest, from the last
-  // one down (causal: the longest first), then heads, then batches; CTA c takes tiles c, c +
-  // gridDim.x, ... CTAs running at once read the same few heads' K and V (L2 hits), and the query
-  // heads of a GQA group (adjacent heads) follow each other. A tile past its batch's rows
-  // (varlen) is skipped by producer and consumers alike.
-  // (Computed where used: a value live across setmaxnreg is spilled around it.)
-  const auto tiles = [&] { return args.m_blocks * p.nheads * p.batch; };
-  struct Tile {
-    int m0, h, b, hk, n_begin, n_blocks;
-    AttnBatch sb;
-    AttnScoreMod mod;
-  };
-  const auto tile_at = [&](int tile, Tile& w) {
-    const int hb = tile / args.m_blocks;
-    w.h = hb % p.nheads, w.b = hb / p.nheads;
-    w.m0 = (args.m_blocks - 1 - tile % args.m_blocks) * kM;
-    w.sb = attn_batch(p, w.b);
-    if (w.m0 >= w.sb.sq) return false;
-    w.hk = w.h / (p.nheads / p.nheads_kv);
-    w.mod = attn_score_mod(p, w.b, w.h, w.sb);
-    const int rows_hi = w.sb.sq - w.m0 < kM ? w.sb.sq : w.m0 + kM;
-    const AttnKeyRange kr = attn_key_range(w.m0, rows_hi, w.sb.sk, w.mod.diag, w.mod.window_left, w.mod.window_right);
-    w.n_begin = kr.lo / kN;
-    w.n_blocks = kr.hi > kr.lo ? (kr.hi + kN - 1) / kN - w.n_begin : 0;
-    return true;
-  };
+  // Work: query blocks fastest, from the last one down (causal: the longest first), then heads,
+  // then batches. CTAs running at once share their heads' K and V in L2, and the query heads of
+  // a GQA group (adjacent heads) follow each other.
+  const int hb = static_cast<int>(blockIdx.x / static_cast<unsigned>(args.m_blocks));
+  const int h = hb % p.nheads, b = hb / p.nheads;
+  const int mb = args.m_blocks - 1 - static_cast<int>(blockIdx.x % static_cast<unsigned>(args.m_blocks));
+  const int m0 = mb * kM;
+  const AttnBatch sb = attn_batch(p, b);
+  if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int hk = h / (p.nheads / p.nheads_kv);
+  const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
+  const int rows_hi = sb.sq - m0 < kM ? sb.sq : m0 + kM;
+  const AttnKeyRange kr = attn_key_range(m0, rows_hi, sb.sk, mod.diag, mod.window_left, mod.window_right);
+  const int n_begin = kr.lo / kN;
+  const int n_blocks = kr.hi > kr.lo ? (kr.hi + kN - 1) / kN - n_begin : 0;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kQStages; ++s) {
-      mbarrier_init(&q_full[s], 1);
-      mbarrier_init(&q_empty[s], 2);  // one arrive per consumer warpgroup, once its O left the buffer
-    }
+    mbarrier_init(&q_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&k_full[s], 1);   // the producer's arrive + the TMA bytes
       mbarrier_init(&v_full[s], 1);
@@ -163,62 +143,54 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   __syncthreads();
 
   const int wg = threadIdx.x / 128;
-  if (wg == 0) {  // producer: Q per tile, K and V blocks through the ring, running ahead across tiles
+  if (wg == 0) {  // producer
     setmaxnreg_dec<24>();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && n_blocks > 0) {
       prefetch_tensor_map(&args.q);
       prefetch_tensor_map(&args.k);
       prefetch_tensor_map(&args.v);
-      int it = 0, qt = 0;  // K/V blocks and tiles issued so far
-      Tile w;
-      for (int tile = blockIdx.x; tile < tiles(); tile += gridDim.x) {
-        if (!tile_at(tile, w)) continue;
-        const int qb = varlen ? 0 : w.b;  // batch coordinate (varlen: rows are packed, batch 1)
-        const int q_row = static_cast<int>(w.sb.q_row0) + w.m0, k_row = static_cast<int>(w.sb.k_row0);
-        const int qs = qt % kQStages;
-        mbarrier_wait(&q_empty[qs], ((qt / kQStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-        ++qt;
-        mbarrier_arrive_expect_tx(&q_full[qs], Tr::kQBytes);
-        unsigned char* sq = sq_all + qs * Tr::kQBytes;
+      const int qb = varlen ? 0 : b;  // batch coordinate (varlen: rows are packed, batch 1)
+      const int q_row = static_cast<int>(sb.q_row0) + m0, k_row = static_cast<int>(sb.k_row0);
+      mbarrier_arrive_expect_tx(&q_full, Tr::kQBytes);
 #pragma unroll
-        for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * 64, q_row, w.h, qb, &q_full[qs]);
-        for (int i = 0; i < w.n_blocks; ++i, ++it) {
-          const int s = it % kStages;
-          const uint32_t phase = (it / kStages) & 1;
-          const int row = k_row + (w.n_begin + i) * kN;
-          mbarrier_wait(&k_empty[s], phase ^ 1);
-          mbarrier_arrive_expect_tx(&k_full[s], Tr::kKVBytes);
+      for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * 64, q_row, h, qb, &q_full);
+      for (int i = 0; i < n_blocks; ++i) {
+        const int s = i % kStages;
+        const uint32_t phase = (i / kStages) & 1;
+        const int row = k_row + (n_begin + i) * kN;
+        mbarrier_wait(&k_empty[s], phase ^ 1);  // a fresh barrier passes parity 1
+        mbarrier_arrive_expect_tx(&k_full[s], Tr::kKVBytes);
 #pragma unroll
-          for (int x = 0; x < Tr::kBoxes; ++x)
-            tma_load_4d(sk + s * Tr::kKVBytes + x * kN * 128, &args.k, x * 64, row, w.hk, qb, &k_full[s]);
-          mbarrier_wait(&v_empty[s], phase ^ 1);
-          mbarrier_arrive_expect_tx(&v_full[s], Tr::kKVBytes);
+        for (int x = 0; x < Tr::kBoxes; ++x)
+          tma_load_4d(sk + s * Tr::kKVBytes + x * kN * 128, &args.k, x * 64, row, hk, qb, &k_full[s]);
+        mbarrier_wait(&v_empty[s], phase ^ 1);
+        mbarrier_arrive_expect_tx(&v_full[s], Tr::kKVBytes);
 #pragma unroll
-          for (int x = 0; x < Tr::kBoxes; ++x)
-            tma_load_4d(sv + s * Tr::kKVBytes + x * kN * 128, &args.v, x * 64, row, w.hk, qb, &v_full[s]);
-        }
+        for (int x = 0; x < Tr::kBoxes; ++x)
+          tma_load_4d(sv + s * Tr::kKVBytes + x * kN * 128, &args.v, x * 64, row, hk, qb, &v_full[s]);
       }
     }
     return;
   }
 
-  // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64) of each tile.
+  // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64).
   setmaxnreg_inc<240>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;
   const int g = lane / 4, t = lane % 4;
+  const int wg_row0 = m0 + 64 * cw;              // first query row of this warpgroup
+  const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
+  const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
 
   float o[kHeadDim / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
+#pragma unroll
+  for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
   float s[kN / 2];         // S, then P in fp32, same layout with key columns
   uint32_t pa[kN / 16][4]; // P as the 16-bit A operand of P V, one k16 step per entry
-  float row_max[2], row_sum[2];  // log2 units; this thread's partial sums
-  AttnScoreMod mod{};  // this tile's score and mask parameters
-  int seqlen_k = 0;    // this tile's key count
-  int wg_row0 = 0, row0 = 0;  // this tile: first row of the warpgroup; this thread's rows row0, row0 + 8
-  float scale_log2 = 0.f, slope_log2 = 0.f;
-  uint32_t q_base = 0;        // this warpgroup's 64 rows of each box of the tile's Q buffer
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units; partial sums
 
+  const uint32_t q_base = smem_u32(sq) + cw * 64 * 128;  // this warpgroup's 64 rows of each Q box
   // Pingpong turns: warpgroup cw issues GEMMs after a sync on barrier 1 + cw, then lets the other
   // go with an arrive on its barrier. The second warpgroup starts by letting the first go, and
   // skips its final arrive (so every arrive is matched by a sync of the same barrier).
@@ -279,7 +251,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
           s[4 * j + e] = x;
         }
     }
-    const bool need_mask = k0 + kN > seqlen_k ||
+    const bool need_mask = k0 + kN > sb.sk ||
                            (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
                            (mod.window_right >= 0 && k0 + kN - 1 > wg_row0 + mod.diag + mod.window_right);
     if (need_mask) {
@@ -288,7 +260,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int d = row0 + 8 * r + mod.diag, base = k0 + 2 * t;
-        const int hi = min(seqlen_k - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
+        const int hi = min(sb.sk - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
         const int lo = (mod.window_left >= 0 ? d - mod.window_left : INT_MIN / 2) - base;
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j)
@@ -339,158 +311,113 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     }
   };
 
-  // Q buffers go back to the producer once the O staged in them has been read out: with two
-  // buffers, lazily (the TMA store has long finished by the first GEMM of the next tile), so that
-  // the producer loads the next tile's Q while this one computes; with one, at once.
-  int qt = 0, it = 0;     // tiles and K/V blocks consumed so far
-  int pending_q = -1;     // buffer whose O store is in flight (released by this WG's thread 0)
-  const auto release_q = [&] {
-    if (pending_q >= 0 && t128 == 0) {
-      if (!varlen) tma_store_wait_all<true>();
-      mbarrier_arrive(&q_empty[pending_q]);
-    }
-    pending_q = -1;
-  };
-  for (int tile = blockIdx.x; tile < tiles(); tile += gridDim.x) {
-    Tile w;
-    if (!tile_at(tile, w)) continue;
-    mod = w.mod, seqlen_k = w.sb.sk;
-    const int qs = qt % kQStages;
-    const uint32_t q_phase = (qt / kQStages) & 1;
-    ++qt;
-    q_base = smem_u32(sq_all + qs * Tr::kQBytes) + cw * 64 * 128;
-    wg_row0 = w.m0 + 64 * cw;
-    row0 = wg_row0 + warp * 16 + g;
-    scale_log2 = w.mod.scale * kLog2e, slope_log2 = w.mod.slope * kLog2e;
-#pragma unroll
-    for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.f;
-    const int n_blocks = w.n_blocks, n_begin = w.n_begin;
-    mbarrier_wait(&q_full[qs], q_phase);
-    if (n_blocks > 0) {
-      if constexpr (kPingpong)
-        if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
-      float rescale[2];
-      if constexpr (kOverlap) {
-        // Block 0: S only.
-        mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
+  if (n_blocks > 0) {
+    if constexpr (kPingpong)
+      if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+    mbarrier_wait(&q_full, 0);
+    float rescale[2];
+    if constexpr (kOverlap) {
+      // Block 0: S only.
+      mbarrier_wait(&k_full[0], 0);
+      turn_begin();
+      gemm_qk(0);
+      turn_end(false);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      release(&k_empty[0]);
+      softmax(n_begin, rescale);
+      convert_p();
+      for (int i = 1; i < n_blocks; ++i) {
+        const int st = i % kStages, prev = (i - 1) % kStages;
+        mbarrier_wait(&k_full[st], (i / kStages) & 1);
+        mbarrier_wait(&v_full[prev], ((i - 1) / kStages) & 1);
         turn_begin();
-        gemm_qk(it % kStages);
+        gemm_qk(st);    // S_i = Q K_i^T
+        gemm_pv(prev);  // O += P_{i-1} V_{i-1}
         turn_end(false);
-        release_q();
-        wgmma_wait<0>();
+        wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
-        release(&k_empty[it % kStages]);
-        softmax(n_begin, rescale);
-        convert_p();
-        for (int i = 1; i < n_blocks; ++i) {
-          const int cur = it + i, prv = it + i - 1;
-          const int st = cur % kStages, prev = prv % kStages;
-          mbarrier_wait(&k_full[st], (cur / kStages) & 1);
-          mbarrier_wait(&v_full[prev], (prv / kStages) & 1);
-          turn_begin();
-          gemm_qk(st);    // S_i = Q K_i^T
-          gemm_pv(prev);  // O += P_{i-1} V_{i-1}
-          turn_end(false);
-          wgmma_wait<1>();  // S_i done; P V still running
-          wgmma_fence_operands(s);
-          release(&k_empty[st]);
-          softmax(n_begin + i, rescale);
-          wgmma_wait<0>();
-          wgmma_fence_operands(o);
-          release(&v_empty[prev]);
-          rescale_o(rescale);
-          convert_p();
-        }
-        const int lst = it + n_blocks - 1;
-        mbarrier_wait(&v_full[lst % kStages], (lst / kStages) & 1);
-        turn_begin();
-        gemm_pv(lst % kStages);
-        turn_end(true);
+        release(&k_empty[st]);
+        softmax(n_begin + i, rescale);
         wgmma_wait<0>();
         wgmma_fence_operands(o);
-        release(&v_empty[lst % kStages]);
-      } else {
-        // One GEMM at a time: S_i, softmax, O += P_i V_i.
-        for (int i = 0; i < n_blocks; ++i) {
-          const int cur = it + i;
-          const int st = cur % kStages;
-          const uint32_t phase = (cur / kStages) & 1;
-          mbarrier_wait(&k_full[st], phase);
-          turn_begin();
-          gemm_qk(st);
-          turn_end(false);
-          if (i == 0) release_q();
-          wgmma_wait<0>();
-          wgmma_fence_operands(s);
-          release(&k_empty[st]);
-          softmax(n_begin + i, rescale);
-          rescale_o(rescale);
-          convert_p();
-          mbarrier_wait(&v_full[st], phase);
-          turn_begin();
-          gemm_pv(st);
-          turn_end(i == n_blocks - 1);
-          wgmma_wait<0>();
-          wgmma_fence_operands(o);
-          release(&v_empty[st]);
-        }
+        release(&v_empty[prev]);
+        rescale_o(rescale);
+        convert_p();
       }
-      it += n_blocks;
+      const int last = (n_blocks - 1) % kStages;
+      mbarrier_wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
+      turn_begin();
+      gemm_pv(last);
+      turn_end(true);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o);
+      release(&v_empty[last]);
     } else {
-      release_q();
-    }
-
-    // Epilogue: l over the row's 4 threads, O / l into this warpgroup's rows of the tile's Q
-    // buffer (its own wgmmas, the only readers of those rows, have completed), LSE from registers.
-    // (The tile's coordinates again: recomputing them is cheaper than keeping them in registers
-    // through the main loop.)
-    tile_at(tile, w);
-    unsigned char* sq = sq_all + qs * Tr::kQBytes;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = row_sum[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
-      const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the tile's 128
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j)
-        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kM)) =
-            pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      const int i = row0 + 8 * r;
-      if (t == 0 && p.lse != nullptr && i < w.sb.sq)
-        p.lse[attn_lse_offset(p, w.b, w.h, w.sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-    }
-    fence_proxy_async_smem();  // the writes above before the TMA engine reads them
-    named_barrier_sync(3 + cw, 128);
-    if (wg_row0 < w.sb.sq) {
-      if (!varlen) {
-        if (t128 == 0) {
-#pragma unroll
-          for (int x = 0; x < Tr::kBoxes; ++x)
-            tma_store_4d(&args.o, sq + x * kM * 128 + cw * 64 * 128, x * 64, wg_row0, w.h, w.b);
-          tma_store_commit();
-        }
-      } else {
-        // Rows past this sequence belong to the next one: copy row by row, 16 bytes at a time.
-        constexpr int kChunks = kHeadDim / 8;
-        T* out = static_cast<T*>(p.o) + attn_offset(p, w.b, w.sb.q_row0, 0, w.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-        for (int e = t128; e < 64 * kChunks; e += 128) {
-          const int r = e / kChunks, c = e % kChunks;
-          const int i = wg_row0 + r;
-          if (i >= w.sb.sq) continue;
-          const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, kM));
-          *reinterpret_cast<uint4*>(out + static_cast<int64_t>(i) * p.o_row_stride + 8 * c) = v;
-        }
-        named_barrier_sync(3 + cw, 128);  // every thread has read the buffer
+      // One GEMM at a time: S_i, softmax, O += P_i V_i.
+      for (int i = 0; i < n_blocks; ++i) {
+        const int st = i % kStages;
+        const uint32_t phase = (i / kStages) & 1;
+        mbarrier_wait(&k_full[st], phase);
+        turn_begin();
+        gemm_qk(st);
+        turn_end(false);
+        wgmma_wait<0>();
+        wgmma_fence_operands(s);
+        release(&k_empty[st]);
+        softmax(n_begin + i, rescale);
+        rescale_o(rescale);
+        convert_p();
+        mbarrier_wait(&v_full[st], phase);
+        turn_begin();
+        gemm_pv(st);
+        turn_end(i == n_blocks - 1);
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        release(&v_empty[st]);
       }
     }
-    pending_q = qs;
-    if constexpr (kQStages == 1) release_q();  // the producer's next Q goes into this buffer
   }
-  if (t128 == 0) tma_store_wait_all<false>();
+
+  // Epilogue: l over the row's 4 threads, O / l into this warpgroup's rows of Q's shared memory
+  // (its own wgmmas, the only readers of those rows, have completed), LSE from registers.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
+    const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the CTA's 128
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j)
+      *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kM)) =
+          pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    const int i = row0 + 8 * r;
+    if (t == 0 && p.lse != nullptr && i < sb.sq)
+      p.lse[attn_lse_offset(p, b, h, sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+  }
+  fence_proxy_async_smem();  // the writes above before the TMA engine reads them
+  named_barrier_sync(3 + cw, 128);
+  if (wg_row0 >= sb.sq) return;
+  if (!varlen) {
+    if (t128 == 0) {
+#pragma unroll
+      for (int x = 0; x < Tr::kBoxes; ++x) tma_store_4d(&args.o, sq + x * kM * 128 + cw * 64 * 128, x * 64, wg_row0, h, b);
+      tma_store_commit();
+      tma_store_wait_all<true>();  // shared memory must outlive the copy's reads
+    }
+  } else {
+    // Rows past this sequence belong to the next one: copy row by row, 16 bytes at a time.
+    constexpr int kChunks = kHeadDim / 8;
+    T* out = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+    for (int e = t128; e < 64 * kChunks; e += 128) {
+      const int r = e / kChunks, c = e % kChunks;
+      const int i = wg_row0 + r;
+      if (i >= sb.sq) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, kM));
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(i) * p.o_row_stride + 8 * c) = v;
+    }
+  }
 #endif
 }
 
