@@ -59,8 +59,8 @@ struct HopperAttnTraits {
   static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
-  // Measured (bench/experiments/attention_hopper_ablation.cu): 160 and 176 at d 128 no faster,
-  // slower when causal; 80 at d 256 7-11% faster than 64; 192 at d 64 slower.
+  // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9): 160 / 176 at d 128
+  // faster at 8k, slower at 2k; 80 at d 256 3-5% faster than 64; 192 at d 64 2-5% slower.
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
   static constexpr int kStages = 2;
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
