@@ -62,13 +62,11 @@ struct HopperAttnTraits {
   // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9): 160 / 176 at d 128
   // faster at 8k, slower at 2k; 80 at d 256 3-5% faster than 64; 192 at d 64 2-5% slower.
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
-
+  static constexpr int kStages = 2;
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
   static constexpr int kBoxes = (kHeadDim + 63) / 64;  // 64-column (128-byte) TMA boxes per row
   static constexpr int kQBytes = kBoxes * kBlockM * 128;
   static constexpr int kKVBytes = kBoxes * kBlockN * 128;  // one K or V block
-  // K/V ring depth: 3 stages where they fit in 227 KB (head dims <= 128), else 2.
-  static constexpr int kStages = kQBytes + 6 * kKVBytes + 1024 <= 227 * 1024 ? 3 : 2;
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
   static_assert(kBlockN % 16 == 0, "k16 steps of P V");
@@ -296,10 +294,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       row_sum[r] = row_sum[r] * rescale[r] + sum;
     }
   };
-  // O *= the rescale factors, skipped when no row of the warp changed its max (the common case
-  // once a row's max has settled: a warp-uniform branch saves d / 2 multiplies per thread).
   const auto rescale_o = [&](const float (&rescale)[2]) {
-    if (!__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) return;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; ++j)
 #pragma unroll
