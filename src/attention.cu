@@ -96,6 +96,13 @@ void no_self_overlap(const check::Arg& a) {
   }
 }
 
+// TMA (rung 4) walks a tensor with positive strides only: no broadcast (0) or reversed dims.
+bool tma_strides(const TensorView& t) {
+  for (int dim = 0; dim + 1 < t.ndim(); ++dim)
+    if (t.shape[dim] > 1 && t.strides[dim] <= 0) return false;
+  return true;
+}
+
 // Every check of attention_fwd(); throws flashlab::Error on the first that fails, else the kernel
 // parameters (window and scale resolved).
 AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -244,8 +251,11 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     for (const check::Arg& r : reads)
       for (const check::Arg& w : writes) disjoint(r, w);
   }
-  if (rung == 4) {  // TMA + wgmma: 64-column boxes, built for sm_90a only
+  if (rung == 4) {  // TMA + wgmma: 64-column boxes, positive strides, built for sm_90a only
     if (d < 64) check::fail(Q, "head dim (last dim) 64, 96, 128, 192 or 256 for rung 4 (64-column TMA boxes)", detail::concat(d));
+    for (const check::Arg* x : {&Q, &K, &V, &O})
+      if (!tma_strides(x->t))
+        check::fail(*x, "positive strides on every dim of size > 1 for rung 4 (TMA)", detail::concat("strides ", shape_str(x->t.strides)));
     detail::DeviceGuard guard(q.device.index);
     if (detail::cc_major() != 9)
       check::fail(Q, "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 4",
@@ -292,18 +302,20 @@ void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t str
   detail::launch_attn_hopper(p, dtype, stream);
 }
 
-// kAttnFwdRungAuto: the Hopper rung where it runs, else FlashAttention-2.
-int resolved_rung(int rung, const TensorView& q) {
+// kAttnFwdRungAuto: the Hopper rung where it runs (sm_90, head dim >= 64, strides TMA can walk),
+// else FlashAttention-2.
+int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out) {
   if (rung != kAttnFwdRungAuto) return rung;
   detail::DeviceGuard guard(q.device.index);
-  return detail::cc_major() == 9 && q.shape[q.ndim() - 1] >= 64 ? 4 : 3;
+  const bool tma = tma_strides(q) && tma_strides(k) && tma_strides(v) && tma_strides(out);
+  return detail::cc_major() == 9 && q.shape[q.ndim() - 1] >= 64 && tma ? 4 : 3;
 }
 
 }  // namespace
 
 int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
                                       int64_t headdim) {
-  check::rung("attention_fwd_workspace_bytes", rung, kAttnFwdRungs);
+  if (rung != kAttnFwdRungAuto) check::rung("attention_fwd_workspace_bytes", rung, kAttnFwdRungs);
   FLASHLAB_CHECK(batch >= 0 && nheads >= 0 && seqlen_q >= 0 && seqlen_k >= 0 && headdim >= 0,
                  "attention_fwd_workspace_bytes: expected sizes >= 0, got batch ", batch, ", nheads ", nheads, ", seqlen_q ",
                  seqlen_q, ", seqlen_k ", seqlen_k, ", headdim ", headdim);
@@ -317,14 +329,14 @@ int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
   };
   if (rung == 1) return product({batch, nheads, seqlen_q, seqlen_k, static_cast<int64_t>(sizeof(float))});
   if (rung == 2) return product({batch, nheads, seqlen_q, headdim + 2, static_cast<int64_t>(sizeof(float))});
-  return 0;  // rungs 3 and 4
+  return 0;  // rungs 3 and 4 (and the automatic choice, one of them)
 }
 
 void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                    cudaStream_t stream, int rung, const AttnFwdOptions& options) {
   const AttnFwdParams p = validated_params(q, k, v, out, rung, options, stream);
   detail::DeviceGuard guard(q.device.index);
-  rung = resolved_rung(rung, q);
+  rung = resolved_rung(rung, q, k, v, out);
   if (p.seqlen_q == 0) return;  // varlen with no query rows: nothing to write
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     launch_rung<T>(p, q.dtype, rung, stream);

@@ -12,16 +12,21 @@
 
 namespace flashlab::detail {
 
-// A (head dim, rows, heads, batch) tensor map with boxes of 64 columns x box_rows rows. A dim of
-// size 1 may carry any stride in the caller's tensor: TMA needs a multiple of 16 bytes there, and
-// never steps over it, so the row stride stands in for it.
+// A (head dim, rows, heads, batch) tensor map with boxes of 64 columns x box_rows rows. Dims of
+// size > 1 keep the caller's strides (positive multiples of 16 bytes: validated for rung 4). A
+// dim of size 1 may carry any stride in the caller's tensor (DLPack exporters write 1 or 0
+// there); TMA never steps over it, so it gets the packed stride of the dims inside it.
 inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, int64_t rows, int64_t heads, int64_t batch,
                                    int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
   const int64_t es = dtype_size(dtype);
-  const int64_t row_bytes = row_stride * es;
   const int64_t dims[4] = {headdim, rows, heads, batch};
-  const int64_t strides[3] = {rows > 1 ? row_bytes : 16 * ceil_div(headdim * es, 16), heads > 1 ? head_stride * es : row_bytes,
-                              batch > 1 ? batch_stride * es : row_bytes};
+  const int64_t given[3] = {row_stride * es, head_stride * es, batch_stride * es};
+  int64_t strides[3];
+  int64_t packed = 16 * ceil_div(headdim * es, 16);  // bytes of one row, padded to 16
+  for (int i = 0; i < 3; ++i) {
+    strides[i] = dims[i + 1] > 1 ? given[i] : packed;
+    packed = strides[i] * dims[i + 1];
+  }
   const int box[4] = {64, box_rows, 1, 1};
   return make_tensor_map_4d(base, dtype, dims, strides, box);
 }
@@ -43,7 +48,8 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
                            p.o_batch_stride, 64);
   args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
   const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
-  FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: rung 4 expects at most 2^31 - 1 query blocks x heads x batches, got ", ctas);
+  FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 query blocks of 128 "
+                 "rows x heads x batches for rung 4, got ", ctas);
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
@@ -51,6 +57,9 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  // Varlen with no packed key (or query) rows: a tensor map needs non-zero dims. Every row sees no
+  // key (0 output, -inf lse) or there is nothing to write: the FA2 rung does that without maps.
+  if (p.total_q == 0 || p.total_k == 0) return launch_attn_flash2(p, dtype, stream);
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
     HALF_DTYPE_SWITCH(dtype, T, [&] { launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream); });
   });

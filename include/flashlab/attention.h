@@ -9,7 +9,8 @@
 //     cp.async, mma.sync m16n8k16 + ldmatrix, P in registers, exp2 softmax
 //   4 Hopper (FlashAttention-3 class): TMA, wgmma, a producer warpgroup and two consumer
 //     warpgroups with pingpong and softmax/GEMM overlap (sm_90; head dims 64 .. 256) (top)
-// All rungs take every feature below; they differ only in how fast.
+// All rungs take every feature below (rung 4: head dims from 64, sm_90 only); they differ only in
+// how fast.
 //
 // The maths, per batch b, query head h (its KV head h / (nheads / nheads_kv)), query row i,
 // key column j, with sq / sk the sequence lengths of batch b:
@@ -38,7 +39,7 @@ inline constexpr int kAttnFwdRungs = 4;
 // 256, rung 3 otherwise.
 inline constexpr int kAttnFwdRungAuto = -1;
 
-// Head dims every rung takes.
+// Head dims rungs 1-3 take (rung 4: all but 32).
 inline constexpr int kAttnHeadDims[] = {32, 64, 96, 128, 192, 256};
 
 struct AttnFwdOptions {
@@ -79,13 +80,15 @@ struct AttnFwdOptions {
 // seqlen_k >= 1 (fixed length); out must not overlap q, k, v or itself; softmax_lse and
 // attn_probs must not overlap the inputs, out or each other, nor the inputs cu_seqlens and
 // alibi_slopes any output. Optional tensors are aligned to their element size.
-// Rung 4 also needs a compute capability 9.x device and a head dim of 64 .. 256.
+// Rung 4 also needs a compute capability 9.x device, a head dim of 64 .. 256 and positive strides
+// on every dim of size > 1 (TMA); the automatic choice takes rung 3 where these do not hold.
 // Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid arguments.
 void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                    cudaStream_t stream = nullptr, int rung = kAttnFwdRungAuto, const AttnFwdOptions& options = {});
 
 // Bytes of device workspace a rung needs for these shapes (rung 1: the fp32 S/P matrix; rung 2:
-// the fp32 output accumulator and the running max and sum of every row; rungs 3 and 4: none).
+// the fp32 output accumulator and the running max and sum of every row; rungs 3 and 4: none;
+// kAttnFwdRungAuto: none).
 // attention_fwd allocates it itself (stream-ordered, on `stream`); exposed for the memory
 // comparison of the ladder. For varlen, seqlen_q / seqlen_k are the totals (rung 1: the sum
 // over batches of seqlen_q x seqlen_k is at most total_q x max_seqlen_k).

@@ -30,8 +30,12 @@
 //     sequence); LSE from registers.
 // Masks, softcap and ALiBi as in rung 3 (kernels/attention/common.cuh): fully masked key blocks
 // are never loaded, the element-wise mask runs only on blocks that straddle its boundary.
-// Limits: not persistent (one CTA per query block); the producer loads Q per CTA; FP8 is not
-// here.
+// Varlen: K/V blocks past a sequence's end hold the next sequence's rows (only the end of the
+// tensor is zero-filled); they are masked, but a non-finite value there would reach P V as
+// 0 x inf = NaN (rung 3 zero-fills instead; FlashAttention-3 reads them too).
+// Limits: not persistent (one CTA per query block: a persistent version with static tile
+// striding measured slower, causal 16k 599 -> 417 TFLOP/s, a80b187); the producer loads Q per
+// CTA; FP8 is not here.
 #pragma once
 
 #include <climits>
@@ -62,14 +66,15 @@ struct HopperAttnTraits {
   // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9): 160 / 176 at d 128
   // faster at 8k, slower at 2k; 80 at d 256 3-5% faster than 64; 192 at d 64 2-5% slower.
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
   static constexpr int kBoxes = (kHeadDim + 63) / 64;  // 64-column (128-byte) TMA boxes per row
   static constexpr int kQBytes = kBoxes * kBlockM * 128;
   static constexpr int kKVBytes = kBoxes * kBlockN * 128;  // one K or V block
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
-  static_assert(kBlockN % 16 == 0, "k16 steps of P V");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; a wgmma N and a TMA box of at most 256");
+  static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
 // Tensor maps over (head dim, rows, heads, batch): q and o with 128- and 64-row boxes, k and v

@@ -194,6 +194,11 @@ TEST(AttentionValidation, HeadDim) {
   const Fixed t;
   expect_rejected(t.q, gpu(kBf, {2, 32, 2, 128}, kK), gpu(kBf, {2, 32, 2, 128}, kV), t.out,
                   {"argument 'k'", "expected head dim 64 (as 'q')", "got 128"});
+  // Rung 4 (TMA) walks positive strides only: k broadcast over the batch (stride 0) is for rungs
+  // 1-3 (the automatic choice takes rung 3 for it).
+  expect_rejected(t.q, gpu_strided(kBf, {2, 32, 2, 64}, {0, 128, 64, 1}, kK), t.v, t.out,
+                  {"argument 'k'", "expected positive strides on every dim of size > 1 for rung 4 (TMA)", "got strides [0, 128, 64, 1]"},
+                  {}, {4});
   const Varlen vl;
   expect_rejected(vl.q, gpu(kBf, {70, 2, 32}, kK), gpu(kBf, {70, 2, 32}, kV), vl.out,
                   {"argument 'k'", "expected head dim 64 (as 'q')", "got 32"}, vl.opt());
@@ -750,7 +755,12 @@ TEST(AttentionValidation, ReadTensorsInsideAnOutput) {
 
 // attention_fwd_workspace_bytes answers 0 for a rung that does not exist.
 TEST(AttentionWorkspace, RejectsABadRung) {
-  for (int rung : {0, -1, kAttnFwdRungs + 1}) EXPECT_THROW(attention_fwd_workspace_bytes(rung, 2, 4, 16, 32, 64), Error);
+  for (int rung : {0, -2, kAttnFwdRungs + 1}) EXPECT_THROW(attention_fwd_workspace_bytes(rung, 2, 4, 16, 32, 64), Error);
+}
+
+// The automatic choice (the default rung of attention_fwd) is rung 3 or 4: no workspace.
+TEST(AttentionWorkspace, AutoAndTopRungsNeedNone) {
+  for (int rung : {kAttnFwdRungAuto, 3, 4}) EXPECT_EQ(attention_fwd_workspace_bytes(rung, 2, 4, 4096, 4096, 128), 0);
 }
 
 }  // namespace

@@ -339,8 +339,9 @@ TEST(Attention, FullyMaskedRows) {
   check_case(DType::kF16, w, {1, 2, 3}, rng);
   w.d = 128;  // the same for rung 4 (head dims >= 64)
   check_case(DType::kF16, w, {3}, rng);
-  // Rows of one 128-row block fully masked in one consumer warpgroup only, several key blocks.
-  Case m = fixed(2, 700, 300, 2, 2, 64);
+  // Rung 4: rows 0 .. 463 see no key, so in the query block at row 384 the first consumer
+  // warpgroup (rows 384 .. 447) is fully masked while the second has keys; two key blocks.
+  Case m = fixed(2, 700, 236, 2, 2, 64);
   m.causal = true;
   check_case(DType::kBF16, m, {3}, rng);
 }
@@ -390,6 +391,44 @@ TEST(Attention, LongerSequencesEveryHeadDim) {
     v.causal = causal;
     check_case(DType::kBF16, v, {3}, rng);
   }
+}
+
+// Inputs rung 4's tensor maps must cope with: strides of size-1 dims as DLPack exporters write
+// them (1 or 0, unaligned), and varlen batches with no key rows at all (a tensor map cannot have
+// a zero dim: the launcher hands those to rung 3). Checked against rung 3 on the same inputs
+// (both are held to the reference by the cases above) and, for the empty keys, the reference.
+TEST(Attention, Rung4OddStridesAndEmptyKeys) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(62);
+  const int64_t h = 4, d = 128, sk = 300;
+  const HostTensor q = random_tensor(DType::kBF16, h * d, rng, -2, 2);
+  const HostTensor kv = random_tensor(DType::kBF16, sk * h * d, rng, -2, 2);
+  DeviceBuffer dq(q.bytes.size()), dk(kv.bytes.size()), o3(q.bytes.size()), o4(q.bytes.size());
+  upload(dq.ptr, q.bytes);
+  upload(dk.ptr, kv.bytes);
+  const Device gpu{DeviceType::kCUDA, 0};
+  // q, out: (1, 1, h, d) with strides 1 and 0 on the size-1 batch and row dims.
+  const TensorView qv(dq.ptr, DType::kBF16, {1, 1, h, d}, {1, 0, d, 1}, gpu);
+  const TensorView kvv = device_view(dk.ptr, DType::kBF16, {1, sk, h, d});
+  AttnFwdOptions opt;
+  opt.causal = true;
+  for (auto [rung, buf] : {std::pair<int, DeviceBuffer*>{3, &o3}, {4, &o4}}) {
+    buf->poison();
+    attention_fwd(qv, kvv, kvv, TensorView(buf->ptr, DType::kBF16, {1, 1, h, d}, {1, 1, d, 1}, gpu), nullptr, rung, opt);
+  }
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> a = decode(DType::kBF16, download(o3.ptr, o3.bytes)), b = decode(DType::kBF16, download(o4.ptr, o4.bytes));
+  double worst = 0, max_ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i])), max_ref = std::max(max_ref, std::fabs(a[i]));
+  expect_no_nan(b, ::testing::Message() << "rung 4, odd strides");
+  EXPECT_LE(worst, 4 * unit_roundoff(DType::kBF16) * max_ref) << "rung 4 vs rung 3, odd strides";
+
+  Case c;
+  c.batch = 2, c.h = 2, c.hk = 1, c.d = 64, c.varlen = true;
+  c.lq = {5, 7};
+  c.lk = {0, 0};
+  check_case(DType::kBF16, c, {3}, rng);
 }
 
 // Repeated launches give bit-identical outputs (no atomics in any rung).
