@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace flashlab::reference {
 
@@ -37,9 +38,11 @@ bool attention_key_visible(int64_t i, int64_t j, int64_t sq, int64_t sk, bool ca
   return true;
 }
 
-AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                            const AttnRefArgs& a, bool want_probs) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
+namespace {
+
+// Every argument check shared by attention_fwd and attention_bwd; returns (max_sq, max_sk).
+std::pair<int64_t, int64_t> check_args(const std::vector<double>& q, const std::vector<double>& k,
+                                       const std::vector<double>& v, const AttnRefArgs& a) {
   check(a.batch >= 1 && a.nheads >= 1 && a.nheads_kv >= 1 && a.headdim >= 1,
         "batch, nheads, nheads_kv, headdim must be >= 1");
   check(a.nheads % a.nheads_kv == 0, "nheads must be a multiple of nheads_kv");
@@ -56,6 +59,24 @@ AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<doub
   const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
   check(n_slopes == 0 || n_slopes == H || n_slopes == a.batch * H,
         "alibi_slopes must be empty, (nheads) or (batch * nheads)");
+  return {max_sq, max_sk};
+}
+
+// ALiBi slope of (batch b, head h): 0 without slopes.
+double alibi_slope(const AttnRefArgs& a, int64_t b, int64_t h) {
+  const size_t n = a.alibi_slopes.size();
+  return n == 0 ? 0.0 : static_cast<int64_t>(n) == a.nheads ? a.alibi_slopes[h] : a.alibi_slopes[b * a.nheads + h];
+}
+
+}  // namespace
+
+AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                            const AttnRefArgs& a, bool want_probs) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const auto [max_sq, max_sk] = check_args(q, k, v, a);
+  const int64_t total_q = a.cu_seqlens_q[a.batch];
+  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim;
+  const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
 
   AttnRefResult r;
   r.out.assign(static_cast<size_t>(total_q * H * D), 0.0);
@@ -69,7 +90,7 @@ AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<doub
     const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = h / group;
-      const double slope = n_slopes == 0 ? 0.0 : n_slopes == H ? a.alibi_slopes[h] : a.alibi_slopes[b * H + h];
+      const double slope = alibi_slope(a, b, h);
       for (int64_t i = 0; i < sq; ++i) {
         const double* qi = &q[((q0 + i) * H + h) * D];  // (D)
         double m = -kInf;
@@ -105,6 +126,70 @@ AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<doub
     }
   }
   return r;
+}
+
+AttnBwdRefResult attention_bwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                               const std::vector<double>& dout, const AttnRefArgs& a) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const auto [max_sq, max_sk] = check_args(q, k, v, a);
+  check(dout.size() == q.size(), "dout must be shaped like q (total_q * nheads * headdim values)");
+  const AttnRefResult fwd = attention_fwd(q, k, v, a);
+  const int64_t total_q = a.cu_seqlens_q[a.batch];
+  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim, group = H / Hkv;
+  const bool alibi = !a.alibi_slopes.empty();
+  AttnBwdRefResult g;
+  g.dq.assign(q.size(), 0.0);
+  g.dk.assign(k.size(), 0.0);
+  g.dv.assign(v.size(), 0.0);
+  std::vector<double> p(static_cast<size_t>(max_sk)), dp(static_cast<size_t>(max_sk)), grad(static_cast<size_t>(max_sk));
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
+    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / group;
+      const double slope = alibi_slope(a, b, h);
+      for (int64_t i = 0; i < sq; ++i) {
+        const double lse = fwd.lse[h * total_q + q0 + i];
+        if (lse == -kInf) continue;  // no visible key: out 0 whatever q, k, v
+        const double* qi = &q[((q0 + i) * H + h) * D];     // (D)
+        const double* doi = &dout[((q0 + i) * H + h) * D];  // (D)
+        double di = 0.0;  // D_i = sum_j p_ij dp_ij
+        for (int64_t j = 0; j < sk; ++j) {
+          p[j] = 0.0;
+          if (!attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) continue;
+          const double* kj = &k[((k0 + j) * Hkv + hk) * D];
+          const double* vj = &v[((k0 + j) * Hkv + hk) * D];
+          double dot = 0.0, dpv = 0.0;
+          for (int64_t c = 0; c < D; ++c) dot += qi[c] * kj[c], dpv += doi[c] * vj[c];
+          double x = a.scale * dot, dx = a.scale;  // the logit and its derivative in q . k
+          if (a.softcap > 0.0) {
+            const double t = std::tanh(x / a.softcap);
+            x = a.softcap * t;
+            dx *= 1.0 - t * t;
+          }
+          if (alibi) x -= slope * static_cast<double>(std::llabs(i + sk - sq - j));
+          p[j] = std::exp(x - lse);
+          dp[j] = dpv;
+          grad[j] = dx;
+          di += p[j] * dpv;
+        }
+        double* dqi = &g.dq[((q0 + i) * H + h) * D];
+        for (int64_t j = 0; j < sk; ++j) {
+          if (p[j] == 0.0) continue;
+          const double* kj = &k[((k0 + j) * Hkv + hk) * D];
+          double* dkj = &g.dk[((k0 + j) * Hkv + hk) * D];
+          double* dvj = &g.dv[((k0 + j) * Hkv + hk) * D];
+          const double ddot = p[j] * (dp[j] - di) * grad[j];  // dL / d(q_i . k_j)
+          for (int64_t c = 0; c < D; ++c) {
+            dvj[c] += p[j] * doi[c];
+            dqi[c] += ddot * kj[c];
+            dkj[c] += ddot * qi[c];
+          }
+        }
+      }
+    }
+  }
+  return g;
 }
 
 }  // namespace flashlab::reference

@@ -1,4 +1,4 @@
-// float64 reference of attention forward (include/flashlab/attention.h). Inputs are given
+// float64 reference of attention forward (include/flashlab/attention.h) and its gradients. Inputs are given
 // already widened to double (the exact values the kernel reads), packed row-major; outputs
 // are double. Independent of any kernel code: it is the oracle the rungs are held against.
 #pragma once
@@ -35,6 +35,21 @@ struct AttnRefResult {
 // Throws std::invalid_argument on inconsistent sizes or arguments.
 AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                             const AttnRefArgs& args, bool want_probs = false);
+
+struct AttnBwdRefResult {
+  std::vector<double> dq;  // (total_q, nheads, headdim)
+  std::vector<double> dk;  // (total_k, nheads_kv, headdim): summed over the query heads of a group
+  std::vector<double> dv;  // (total_k, nheads_kv, headdim): likewise
+};
+
+// Gradients of L = sum(dout * out) for out = attention_fwd(q, k, v, args).out, dout shaped like
+// out. With p_ij = exp(s_ij - lse_i) of the forward and g = d s / d (q_i . k_j) (scale, times
+// 1 - (s'/softcap)^2 with softcap, s' the capped score before ALiBi):
+//   dv_j = sum_i p_ij do_i;  dp_ij = do_i . v_j;  D_i = sum_j p_ij dp_ij;
+//   ds_ij = p_ij (dp_ij - D_i);  dq_i = sum_j ds_ij g_ij k_j;  dk_j = sum_i ds_ij g_ij q_i.
+// Masked keys and rows that see no key contribute nothing. Throws like attention_fwd.
+AttnBwdRefResult attention_bwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                               const std::vector<double>& dout, const AttnRefArgs& args);
 
 // The mask rule alone: key j is kept for query i (diagonal aligned bottom-right, d = i + sk - sq)
 // iff j >= d - window_left (window_left >= 0) and j <= d + window_right (window_right >= 0);

@@ -1,12 +1,15 @@
-// The float64 attention reference against closed forms and brute force, and the naive
+// The float64 attention reference (forward, and the backward against central differences of the
+// forward) against closed forms and brute force, and the naive
 // same-dtype emulation against the reference: the oracle must be right before any rung is held
 // against it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "src/reference/attention.h"
@@ -378,6 +381,93 @@ TEST(AttentionNaive, CloseToReferenceAtDtypeRounding) {
     (dt == DType::kBF16 ? err_bf16 : err_f16) = err;
   }
   EXPECT_LT(err_f16, err_bf16);
+}
+
+// ---- attention_bwd: the gradients of L = sum(dout * out), against central differences of the
+// forward (float64: step 1e-5, truncation and rounding far below the 1e-7 tolerance).
+
+struct GradCase {
+  AttnRefArgs args;
+  const char* what;
+};
+
+void expect_gradients_match_differences(const GradCase& gc, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const AttnRefArgs& a = gc.args;
+  const int64_t tq = a.cu_seqlens_q[a.batch], tk = a.cu_seqlens_k[a.batch];
+  auto q = randn(tq * a.nheads * a.headdim, rng), k = randn(tk * a.nheads_kv * a.headdim, rng),
+       v = randn(tk * a.nheads_kv * a.headdim, rng);
+  const auto dout = randn(q.size(), rng);
+  const reference::AttnBwdRefResult g = reference::attention_bwd(q, k, v, dout, a);
+  ASSERT_EQ(g.dq.size(), q.size());
+  ASSERT_EQ(g.dk.size(), k.size());
+  ASSERT_EQ(g.dv.size(), v.size());
+  const auto loss = [&] {
+    const AttnRefResult r = reference::attention_fwd(q, k, v, a);
+    double l = 0;
+    for (size_t i = 0; i < r.out.size(); ++i) l += dout[i] * r.out[i];
+    return l;
+  };
+  constexpr double kStep = 1e-5;
+  double largest = 0;
+  for (auto [x, grad, name] : {std::tuple{&q, &g.dq, "dq"}, std::tuple{&k, &g.dk, "dk"}, std::tuple{&v, &g.dv, "dv"}}) {
+    for (size_t i = 0; i < x->size(); ++i) {
+      const double keep = (*x)[i];
+      (*x)[i] = keep + kStep;
+      const double up = loss();
+      (*x)[i] = keep - kStep;
+      const double down = loss();
+      (*x)[i] = keep;
+      const double fd = (up - down) / (2 * kStep);
+      EXPECT_NEAR((*grad)[i], fd, 1e-7 * (1 + std::fabs(fd))) << gc.what << " " << name << "[" << i << "]";
+      largest = std::max(largest, std::fabs(fd));
+    }
+  }
+  EXPECT_GT(largest, 1e-3) << gc.what << ": the case has no gradient to check";
+}
+
+TEST(AttentionReferenceBackward, GradientsMatchCentralDifferences) {
+  std::vector<GradCase> cases;
+  cases.push_back({fixed_args(2, 5, 7, 4, 2, 3), "GQA 4/2"});
+  {
+    AttnRefArgs a = fixed_args(1, 9, 4, 2, 1, 3);  // sq > sk, causal: the first 5 rows see no key
+    a.causal = true, a.window_left = 2;
+    cases.push_back({a, "causal + window, fully masked rows"});
+  }
+  {
+    AttnRefArgs a = fixed_args(2, 4, 6, 2, 2, 4);
+    a.softcap = 0.7, a.alibi_slopes = {0.1, 0.3, 0.2, 0.05}, a.window_right = 1;
+    cases.push_back({a, "softcap + ALiBi (batch, nheads) + right window"});
+  }
+  {
+    AttnRefArgs a = fixed_args(3, 1, 1, 2, 1, 3);
+    a.cu_seqlens_q = {0, 3, 3, 8}, a.cu_seqlens_k = {0, 0, 4, 9};  // batch 0 sees no key, batch 1 has no rows
+    a.causal = true, a.alibi_slopes = {0.2, 0.4};
+    cases.push_back({a, "varlen with empty sequences"});
+  }
+  uint64_t seed = 100;
+  for (const GradCase& gc : cases) expect_gradients_match_differences(gc, seed++);
+}
+
+// One key: out_i = v for every row, whatever q and k, so dq = dk = 0 and dv = sum_i dout_i.
+TEST(AttentionReferenceBackward, OneKeyClosedForm) {
+  std::mt19937_64 rng(7);
+  const int64_t sq = 4, H = 2, D = 3;
+  const AttnRefArgs a = fixed_args(1, sq, 1, H, 1, D);
+  const auto q = randn(sq * H * D, rng), k = randn(D, rng), v = randn(D, rng), dout = randn(sq * H * D, rng);
+  const reference::AttnBwdRefResult g = reference::attention_bwd(q, k, v, dout, a);
+  std::vector<double> dv(D, 0.0);
+  for (int64_t i = 0; i < sq * H; ++i)
+    for (int64_t c = 0; c < D; ++c) dv[c] += dout[i * D + c];
+  expect_close(g.dq, std::vector<double>(q.size(), 0.0), 1e-12, "dq");
+  expect_close(g.dk, std::vector<double>(D, 0.0), 1e-12, "dk");
+  expect_close(g.dv, dv, 1e-12, "dv");
+}
+
+TEST(AttentionReferenceBackward, RejectsAMisshapedDout) {
+  const AttnRefArgs a = fixed_args(1, 2, 2, 1, 1, 2);
+  const std::vector<double> x(4, 1.0);
+  EXPECT_THROW(reference::attention_bwd(x, x, x, std::vector<double>(3, 1.0), a), std::invalid_argument);
 }
 
 }  // namespace
