@@ -68,6 +68,50 @@ double alibi_slope(const AttnRefArgs& a, int64_t b, int64_t h) {
   return n == 0 ? 0.0 : static_cast<int64_t>(n) == a.nheads ? a.alibi_slopes[h] : a.alibi_slopes[b * a.nheads + h];
 }
 
+// One query row of one (batch, head): where its sequences start, their lengths, its KV head.
+struct Row {
+  int64_t b, h, hk, i;  // batch, query head, its KV head, row within the batch
+  int64_t q0, k0;       // first packed row of the batch's q and k
+  int64_t sq, sk;       // the batch's lengths
+  double slope;         // ALiBi slope of (b, h), 0 without
+};
+
+// Calls fn(row) for every query row of every (batch, head), in packed order per head.
+template <typename F>
+void for_each_row(const AttnRefArgs& a, F&& fn) {
+  const int64_t group = a.nheads / a.nheads_kv;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
+    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
+    for (int64_t h = 0; h < a.nheads; ++h)
+      for (int64_t i = 0; i < sq; ++i) fn(Row{b, h, h / group, i, q0, k0, sq, sk, alibi_slope(a, b, h)});
+  }
+}
+
+// The logit of row r and key j from the dot product q_i . k_j, and its derivative in that dot
+// product; -inf (derivative 0) where the key is masked.
+struct Logit {
+  double s, ds_ddot;
+};
+Logit logit(const AttnRefArgs& a, const Row& r, int64_t j, double dot) {
+  if (!attention_key_visible(r.i, j, r.sq, r.sk, a.causal, a.window_left, a.window_right))
+    return {-std::numeric_limits<double>::infinity(), 0.0};
+  double x = a.scale * dot, dx = a.scale;
+  if (a.softcap > 0.0) {
+    const double t = std::tanh(x / a.softcap);
+    x = a.softcap * t;
+    dx *= 1.0 - t * t;
+  }
+  if (!a.alibi_slopes.empty()) x -= r.slope * static_cast<double>(std::llabs(r.i + r.sk - r.sq - j));
+  return {x, dx};
+}
+
+double dot(const double* x, const double* y, int64_t n) {
+  double s = 0.0;
+  for (int64_t c = 0; c < n; ++c) s += x[c] * y[c];
+  return s;
+}
+
 }  // namespace
 
 AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
@@ -76,56 +120,35 @@ AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<doub
   const auto [max_sq, max_sk] = check_args(q, k, v, a);
   const int64_t total_q = a.cu_seqlens_q[a.batch];
   const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim;
-  const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
 
-  AttnRefResult r;
-  r.out.assign(static_cast<size_t>(total_q * H * D), 0.0);
-  r.lse.assign(static_cast<size_t>(H * total_q), -kInf);
-  if (want_probs) r.probs.assign(static_cast<size_t>(a.batch * H * max_sq * max_sk), 0.0);
-
-  const int64_t group = H / Hkv;
+  AttnRefResult res;
+  res.out.assign(static_cast<size_t>(total_q * H * D), 0.0);
+  res.lse.assign(static_cast<size_t>(H * total_q), -kInf);
+  if (want_probs) res.probs.assign(static_cast<size_t>(a.batch * H * max_sq * max_sk), 0.0);
   std::vector<double> s(static_cast<size_t>(max_sk));  // (sk) scores of one row
-  for (int64_t b = 0; b < a.batch; ++b) {
-    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
-    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t hk = h / group;
-      const double slope = alibi_slope(a, b, h);
-      for (int64_t i = 0; i < sq; ++i) {
-        const double* qi = &q[((q0 + i) * H + h) * D];  // (D)
-        double m = -kInf;
-        for (int64_t j = 0; j < sk; ++j) {
-          if (!attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) {
-            s[j] = -kInf;
-            continue;
-          }
-          const double* kj = &k[((k0 + j) * Hkv + hk) * D];  // (D)
-          double dot = 0.0;
-          for (int64_t c = 0; c < D; ++c) dot += qi[c] * kj[c];
-          double x = a.scale * dot;
-          if (a.softcap > 0.0) x = a.softcap * std::tanh(x / a.softcap);
-          if (n_slopes != 0) x -= slope * static_cast<double>(std::llabs(i + sk - sq - j));
-          s[j] = x;
-          m = std::max(m, x);
-        }
-        if (m == -kInf) continue;  // no visible key (or sk = 0): out 0, lse -inf, probs 0
-        double l = 0.0;
-        for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);  // exp(-inf) = 0 for masked keys
-        const double lse = m + std::log(l);
-        r.lse[h * total_q + q0 + i] = lse;
-        double* oi = &r.out[((q0 + i) * H + h) * D];  // (D)
-        double* pi = want_probs ? &r.probs[((b * H + h) * max_sq + i) * max_sk] : nullptr;  // (max_sk)
-        for (int64_t j = 0; j < sk; ++j) {
-          if (s[j] == -kInf) continue;
-          const double p = std::exp(s[j] - lse);
-          if (pi) pi[j] = p;
-          const double* vj = &v[((k0 + j) * Hkv + hk) * D];  // (D)
-          for (int64_t c = 0; c < D; ++c) oi[c] += p * vj[c];
-        }
-      }
+  for_each_row(a, [&](const Row& r) {
+    const double* qi = &q[((r.q0 + r.i) * H + r.h) * D];  // (D)
+    double m = -kInf;
+    for (int64_t j = 0; j < r.sk; ++j) {
+      s[j] = logit(a, r, j, dot(qi, &k[((r.k0 + j) * Hkv + r.hk) * D], D)).s;
+      m = std::max(m, s[j]);
     }
-  }
-  return r;
+    if (m == -kInf) return;  // no visible key (or sk = 0): out 0, lse -inf, probs 0
+    double l = 0.0;
+    for (int64_t j = 0; j < r.sk; ++j) l += std::exp(s[j] - m);  // exp(-inf) = 0 for masked keys
+    const double lse = m + std::log(l);
+    res.lse[r.h * total_q + r.q0 + r.i] = lse;
+    double* oi = &res.out[((r.q0 + r.i) * H + r.h) * D];  // (D)
+    double* pi = want_probs ? &res.probs[((r.b * H + r.h) * max_sq + r.i) * max_sk] : nullptr;  // (max_sk)
+    for (int64_t j = 0; j < r.sk; ++j) {
+      if (s[j] == -kInf) continue;
+      const double p = std::exp(s[j] - lse);
+      if (pi) pi[j] = p;
+      const double* vj = &v[((r.k0 + j) * Hkv + r.hk) * D];  // (D)
+      for (int64_t c = 0; c < D; ++c) oi[c] += p * vj[c];
+    }
+  });
+  return res;
 }
 
 AttnBwdRefResult attention_bwd(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
@@ -135,60 +158,41 @@ AttnBwdRefResult attention_bwd(const std::vector<double>& q, const std::vector<d
   check(dout.size() == q.size(), "dout must be shaped like q (total_q * nheads * headdim values)");
   const AttnRefResult fwd = attention_fwd(q, k, v, a);
   const int64_t total_q = a.cu_seqlens_q[a.batch];
-  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim, group = H / Hkv;
-  const bool alibi = !a.alibi_slopes.empty();
+  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim;
   AttnBwdRefResult g;
   g.dq.assign(q.size(), 0.0);
   g.dk.assign(k.size(), 0.0);
   g.dv.assign(v.size(), 0.0);
+  // Of one row, per key: p_ij, dp_ij = do_i . v_j, and d s_ij / d (q_i . k_j).
   std::vector<double> p(static_cast<size_t>(max_sk)), dp(static_cast<size_t>(max_sk)), grad(static_cast<size_t>(max_sk));
-  for (int64_t b = 0; b < a.batch; ++b) {
-    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
-    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t hk = h / group;
-      const double slope = alibi_slope(a, b, h);
-      for (int64_t i = 0; i < sq; ++i) {
-        const double lse = fwd.lse[h * total_q + q0 + i];
-        if (lse == -kInf) continue;  // no visible key: out 0 whatever q, k, v
-        const double* qi = &q[((q0 + i) * H + h) * D];     // (D)
-        const double* doi = &dout[((q0 + i) * H + h) * D];  // (D)
-        double di = 0.0;  // D_i = sum_j p_ij dp_ij
-        for (int64_t j = 0; j < sk; ++j) {
-          p[j] = 0.0;
-          if (!attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) continue;
-          const double* kj = &k[((k0 + j) * Hkv + hk) * D];
-          const double* vj = &v[((k0 + j) * Hkv + hk) * D];
-          double dot = 0.0, dpv = 0.0;
-          for (int64_t c = 0; c < D; ++c) dot += qi[c] * kj[c], dpv += doi[c] * vj[c];
-          double x = a.scale * dot, dx = a.scale;  // the logit and its derivative in q . k
-          if (a.softcap > 0.0) {
-            const double t = std::tanh(x / a.softcap);
-            x = a.softcap * t;
-            dx *= 1.0 - t * t;
-          }
-          if (alibi) x -= slope * static_cast<double>(std::llabs(i + sk - sq - j));
-          p[j] = std::exp(x - lse);
-          dp[j] = dpv;
-          grad[j] = dx;
-          di += p[j] * dpv;
-        }
-        double* dqi = &g.dq[((q0 + i) * H + h) * D];
-        for (int64_t j = 0; j < sk; ++j) {
-          if (p[j] == 0.0) continue;
-          const double* kj = &k[((k0 + j) * Hkv + hk) * D];
-          double* dkj = &g.dk[((k0 + j) * Hkv + hk) * D];
-          double* dvj = &g.dv[((k0 + j) * Hkv + hk) * D];
-          const double ddot = p[j] * (dp[j] - di) * grad[j];  // dL / d(q_i . k_j)
-          for (int64_t c = 0; c < D; ++c) {
-            dvj[c] += p[j] * doi[c];
-            dqi[c] += ddot * kj[c];
-            dkj[c] += ddot * qi[c];
-          }
-        }
+  for_each_row(a, [&](const Row& r) {
+    const double lse = fwd.lse[r.h * total_q + r.q0 + r.i];
+    if (lse == -kInf) return;  // no visible key: out 0 whatever q, k, v
+    const double* qi = &q[((r.q0 + r.i) * H + r.h) * D];     // (D)
+    const double* doi = &dout[((r.q0 + r.i) * H + r.h) * D];  // (D)
+    double di = 0.0;  // D_i = sum_j p_ij dp_ij
+    for (int64_t j = 0; j < r.sk; ++j) {
+      const double* kj = &k[((r.k0 + j) * Hkv + r.hk) * D];
+      const Logit x = logit(a, r, j, dot(qi, kj, D));
+      p[j] = x.s == -kInf ? 0.0 : std::exp(x.s - lse);
+      dp[j] = dot(doi, &v[((r.k0 + j) * Hkv + r.hk) * D], D);
+      grad[j] = x.ds_ddot;
+      di += p[j] * dp[j];
+    }
+    double* dqi = &g.dq[((r.q0 + r.i) * H + r.h) * D];
+    for (int64_t j = 0; j < r.sk; ++j) {
+      if (p[j] == 0.0) continue;  // masked (or underflowed): no contribution
+      const double* kj = &k[((r.k0 + j) * Hkv + r.hk) * D];
+      double* dkj = &g.dk[((r.k0 + j) * Hkv + r.hk) * D];
+      double* dvj = &g.dv[((r.k0 + j) * Hkv + r.hk) * D];
+      const double ddot = p[j] * (dp[j] - di) * grad[j];  // dL / d(q_i . k_j)
+      for (int64_t c = 0; c < D; ++c) {
+        dvj[c] += p[j] * doi[c];
+        dqi[c] += ddot * kj[c];
+        dkj[c] += ddot * qi[c];
       }
     }
-  }
+  });
   return g;
 }
 
