@@ -1,4 +1,5 @@
-// Attention forward done the way a framework does it in a low-precision dtype (fp16 / bf16):
+// Attention forward (and backward, below) done the way a framework does it in a low-precision
+// dtype (fp16 / bf16):
 // the "naive same-dtype" computation of the tolerance rule (DESIGN.md, Tests). A kernel's error
 // against the float64 reference (src/reference/attention.h) must be at most 2x this one's error
 // plus a floor.
@@ -83,6 +84,110 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
     }
   }
   return r;
+}
+
+// The backward of the same framework computation (autograd through the ops above, every
+// materialised gradient rounded to dt, arithmetic inside one op fp32), for the tolerance rule of
+// the backward rungs:
+//   1. the forward above (S, P, O in dt; P = softmax of the rounded logits)
+//   2. dV = P^T dO, dP = dO V^T: fp32 accumulation, rounded to dt
+//   3. dS = P (dP - rowsum(P dP)) in fp32, rounded to dt (softmax backward); masked entries 0
+//   4. softcap: dX = dS (1 - tanh^2(x / softcap)) rounded; scale: dQK = scale dX rounded
+//   5. dQ = dQK K, dK = dQK^T Q: fp32 accumulation, rounded to dt
+//   6. GQA: the group's per-head dK, dV (each a dt tensor) summed in fp32, rounded to dt
+// Same arguments and layouts as reference::attention_bwd.
+inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>& q, const std::vector<double>& k,
+                                                       const std::vector<double>& v, const std::vector<double>& dout,
+                                                       const reference::AttnRefArgs& a, DType dt) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim, group = H / std::max<int64_t>(Hkv, 1);
+  if (dout.size() != q.size()) throw std::invalid_argument("attention_bwd_naive: dout must be shaped like q");
+  (void)attention_fwd_naive(q, k, v, a, dt);  // the same argument checks
+  const int64_t total_k = a.cu_seqlens_k[a.batch];
+  const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
+  auto rd = [dt](float x) { return static_cast<float>(round_to(dt, x)); };
+  const float scale = static_cast<float>(a.scale), cap = static_cast<float>(a.softcap);
+
+  reference::AttnBwdRefResult g;
+  g.dq.assign(q.size(), 0.0);
+  // Per query head (before the GQA sum): (total_k, H, D).
+  std::vector<float> dk_h(static_cast<size_t>(total_k * H * D), 0.f), dv_h(dk_h.size(), 0.f);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
+    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
+    // This (batch, head)'s matrices, row-major (sq, sk): the pre-cap logits X, P, dQK.
+    std::vector<float> x(static_cast<size_t>(sq * sk)), p(x.size()), dqk(x.size());
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / group;
+      const float slope =
+          n_slopes == 0 ? 0.f : static_cast<float>(n_slopes == H ? a.alibi_slopes[h] : a.alibi_slopes[b * H + h]);
+      const auto qv = [&](int64_t i, int64_t c) { return static_cast<float>(q[((q0 + i) * H + h) * D + c]); };
+      const auto kv = [&](int64_t j, int64_t c) { return static_cast<float>(k[((k0 + j) * Hkv + hk) * D + c]); };
+      const auto vv = [&](int64_t j, int64_t c) { return static_cast<float>(v[((k0 + j) * Hkv + hk) * D + c]); };
+      const auto dov = [&](int64_t i, int64_t c) { return static_cast<float>(dout[((q0 + i) * H + h) * D + c]); };
+      for (int64_t i = 0; i < sq; ++i) {  // forward: S and P as attention_fwd_naive
+        float m = -kInf;
+        std::vector<float> s(static_cast<size_t>(sk));
+        for (int64_t j = 0; j < sk; ++j) {
+          float acc = 0.f;
+          for (int64_t c = 0; c < D; ++c) acc += qv(i, c) * kv(j, c);
+          float xs = rd(scale * rd(acc));
+          x[i * sk + j] = xs;
+          if (cap > 0.f) xs = rd(cap * std::tanh(xs / cap));
+          if (n_slopes != 0) xs = rd(xs - slope * static_cast<float>(std::llabs(i + sk - sq - j)));
+          if (!reference::attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) xs = -kInf;
+          s[j] = xs;
+          m = std::max(m, xs);
+        }
+        float l = 0.f;
+        if (m != -kInf)
+          for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);
+        for (int64_t j = 0; j < sk; ++j) p[i * sk + j] = m == -kInf ? 0.f : rd(std::exp(s[j] - m) / l);
+      }
+      for (int64_t i = 0; i < sq; ++i) {  // dP, dS, dQK of row i
+        std::vector<float> dp(static_cast<size_t>(sk));
+        float rowsum = 0.f;
+        for (int64_t j = 0; j < sk; ++j) {
+          float acc = 0.f;
+          for (int64_t c = 0; c < D; ++c) acc += dov(i, c) * vv(j, c);
+          dp[j] = rd(acc);
+          rowsum += p[i * sk + j] * dp[j];
+        }
+        for (int64_t j = 0; j < sk; ++j) {
+          float ds = rd(p[i * sk + j] * (dp[j] - rowsum));
+          if (cap > 0.f) {
+            const float t = std::tanh(x[i * sk + j] / cap);
+            ds = rd(ds * (1.f - t * t));
+          }
+          dqk[i * sk + j] = rd(scale * ds);
+        }
+      }
+      for (int64_t i = 0; i < sq; ++i)  // dQ = dQK K
+        for (int64_t c = 0; c < D; ++c) {
+          float acc = 0.f;
+          for (int64_t j = 0; j < sk; ++j) acc += dqk[i * sk + j] * kv(j, c);
+          g.dq[((q0 + i) * H + h) * D + c] = rd(acc);
+        }
+      for (int64_t j = 0; j < sk; ++j)  // dK = dQK^T Q, dV = P^T dO (this query head)
+        for (int64_t c = 0; c < D; ++c) {
+          float acc_k = 0.f, acc_v = 0.f;
+          for (int64_t i = 0; i < sq; ++i) acc_k += dqk[i * sk + j] * qv(i, c), acc_v += p[i * sk + j] * dov(i, c);
+          dk_h[((k0 + j) * H + h) * D + c] = rd(acc_k);
+          dv_h[((k0 + j) * H + h) * D + c] = rd(acc_v);
+        }
+    }
+  }
+  g.dk.assign(k.size(), 0.0);
+  g.dv.assign(v.size(), 0.0);
+  for (int64_t r = 0; r < total_k; ++r)  // GQA: sum the group's heads
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t c = 0; c < D; ++c) {
+        float sk_ = 0.f, sv_ = 0.f;
+        for (int64_t h = hk * group; h < (hk + 1) * group; ++h) sk_ += dk_h[(r * H + h) * D + c], sv_ += dv_h[(r * H + h) * D + c];
+        g.dk[(r * Hkv + hk) * D + c] = rd(sk_);
+        g.dv[(r * Hkv + hk) * D + c] = rd(sv_);
+      }
+  return g;
 }
 
 }  // namespace flashlab::testing

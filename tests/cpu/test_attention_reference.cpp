@@ -470,5 +470,37 @@ TEST(AttentionReferenceBackward, RejectsAMisshapedDout) {
   EXPECT_THROW(reference::attention_bwd(x, x, x, std::vector<double>(3, 1.0), a), std::invalid_argument);
 }
 
+// The naive same-dtype backward is near the reference at the dtype's rounding level (it is the
+// yardstick of the backward rungs' tolerance, so it must be neither exact nor far off).
+TEST(AttentionNaiveBackward, CloseToReferenceAtDtypeRounding) {
+  std::mt19937_64 rng(12);
+  const int64_t b = 2, sq = 24, sk = 31, H = 4, Hkv = 2, D = 32;
+  AttnRefArgs a = fixed_args(b, sq, sk, H, Hkv, D);
+  a.causal = true, a.softcap = 10.0, a.alibi_slopes = {0.25, 0.125, 0.0625, 0.03125};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    const auto q = testing::random_tensor(dt, b * sq * H * D, rng, -2, 2).values;
+    const auto k = testing::random_tensor(dt, b * sk * Hkv * D, rng, -2, 2).values;
+    const auto v = testing::random_tensor(dt, b * sk * Hkv * D, rng).values;
+    const auto dout = testing::random_tensor(dt, b * sq * H * D, rng).values;
+    const reference::AttnBwdRefResult ref = reference::attention_bwd(q, k, v, dout, a);
+    const reference::AttnBwdRefResult nv = testing::attention_bwd_naive(q, k, v, dout, a, dt);
+    const double u = testing::unit_roundoff(dt);
+    for (auto [got, want, name] : {std::tuple{&nv.dq, &ref.dq, "dq"}, std::tuple{&nv.dk, &ref.dk, "dk"},
+                                   std::tuple{&nv.dv, &ref.dv, "dv"}}) {
+      ASSERT_EQ(got->size(), want->size()) << name;
+      double err = 0, scale = 0;
+      for (size_t i = 0; i < want->size(); ++i) {
+        ASSERT_FALSE(std::isnan((*got)[i])) << name;
+        EXPECT_EQ((*got)[i], testing::round_to(dt, (*got)[i])) << name;  // a dt value
+        err = std::max(err, std::fabs((*got)[i] - (*want)[i]));
+        scale = std::max(scale, std::fabs((*want)[i]));
+      }
+      // Measured 1.5-2.4 u max|ref| (bf16 and fp16): a few roundings deep.
+      EXPECT_GT(err, u * scale / 16) << dtype_name(dt) << " " << name;
+      EXPECT_LE(err, 8 * u * scale) << dtype_name(dt) << " " << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashlab
