@@ -59,6 +59,9 @@ std::pair<int64_t, int64_t> check_args(const std::vector<double>& q, const std::
   const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
   check(n_slopes == 0 || n_slopes == H || n_slopes == a.batch * H,
         "alibi_slopes must be empty, (nheads) or (batch * nheads)");
+  check(a.dropout_p >= 0.0 && a.dropout_p < 1.0, "dropout_p must be in [0, 1)");
+  check(a.dropout_keep.empty() || static_cast<int64_t>(a.dropout_keep.size()) == a.batch * H * max_sq * max_sk,
+        "dropout_keep must be empty or (batch, nheads, max_sq, max_sk)");
   return {max_sq, max_sk};
 }
 
@@ -66,6 +69,12 @@ std::pair<int64_t, int64_t> check_args(const std::vector<double>& q, const std::
 double alibi_slope(const AttnRefArgs& a, int64_t b, int64_t h) {
   const size_t n = a.alibi_slopes.size();
   return n == 0 ? 0.0 : static_cast<int64_t>(n) == a.nheads ? a.alibi_slopes[h] : a.alibi_slopes[b * a.nheads + h];
+}
+
+// The dropout weight z of (batch b, head h, row i, key j): keep / (1 - p), or 1 without dropout.
+double dropout_weight(const AttnRefArgs& a, int64_t max_sq, int64_t max_sk, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (a.dropout_keep.empty()) return 1.0;
+  return a.dropout_keep[((b * a.nheads + h) * max_sq + i) * max_sk + j] ? 1.0 / (1.0 - a.dropout_p) : 0.0;
 }
 
 // One query row of one (batch, head): where its sequences start, their lengths, its KV head.
@@ -144,8 +153,9 @@ AttnRefResult attention_fwd(const std::vector<double>& q, const std::vector<doub
       if (s[j] == -kInf) continue;
       const double p = std::exp(s[j] - lse);
       if (pi) pi[j] = p;
+      const double pz = p * dropout_weight(a, max_sq, max_sk, r.b, r.h, r.i, j);
       const double* vj = &v[((r.k0 + j) * Hkv + r.hk) * D];  // (D)
-      for (int64_t c = 0; c < D; ++c) oi[c] += p * vj[c];
+      for (int64_t c = 0; c < D; ++c) oi[c] += pz * vj[c];
     }
   });
   return res;
@@ -163,8 +173,8 @@ AttnBwdRefResult attention_bwd(const std::vector<double>& q, const std::vector<d
   g.dq.assign(q.size(), 0.0);
   g.dk.assign(k.size(), 0.0);
   g.dv.assign(v.size(), 0.0);
-  // Of one row, per key: p_ij, dp_ij = do_i . v_j, and d s_ij / d (q_i . k_j).
-  std::vector<double> p(static_cast<size_t>(max_sk)), dp(static_cast<size_t>(max_sk)), grad(static_cast<size_t>(max_sk));
+  // Of one row, per key: p_ij, z_ij, dp_ij = z_ij do_i . v_j, and d s_ij / d (q_i . k_j).
+  std::vector<double> p(static_cast<size_t>(max_sk)), z(p.size()), dp(p.size()), grad(p.size());
   for_each_row(a, [&](const Row& r) {
     const double lse = fwd.lse[r.h * total_q + r.q0 + r.i];
     if (lse == -kInf) return;  // no visible key: out 0 whatever q, k, v
@@ -175,7 +185,8 @@ AttnBwdRefResult attention_bwd(const std::vector<double>& q, const std::vector<d
       const double* kj = &k[((r.k0 + j) * Hkv + r.hk) * D];
       const Logit x = logit(a, r, j, dot(qi, kj, D));
       p[j] = x.s == -kInf ? 0.0 : std::exp(x.s - lse);
-      dp[j] = dot(doi, &v[((r.k0 + j) * Hkv + r.hk) * D], D);
+      z[j] = dropout_weight(a, max_sq, max_sk, r.b, r.h, r.i, j);
+      dp[j] = z[j] * dot(doi, &v[((r.k0 + j) * Hkv + r.hk) * D], D);
       grad[j] = x.ds_ddot;
       di += p[j] * dp[j];
     }
@@ -187,7 +198,7 @@ AttnBwdRefResult attention_bwd(const std::vector<double>& q, const std::vector<d
       double* dvj = &g.dv[((r.k0 + j) * Hkv + r.hk) * D];
       const double ddot = p[j] * (dp[j] - di) * grad[j];  // dL / d(q_i . k_j)
       for (int64_t c = 0; c < D; ++c) {
-        dvj[c] += p[j] * doi[c];
+        dvj[c] += p[j] * z[j] * doi[c];
         dqi[c] += ddot * kj[c];
         dkj[c] += ddot * qi[c];
       }

@@ -445,8 +445,35 @@ TEST(AttentionReferenceBackward, GradientsMatchCentralDifferences) {
     a.causal = true, a.alibi_slopes = {0.2, 0.4};
     cases.push_back({a, "varlen with empty sequences"});
   }
+  {
+    AttnRefArgs a = fixed_args(2, 5, 6, 2, 1, 3);  // dropout: a fixed keep mask, p = 0.3
+    a.causal = true, a.dropout_p = 0.3;
+    std::mt19937_64 rng(5);
+    for (int64_t n = 0; n < 2 * 2 * 5 * 6; ++n) a.dropout_keep.push_back(rng() % 10 < 7 ? 1 : 0);
+    cases.push_back({a, "dropout mask + causal + MQA"});
+  }
   uint64_t seed = 100;
   for (const GradCase& gc : cases) expect_gradients_match_differences(gc, seed++);
+}
+
+// Dropout in the forward: every entry kept with p = 0.5 doubles the output (z = 2) and leaves the
+// lse; every entry dropped gives 0. A mask of the wrong size is refused.
+TEST(AttentionReference, DropoutWeights) {
+  std::mt19937_64 rng(9);
+  AttnRefArgs a = fixed_args(1, 3, 4, 2, 2, 5);
+  const auto q = randn(3 * 2 * 5, rng), k = randn(4 * 2 * 5, rng), v = randn(4 * 2 * 5, rng);
+  const AttnRefResult base = reference::attention_fwd(q, k, v, a);
+  a.dropout_p = 0.5;
+  a.dropout_keep.assign(1 * 2 * 3 * 4, 1);
+  const AttnRefResult kept = reference::attention_fwd(q, k, v, a);
+  std::vector<double> twice(base.out);
+  for (double& x : twice) x *= 2;
+  expect_close(kept.out, twice, 1e-12, "all kept, p = 0.5");
+  expect_close(kept.lse, base.lse, 0.0, "lse");
+  a.dropout_keep.assign(a.dropout_keep.size(), 0);
+  expect_close(reference::attention_fwd(q, k, v, a).out, std::vector<double>(base.out.size(), 0.0), 0.0, "all dropped");
+  a.dropout_keep.pop_back();
+  EXPECT_THROW(reference::attention_fwd(q, k, v, a), std::invalid_argument);
 }
 
 // One key: out_i = v for every row, whatever q and k, so dq = dk = 0 and dv = sum_i dout_i.
