@@ -9,7 +9,8 @@
 //   2. S = scale * S; softcap * tanh(S / softcap); S - slope * |i + sk - sq - j|: each op in
 //      fp32, rounded to dt
 //   3. masked entries -inf; softmax in fp32 (max first), P rounded to dt; lse = m + log(l) in fp32
-//   4. O = P V: fp32 accumulation, rounded to dt
+//   4. dropout (a keep mask given): P z rounded to dt, z = keep / (1 - p)
+//   5. O = P V: fp32 accumulation, rounded to dt
 // Fully masked rows (or sk = 0): O = 0, lse = -inf. Inputs are already dt values, given as double.
 #pragma once
 
@@ -26,6 +27,18 @@
 #include "tests/common/test_utils.h"
 
 namespace flashlab::testing {
+
+// The dropout weight of (batch b, head h, row i, key j) as a framework applies it in fp32 (keep /
+// (1 - p)), or 1 without dropout; the mask is (batch, nheads, max_sq, max_sk).
+inline float naive_dropout_weight(const reference::AttnRefArgs& a, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (a.dropout_keep.empty()) return 1.f;
+  int64_t max_sq = 0, max_sk = 0;
+  for (int64_t x = 0; x < a.batch; ++x) {
+    max_sq = std::max(max_sq, a.cu_seqlens_q[x + 1] - a.cu_seqlens_q[x]);
+    max_sk = std::max(max_sk, a.cu_seqlens_k[x + 1] - a.cu_seqlens_k[x]);
+  }
+  return a.dropout_keep[((b * a.nheads + h) * max_sq + i) * max_sk + j] ? 1.f / (1.f - static_cast<float>(a.dropout_p)) : 0.f;
+}
 
 // Same arguments and layouts as reference::attention_fwd; returns out and lse (probs empty).
 inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q, const std::vector<double>& k,
@@ -75,6 +88,8 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
         for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);
         r.lse[h * total_q + q0 + i] = m + std::log(l);
         for (int64_t j = 0; j < sk; ++j) s[j] = rd(std::exp(s[j] - m) / l);
+        if (!a.dropout_keep.empty())  // dropout: a dt tensor P * z
+          for (int64_t j = 0; j < sk; ++j) s[j] = rd(s[j] * naive_dropout_weight(a, b, h, i, j));
         for (int64_t c = 0; c < D; ++c) {
           float acc = 0.f;
           for (int64_t j = 0; j < sk; ++j) acc += s[j] * static_cast<float>(v[((k0 + j) * Hkv + hk) * D + c]);
@@ -90,7 +105,7 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
 // materialised gradient rounded to dt, arithmetic inside one op fp32), for the tolerance rule of
 // the backward rungs:
 //   1. the forward above (S, P, O in dt; P = softmax of the rounded logits)
-//   2. dV = P^T dO, dP = dO V^T: fp32 accumulation, rounded to dt
+//   2. dV = (P z)^T dO, dP = dO V^T: fp32 accumulation, rounded to dt; with dropout dP z rounded
 //   3. dS = P (dP - rowsum(P dP)) in fp32, rounded to dt (softmax backward); masked entries 0
 //   4. softcap: dX = dS (1 - tanh^2(x / softcap)) rounded; scale: dQK = scale dX rounded
 //   5. dQ = dQK K, dK = dQK^T Q: fp32 accumulation, rounded to dt
@@ -116,7 +131,7 @@ inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>
     const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
     const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
     // This (batch, head)'s matrices, row-major (sq, sk): the pre-cap logits X, P, dQK.
-    std::vector<float> x(static_cast<size_t>(sq * sk)), p(x.size()), dqk(x.size());
+    std::vector<float> x(static_cast<size_t>(sq * sk)), p(x.size()), pz(x.size()), dqk(x.size());
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = h / group;
       const float slope =
@@ -142,7 +157,11 @@ inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>
         float l = 0.f;
         if (m != -kInf)
           for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);
-        for (int64_t j = 0; j < sk; ++j) p[i * sk + j] = m == -kInf ? 0.f : rd(std::exp(s[j] - m) / l);
+        for (int64_t j = 0; j < sk; ++j) {
+          p[i * sk + j] = m == -kInf ? 0.f : rd(std::exp(s[j] - m) / l);
+          const float z = naive_dropout_weight(a, b, h, i, j);
+          pz[i * sk + j] = a.dropout_keep.empty() ? p[i * sk + j] : rd(p[i * sk + j] * z);
+        }
       }
       for (int64_t i = 0; i < sq; ++i) {  // dP, dS, dQK of row i
         std::vector<float> dp(static_cast<size_t>(sk));
@@ -151,6 +170,7 @@ inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>
           float acc = 0.f;
           for (int64_t c = 0; c < D; ++c) acc += dov(i, c) * vv(j, c);
           dp[j] = rd(acc);
+          if (!a.dropout_keep.empty()) dp[j] = rd(dp[j] * naive_dropout_weight(a, b, h, i, j));
           rowsum += p[i * sk + j] * dp[j];
         }
         for (int64_t j = 0; j < sk; ++j) {
@@ -171,7 +191,7 @@ inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>
       for (int64_t j = 0; j < sk; ++j)  // dK = dQK^T Q, dV = P^T dO (this query head)
         for (int64_t c = 0; c < D; ++c) {
           float acc_k = 0.f, acc_v = 0.f;
-          for (int64_t i = 0; i < sq; ++i) acc_k += dqk[i * sk + j] * qv(i, c), acc_v += p[i * sk + j] * dov(i, c);
+          for (int64_t i = 0; i < sq; ++i) acc_k += dqk[i * sk + j] * qv(i, c), acc_v += pz[i * sk + j] * dov(i, c);
           dk_h[((k0 + j) * H + h) * D + c] = rd(acc_k);
           dv_h[((k0 + j) * H + h) * D + c] = rd(acc_v);
         }

@@ -502,15 +502,26 @@ TEST(AttentionReferenceBackward, RejectsAMisshapedDout) {
 TEST(AttentionNaiveBackward, CloseToReferenceAtDtypeRounding) {
   std::mt19937_64 rng(12);
   const int64_t b = 2, sq = 24, sk = 31, H = 4, Hkv = 2, D = 32;
-  AttnRefArgs a = fixed_args(b, sq, sk, H, Hkv, D);
-  a.causal = true, a.softcap = 10.0, a.alibi_slopes = {0.25, 0.125, 0.0625, 0.03125};
+  AttnRefArgs plain = fixed_args(b, sq, sk, H, Hkv, D);
+  plain.causal = true, plain.softcap = 10.0, plain.alibi_slopes = {0.25, 0.125, 0.0625, 0.03125};
+  AttnRefArgs drop = plain;  // and with dropout (p = 0.25) in forward and backward
+  drop.dropout_p = 0.25;
+  for (int64_t n = 0; n < b * H * sq * sk; ++n) drop.dropout_keep.push_back(rng() % 4 != 0 ? 1 : 0);
+  for (const AttnRefArgs* args : {&plain, &drop})
   for (DType dt : {DType::kBF16, DType::kF16}) {
+    const AttnRefArgs& a = *args;
     const auto q = testing::random_tensor(dt, b * sq * H * D, rng, -2, 2).values;
     const auto k = testing::random_tensor(dt, b * sk * Hkv * D, rng, -2, 2).values;
     const auto v = testing::random_tensor(dt, b * sk * Hkv * D, rng).values;
     const auto dout = testing::random_tensor(dt, b * sq * H * D, rng).values;
     const reference::AttnBwdRefResult ref = reference::attention_bwd(q, k, v, dout, a);
     const reference::AttnBwdRefResult nv = testing::attention_bwd_naive(q, k, v, dout, a, dt);
+    {  // the forward of the same computation, with dropout when asked: |out| <= 1 / (1 - p)
+      const AttnRefResult fr = reference::attention_fwd(q, k, v, a), fn = testing::attention_fwd_naive(q, k, v, a, dt);
+      double err = 0;
+      for (size_t i = 0; i < fr.out.size(); ++i) err = std::max(err, std::fabs(fn.out[i] - fr.out[i]));
+      EXPECT_LE(err, 8 * testing::unit_roundoff(dt) / (1 - a.dropout_p)) << dtype_name(dt) << " out";
+    }
     const double u = testing::unit_roundoff(dt);
     for (auto [got, want, name] : {std::tuple{&nv.dq, &ref.dq, "dq"}, std::tuple{&nv.dk, &ref.dk, "dk"},
                                    std::tuple{&nv.dv, &ref.dv, "dv"}}) {
