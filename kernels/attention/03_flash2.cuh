@@ -215,13 +215,8 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
         for (int e = 0; e < 4; ++e) {
           const int i = row0 + 16 * mt + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
           float x = s[mt][j][e];
-          if constexpr (kScoreMod) {
-            if (mod.softcap > 0.f) x = mod.softcap * kLog2e * tanhf(x * (mod.scale / mod.softcap));
-            else x *= scale_log2;
-            if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-          } else {
-            x *= scale_log2;
-          }
+          if constexpr (kScoreMod) x = attn_logit_log2(x, i, key, mod, scale_log2, slope_log2);
+          else x *= scale_log2;
           if (need_mask && (key >= sb.sk || !attn_visible(i, key, mod.diag, mod.window_left, mod.window_right))) x = -INFINITY;
           s[mt][j][e] = x;
         }

@@ -92,14 +92,6 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
   return static_cast<uint32_t>(box * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2);
 }
 
-template <int kN>
-__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
-}
-
 // Grid: m_blocks x nheads x batch CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic smem.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
@@ -249,11 +241,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
-          float x = s[4 * j + e];
-          if (mod.softcap > 0.f) x = mod.softcap * kLog2e * tanhf(x * (mod.scale / mod.softcap));
-          else x *= scale_log2;
-          if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-          s[4 * j + e] = x;
+          s[4 * j + e] = attn_logit_log2(s[4 * j + e], i, key, mod, scale_log2, slope_log2);
         }
     }
     const bool need_mask = k0 + kN > sb.sk ||

@@ -68,6 +68,16 @@ __device__ __forceinline__ float attn_logit(float dot, int i, int j, const AttnS
   return s;
 }
 
+// The tensor-core rungs' logit in log2 units with softcap and/or ALiBi, from the raw dot product
+// (scale_log2 = scale log2(e), slope_log2 = slope log2(e)); the mask is applied separately.
+__device__ __forceinline__ float attn_logit_log2(float dot, int i, int j, const AttnScoreMod& m, float scale_log2,
+                                                 float slope_log2) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float x = m.softcap > 0.f ? m.softcap * kLog2e * tanhf(dot * (m.scale / m.softcap)) : dot * scale_log2;
+  if (m.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + m.diag - j));
+  return x;
+}
+
 // Keys [lo, hi) that any row of [row_lo, row_hi) can see, clipped to [0, sk); empty (lo >= hi)
 // when none. Blocks of keys outside it are fully masked for the whole row block.
 struct AttnKeyRange {

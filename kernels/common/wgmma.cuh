@@ -39,6 +39,15 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for register A fragments (four 32-bit pairs per k16 step) of an RS wgmma in flight.
+template <int kN>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
+
 // Wgmma<T, N>::mma<kTransA, kTransB>(d, desc_a, desc_b, scale_d): both operands from shared
 // memory; kTrans = 1 for an MN-major operand; scale_d = 0 overwrites d (the first k-step of a
 // tile), 1 accumulates.
