@@ -241,30 +241,35 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return _apply(run, (q, k, v), return_attn_probs)
 
 
+def _packed(fn: str, name: str, packed: Any, layout: str, dim: int, count: int, q: Any, dropout_p: float,
+            window_size: Any, return_attn_probs: bool, **options: Any) -> Any:
+    """The packed variants: flash-attn's checks, then q, k, v (count 3) or k, v beside q (count 2)
+    split out of ``packed`` along ``dim`` and run like the unpacked functions (``options``: _runner's)."""
+    _check_forward_only(fn, dropout_p)
+    window = _window(fn, window_size)
+    _check_packed(fn, name, packed, layout, dim, count)
+    run = _runner(return_attn_probs=return_attn_probs, window=window, **options)
+    if count == 3:
+        return _apply(lambda t: run(*_split(t, dim, 3)), (packed,), return_attn_probs)
+    return _apply(lambda q_, t: run(q_, *_split(t, dim, 2)), (q, packed), return_attn_probs)
+
+
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                               softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                               impl=None):
     """:func:`flash_attn_func` with q, k, v packed: qkv (batch, seqlen, 3, nheads, headdim)."""
-    fn = "flash_attn_qkvpacked_func"
-    _check_forward_only(fn, dropout_p)
-    window = _window(fn, window_size)
-    _check_packed(fn, "qkv", qkv, "(batch, seqlen, 3, nheads, headdim)", 2, 3)
-    run = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
-    return _apply(lambda t: run(*_split(t, 2, 3)), (qkv,), return_attn_probs)
+    return _packed("flash_attn_qkvpacked_func", "qkv", qkv, "(batch, seqlen, 3, nheads, headdim)", 2, 3, None,
+                   dropout_p, window_size, return_attn_probs, varlen=False, softmax_scale=softmax_scale,
+                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                              impl=None):
     """:func:`flash_attn_func` with k, v packed: kv (batch, seqlen_k, 2, nheads_kv, headdim)."""
-    fn = "flash_attn_kvpacked_func"
-    _check_forward_only(fn, dropout_p)
-    window = _window(fn, window_size)
-    _check_packed(fn, "kv", kv, "(batch, seqlen_k, 2, nheads_kv, headdim)", 2, 2)
-    run = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
-    return _apply(lambda q_, t: run(q_, *_split(t, 2, 2)), (q, kv), return_attn_probs)
+    return _packed("flash_attn_kvpacked_func", "kv", kv, "(batch, seqlen_k, 2, nheads_kv, headdim)", 2, 2, q,
+                   dropout_p, window_size, return_attn_probs, varlen=False, softmax_scale=softmax_scale,
+                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -272,25 +277,17 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      return_attn_probs=False, *, impl=None):
     """:func:`flash_attn_varlen_func` with q, k, v packed: qkv (total, 3, nheads, headdim), one
     cu_seqlens and max_seqlen for queries and keys."""
-    fn = "flash_attn_varlen_qkvpacked_func"
-    _check_forward_only(fn, dropout_p)
-    window = _window(fn, window_size)
-    _check_packed(fn, "qkv", qkv, "(total, 3, nheads, headdim)", 1, 3)
-    run = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens,
-                  cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, impl=impl)
-    return _apply(lambda t: run(*_split(t, 1, 3)), (qkv,), return_attn_probs)
+    return _packed("flash_attn_varlen_qkvpacked_func", "qkv", qkv, "(total, 3, nheads, headdim)", 1, 3, None,
+                   dropout_p, window_size, return_attn_probs, varlen=True, softmax_scale=softmax_scale,
+                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens,
+                   cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, impl=impl)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl=None):
     """:func:`flash_attn_varlen_func` with k, v packed: kv (total_k, 2, nheads_kv, headdim)."""
-    fn = "flash_attn_varlen_kvpacked_func"
-    _check_forward_only(fn, dropout_p)
-    window = _window(fn, window_size)
-    _check_packed(fn, "kv", kv, "(total_k, 2, nheads_kv, headdim)", 1, 2)
-    run = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                  window=window, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-                  cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, impl=impl)
-    return _apply(lambda q_, t: run(q_, *_split(t, 1, 2)), (q, kv), return_attn_probs)
+    return _packed("flash_attn_varlen_kvpacked_func", "kv", kv, "(total_k, 2, nheads_kv, headdim)", 1, 2, q,
+                   dropout_p, window_size, return_attn_probs, varlen=True, softmax_scale=softmax_scale,
+                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, impl=impl)
