@@ -28,17 +28,23 @@
 
 namespace flashlab::testing {
 
-// The dropout weight of (batch b, head h, row i, key j) as a framework applies it in fp32 (keep /
-// (1 - p)), or 1 without dropout; the mask is (batch, nheads, max_sq, max_sk).
-inline float naive_dropout_weight(const reference::AttnRefArgs& a, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (a.dropout_keep.empty()) return 1.f;
+// Dropout weights as a framework applies them in fp32 (keep / (1 - p)), or 1 without dropout; the
+// keep mask is (batch, nheads, max_sq, max_sk), its strides found once.
+struct NaiveDropout {
+  const reference::AttnRefArgs& a;
   int64_t max_sq = 0, max_sk = 0;
-  for (int64_t x = 0; x < a.batch; ++x) {
-    max_sq = std::max(max_sq, a.cu_seqlens_q[x + 1] - a.cu_seqlens_q[x]);
-    max_sk = std::max(max_sk, a.cu_seqlens_k[x + 1] - a.cu_seqlens_k[x]);
+  explicit NaiveDropout(const reference::AttnRefArgs& args) : a(args) {
+    for (int64_t x = 0; x < a.batch; ++x) {
+      max_sq = std::max(max_sq, a.cu_seqlens_q[x + 1] - a.cu_seqlens_q[x]);
+      max_sk = std::max(max_sk, a.cu_seqlens_k[x + 1] - a.cu_seqlens_k[x]);
+    }
   }
-  return a.dropout_keep[((b * a.nheads + h) * max_sq + i) * max_sk + j] ? 1.f / (1.f - static_cast<float>(a.dropout_p)) : 0.f;
-}
+  bool on() const { return !a.dropout_keep.empty(); }
+  float weight(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (!on()) return 1.f;
+    return a.dropout_keep[((b * a.nheads + h) * max_sq + i) * max_sk + j] ? 1.f / (1.f - static_cast<float>(a.dropout_p)) : 0.f;
+  }
+};
 
 // Same arguments and layouts as reference::attention_fwd; returns out and lse (probs empty).
 inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q, const std::vector<double>& k,
@@ -56,6 +62,7 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
       static_cast<int64_t>(v.size()) != total_k * Hkv * D || (n_slopes != 0 && n_slopes != H && n_slopes != a.batch * H))
     throw std::invalid_argument("attention_fwd_naive: operand sizes do not match the arguments");
   auto rd = [dt](float x) { return static_cast<float>(round_to(dt, x)); };
+  const NaiveDropout drop(a);
 
   reference::AttnRefResult r;
   r.out.assign(static_cast<size_t>(total_q * H * D), 0.0);
@@ -88,8 +95,8 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
         for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);
         r.lse[h * total_q + q0 + i] = m + std::log(l);
         for (int64_t j = 0; j < sk; ++j) s[j] = rd(std::exp(s[j] - m) / l);
-        if (!a.dropout_keep.empty())  // dropout: a dt tensor P * z
-          for (int64_t j = 0; j < sk; ++j) s[j] = rd(s[j] * naive_dropout_weight(a, b, h, i, j));
+        if (drop.on())  // dropout: a dt tensor P * z
+          for (int64_t j = 0; j < sk; ++j) s[j] = rd(s[j] * drop.weight(b, h, i, j));
         for (int64_t c = 0; c < D; ++c) {
           float acc = 0.f;
           for (int64_t j = 0; j < sk; ++j) acc += s[j] * static_cast<float>(v[((k0 + j) * Hkv + hk) * D + c]);
@@ -121,6 +128,7 @@ inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>
   const int64_t total_k = a.cu_seqlens_k[a.batch];
   const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
   auto rd = [dt](float x) { return static_cast<float>(round_to(dt, x)); };
+  const NaiveDropout drop(a);
   const float scale = static_cast<float>(a.scale), cap = static_cast<float>(a.softcap);
 
   reference::AttnBwdRefResult g;
@@ -159,8 +167,7 @@ inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>
           for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);
         for (int64_t j = 0; j < sk; ++j) {
           p[i * sk + j] = m == -kInf ? 0.f : rd(std::exp(s[j] - m) / l);
-          const float z = naive_dropout_weight(a, b, h, i, j);
-          pz[i * sk + j] = a.dropout_keep.empty() ? p[i * sk + j] : rd(p[i * sk + j] * z);
+          pz[i * sk + j] = drop.on() ? rd(p[i * sk + j] * drop.weight(b, h, i, j)) : p[i * sk + j];
         }
       }
       for (int64_t i = 0; i < sq; ++i) {  // dP, dS, dQK of row i
@@ -170,7 +177,7 @@ inline reference::AttnBwdRefResult attention_bwd_naive(const std::vector<double>
           float acc = 0.f;
           for (int64_t c = 0; c < D; ++c) acc += dov(i, c) * vv(j, c);
           dp[j] = rd(acc);
-          if (!a.dropout_keep.empty()) dp[j] = rd(dp[j] * naive_dropout_weight(a, b, h, i, j));
+          if (drop.on()) dp[j] = rd(dp[j] * drop.weight(b, h, i, j));
           rowsum += p[i * sk + j] * dp[j];
         }
         for (int64_t j = 0; j < sk; ++j) {

@@ -518,9 +518,8 @@ TEST(AttentionNaiveBackward, CloseToReferenceAtDtypeRounding) {
     const reference::AttnBwdRefResult nv = testing::attention_bwd_naive(q, k, v, dout, a, dt);
     {  // the forward of the same computation, with dropout when asked: |out| <= 1 / (1 - p)
       const AttnRefResult fr = reference::attention_fwd(q, k, v, a), fn = testing::attention_fwd_naive(q, k, v, a, dt);
-      double err = 0;
-      for (size_t i = 0; i < fr.out.size(); ++i) err = std::max(err, std::fabs(fn.out[i] - fr.out[i]));
-      EXPECT_LE(err, 8 * testing::unit_roundoff(dt) / (1 - a.dropout_p)) << dtype_name(dt) << " out";
+      EXPECT_LE(testing::max_abs_err(fn.out, fr.out), 8 * testing::unit_roundoff(dt) / (1 - a.dropout_p))
+          << dtype_name(dt) << " out";
     }
     const double u = testing::unit_roundoff(dt);
     for (auto [got, want, name] : {std::tuple{&nv.dq, &ref.dq, "dq"}, std::tuple{&nv.dk, &ref.dk, "dk"},
