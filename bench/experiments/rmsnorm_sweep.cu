@@ -100,7 +100,7 @@ void run_variant(bench::Harness& h, RmsNormParams p, double copy_tbps) {
               100.0 * bytes / (ms * 1e-3) / 1e12 / copy_tbps);
 }
 
-template <typename T, bool kFused, int kVpt, bool kPrefetch>
+template <typename T, bool kFused, int kVpt, bool kPrefetch, bool kStoreWb = kFused>
 void run(bench::Harness& h, const char* dt, RmsNormParams p, double copy_tbps);
 
 void fused_variants(bench::Harness& h, double copy_tbps) {
@@ -124,24 +124,30 @@ void fused_variants(bench::Harness& h, double copy_tbps) {
     run_variant<T, 1, false, true>(h, p, copy_tbps);
     run_variant<T, 1, true, true>(h, p, copy_tbps);
   }
+  // rmsnorm (not fused), bf16 16384 x 4096: evict-first (the rung's) against write-back stores.
+  const RmsNormParams q{x, r, nullptr, w, rows, hidden, hidden, hidden, hidden, 1e-6f};  // out of place
+  for (int rep = 0; rep < 2; ++rep) {
+    run<T, false, 4, true, false>(h, "bf16", q, copy_tbps);
+    run<T, false, 4, true, true>(h, "bf16", q, copy_tbps);
+  }
   cudaFree(x);
   cudaFree(r);
   cudaFree(w);
 }
 
-template <typename T, bool kFused, int kVpt, bool kPrefetch>
+template <typename T, bool kFused, int kVpt, bool kPrefetch, bool kStoreWb>
 void run(bench::Harness& h, const char* dt, RmsNormParams p, double copy_tbps) {
   const int64_t nvec = p.hidden / Vec<T>::kN;
   const int64_t per_row = (nvec + kVpt - 1) / kVpt;
   const int threads = static_cast<int>(std::clamp<int64_t>((per_row + 31) / 32 * 32, 32, kRmsNormRegsMaxThreads));
   if (static_cast<int64_t>(threads) * kVpt < nvec) return;  // does not cover the row
   const double ms = h.time_ms([&] {
-    rmsnorm_block_vec16_regs_kernel<T, kFused, false, kVpt, kPrefetch><<<static_cast<int>(p.rows), threads, 0, h.stream()>>>(p);
+    rmsnorm_block_vec16_regs_kernel<T, kFused, false, kVpt, kPrefetch, kStoreWb><<<static_cast<int>(p.rows), threads, 0, h.stream()>>>(p);
   });
   const double bytes = (kFused ? 4.0 : 2.0) * p.rows * p.hidden * sizeof(T);
-  std::printf("%-17s %s %6lldx%-6lld vpt=%d threads=%4d weight=%-5s %8.4f ms %6.1f%% copy\n",
+  std::printf("%-17s %s %6lldx%-6lld vpt=%d threads=%4d weight=%-5s store=%s %8.4f ms %6.1f%% copy\n",
               kFused ? "fused_add_rmsnorm" : "rmsnorm", dt, (long long)p.rows, (long long)p.hidden, kVpt, threads,
-              kPrefetch ? "early" : "late", ms, 100.0 * bytes / (ms * 1e-3) / 1e12 / copy_tbps);
+              kPrefetch ? "early" : "late", kStoreWb ? "wb" : "cs", ms, 100.0 * bytes / (ms * 1e-3) / 1e12 / copy_tbps);
 }
 
 template <typename T, bool kFused>

@@ -32,7 +32,8 @@ inline constexpr int kRmsNormRegsMaxThreads = 512;
 // bf16): 4 vectors per thread; weight early for rmsnorm (hidden 4096: 0.0954 ms vs 0.0965
 // late), late for the fused op, whose third register array otherwise costs occupancy
 // (hidden 8192: 0.3639 ms vs 0.4095 early).
-template <typename T, bool kFused, bool kGemma, int kVpt = kRmsNormVecsPerThread, bool kPrefetchWeight = !kFused>
+template <typename T, bool kFused, bool kGemma, int kVpt = kRmsNormVecsPerThread, bool kPrefetchWeight = !kFused,
+          bool kStoreWb = kFused>
 __global__ void __launch_bounds__(kRmsNormRegsMaxThreads) rmsnorm_block_vec16_regs_kernel(const __grid_constant__ RmsNormParams p) {
   using V = Vec<T>;
   const int64_t r = blockIdx.x;
@@ -52,10 +53,10 @@ __global__ void __launch_bounds__(kRmsNormRegsMaxThreads) rmsnorm_block_vec16_re
       if constexpr (kPrefetchWeight) wv[k] = load_vec(w + i * V::kN);
     }
   }
-  // The fused op stores with plain write-back stores: 1.1% faster than evict-first stores at
-  // 16384 x 4096 bf16 (bench/experiments/rmsnorm_sweep.cu; rmsnorm keeps store_vec).
+  // kStoreWb: plain write-back stores instead of evict-first ones; the fused op's default: 1.1%
+  // faster at 16384 x 4096 bf16 (bench/experiments/rmsnorm_sweep.cu; rmsnorm keeps store_vec).
   const auto store = [](T* q, const V& v) {
-    if constexpr (kFused) store_vec_wb(q, v);
+    if constexpr (kStoreWb) store_vec_wb(q, v);
     else store_vec(q, v);
   };
   float ss = 0.f;
