@@ -46,16 +46,11 @@ double tflops(const Shape& s, double ms) { return 2.0 * s.m * s.n * s.k / (ms * 
 // Leading dims padded to 8 elements: 16-byte rows, as TMA needs.
 int64_t pad8(int64_t x) { return (x + 7) / 8 * 8; }
 
-// The pingpong kernel's host side (not in the library): tensor maps as src/gemm_hopper.cu builds
-// them, for 128 x 128 tiles, and a persistent grid of min(units, resident) CTAs (pairs); a unit
+// Tensor maps and tile counts as src/gemm_hopper.cu builds them, for tiles of kBN columns; a unit
 // is a tile, or with kCluster = 2 a pair of vertically adjacent tiles, as for rung 9.
-template <bool kTransA, bool kTransB, bool kOrdered, int kCluster>
-void launch_pingpong(const GemmParams& p, cudaStream_t stream) {
+template <int kBN, bool kTransA, bool kTransB, int kCluster>
+kernels::HopperGemmArgs hopper_args(const GemmParams& p, int& units) {
   using namespace kernels;
-  const auto kernel = gemm_hopper_pingpong_kernel<__nv_bfloat16, kTransA, kTransB, kCluster, kOrdered>;
-  constexpr int smem = HopperPingpongTile::kSmemBytes;
-  constexpr int bn = HopperPingpongTile::kBN;
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t lda = kTransA ? p.a_col : p.a_row, ldb = kTransB ? p.b_row : p.b_col;
   const auto stride = [](int64_t ld) { return detail::ceil_div(ld * 2, 16) * 16; };
   constexpr DType bf16 = DType::kBF16;
@@ -63,17 +58,46 @@ void launch_pingpong(const GemmParams& p, cudaStream_t stream) {
   args.a = kTransA ? detail::make_tensor_map_2d(p.a, bf16, p.M, p.K, stride(lda), 64, 64, true)
                    : detail::make_tensor_map_2d(p.a, bf16, p.K, p.M, stride(lda), 64, kHopperBM, true);
   args.b = kTransB ? detail::make_tensor_map_2d(p.b, bf16, p.N, p.K, stride(ldb), 64, 64, true)
-                   : detail::make_tensor_map_2d(p.b, bf16, p.K, p.N, stride(ldb), 64, bn / kCluster, true);
+                   : detail::make_tensor_map_2d(p.b, bf16, p.K, p.N, stride(ldb), 64, kBN / kCluster, true);
   args.c = detail::make_tensor_map_2d(p.c, bf16, p.N, p.M, stride(p.ldc), 64, 64, true);
   args.p = p;
   args.tiles_m = static_cast<int>(detail::ceil_div(p.M, kHopperBM));
-  args.tiles_n = static_cast<int>(detail::ceil_div(p.N, bn));
-  const int units = static_cast<int>(detail::ceil_div(args.tiles_m, kCluster)) * args.tiles_n;
-  const int resident = kCluster > 1 ? detail::resident_clusters(reinterpret_cast<const void*>(kernel), kCluster,
-                                                                kHopperThreads, smem)
-                                    : detail::sm_count();
-  const int grid = std::min(units, resident) * kCluster;
-  FLASHLAB_LAUNCH(kernel, grid, kHopperThreads, smem, stream, args);
+  args.tiles_n = static_cast<int>(detail::ceil_div(p.N, kBN));
+  units = static_cast<int>(detail::ceil_div(args.tiles_m, kCluster)) * args.tiles_n;
+  return args;
+}
+
+// A persistent grid of min(units, resident) CTAs (pairs) of `kernel`.
+template <typename Kernel>
+void launch_persistent(Kernel kernel, int smem, int cluster, const kernels::HopperGemmArgs& args, int units,
+                       cudaStream_t stream) {
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int resident = cluster > 1 ? detail::resident_clusters(reinterpret_cast<const void*>(kernel), cluster,
+                                                               kernels::kHopperThreads, smem)
+                                   : detail::sm_count();
+  const int grid = std::min(units, resident) * cluster;
+  FLASHLAB_LAUNCH(kernel, grid, kernels::kHopperThreads, smem, stream, args);
+}
+
+// The pingpong kernel's host side (not in the library), 128 x 128 tiles.
+template <bool kTransA, bool kTransB, bool kOrdered, int kCluster>
+void launch_pingpong(const GemmParams& p, cudaStream_t stream) {
+  using namespace kernels;
+  int units = 0;
+  const HopperGemmArgs args = hopper_args<HopperPingpongTile::kBN, kTransA, kTransB, kCluster>(p, units);
+  launch_persistent(gemm_hopper_pingpong_kernel<__nv_bfloat16, kTransA, kTransB, kCluster, kOrdered>,
+                    HopperPingpongTile::kSmemBytes, kCluster, args, units, stream);
+}
+
+// Rung 9 NN with CTA pairs and 128 x 256 tiles (the library's choice at the square shapes) and
+// epilogue variant kEpi (kernels::HopperEpi).
+template <int kEpi>
+void launch_ws_epi(const GemmParams& p, cudaStream_t stream) {
+  using namespace kernels;
+  int units = 0;
+  const HopperGemmArgs args = hopper_args<256, false, true, 2>(p, units);
+  launch_persistent(gemm_hopper_ws_kernel<__nv_bfloat16, 256, false, true, 2, kEpi>, HopperTile<256, kEpi>::kSmemBytes,
+                    2, args, units, stream);
 }
 
 // NN as the library would run it: CTA pairs when there are two tile rows, else single CTAs.
@@ -254,6 +278,8 @@ int main(int argc, char** argv) {
       };
       run("rung 9 (pairs)", [&] { detail::launch_gemm_hopper(p, DType::kBF16, h.stream(), true); });
       if (layout == Layout::kNN) {
+        run("epilogue whole staging", [&] { launch_ws_epi<kernels::kHopperEpiStagedWhole>(p, h.stream()); });
+        run("epilogue registers", [&] { launch_ws_epi<kernels::kHopperEpiRegisters>(p, h.stream()); });
         run("pingpong", [&] { launch_pingpong_nn<false>(p, h.stream()); });
         run("pingpong ordered", [&] { launch_pingpong_nn<true>(p, h.stream()); });
       } else if (layout == Layout::kNT) {  // pairs even for one tile row (the second CTA stores nothing)
@@ -266,6 +292,36 @@ int main(int argc, char** argv) {
 
   const std::vector<Shape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {2048, 12288, 4096}, {128, 12288, 4096}};
   std::string json = "[";
+  // Epilogue variants of rung 9 (NN, 128 x 256 tiles, CTA pairs), each checked after its timing.
+  std::printf("%-20s %12s %12s %12s %12s %9s %9s %9s\n", "M x N x K (NN bf16)", "cuBLAS", "staged 128",
+              "staged whole", "registers", "st128/cB", "whole/cB", "regs/cB");
+  std::string epi_json = "[";
+  for (const Shape& s : shapes) {
+    if (s.m < 2 * kernels::kHopperBM) continue;  // pairs need two tile rows
+    Operands o(s, Layout::kNN, h.stream());
+    const GemmParams& p = o.p;
+    const double cublas_ms = h.time_ms([&] { cublas_gemm(handle, p, p.c); });
+    const double staged_ms = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStaged>(p, h.stream()); });
+    const double whole_ms = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStagedWhole>(p, h.stream()); });
+    const double regs_ms = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiRegisters>(p, h.stream()); });
+    char name[64];
+    std::snprintf(name, sizeof(name), "%dx%dx%d", s.m, s.n, s.k);
+    std::printf("%-20s %7.1f TF/s %7.1f TF/s %7.1f TF/s %7.1f TF/s %8.3fx %8.3fx %8.3fx\n", name, tflops(s, cublas_ms),
+                tflops(s, staged_ms), tflops(s, whole_ms), tflops(s, regs_ms), cublas_ms / staged_ms,
+                cublas_ms / whole_ms, cublas_ms / regs_ms);
+    cublas_gemm(handle, p, o.c_ref);
+    all_ok &= report(name, "NN", "epilogue whole staging",
+                     check_once(o, [&] { launch_ws_epi<kernels::kHopperEpiStagedWhole>(p, h.stream()); }, h.stream()), checks);
+    all_ok &= report(name, "NN", "epilogue registers",
+                     check_once(o, [&] { launch_ws_epi<kernels::kHopperEpiRegisters>(p, h.stream()); }, h.stream()), checks);
+    char row[256];
+    std::snprintf(row, sizeof(row),
+                  "%s{\"shape\": \"%s\", \"cublas_ms\": %.5f, \"staged128_ms\": %.5f, \"staged_whole_ms\": %.5f, "
+                  "\"registers_ms\": %.5f}",
+                  epi_json.size() > 1 ? ", " : "", name, cublas_ms, staged_ms, whole_ms, regs_ms);
+    epi_json += row;
+  }
+  epi_json += "]";
   std::printf("%-20s %12s %12s %12s %12s %12s %9s %9s %9s %9s\n", "M x N x K (NN bf16)", "cuBLAS", "single CTAs",
               "CTA pairs", "pingpong", "pp ordered", "single/cB", "pairs/cB", "pp/cB", "ppo/cB");
   for (const Shape& s : shapes) {
@@ -303,7 +359,7 @@ int main(int argc, char** argv) {
   FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const char* commit = std::getenv("FLASHLAB_COMMIT");
   json = std::string("{\"device\": \"") + prop.name + "\", \"commit\": \"" + (commit ? commit : "unknown") +
-         "\", \"rows\": " + json + ", \"checks\": " + checks + ", \"all_ok\": " + (all_ok ? "true" : "false") + "}\n";
+         "\", \"rows\": " + json + ", \"epilogue_rows\": " + epi_json + ", \"checks\": " + checks + ", \"all_ok\": " + (all_ok ? "true" : "false") + "}\n";
   if (argc > 1) {
     FILE* f = std::fopen(argv[1], "w");
     if (f) {

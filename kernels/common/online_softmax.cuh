@@ -101,29 +101,17 @@ __device__ __forceinline__ float exp2_approx_ftz(float x) {
 }
 
 // kN values into the state: max first, then one rescale and kN exponents in base 2. Same state
-// (m, s) as online_softmax_add<kN, true>, to within the approximate exponent's error. The
-// exponents are left in e (e[j] = 2^(x[j] log2(e) - offset) <= 1) and the offset returned, for a
-// caller that keeps them: softmax(x[j]) = e[j] * 2^(offset - softmax_exp2_offset(final state)).
+// (m, s) as online_softmax_add<kN, true>, to within the approximate exponent's error.
 template <int kN>
-__device__ __forceinline__ float online_softmax_add_exp2(OnlineSoftmaxState& st, const float (&x)[kN], float (&e)[kN]) {
+__device__ __forceinline__ void online_softmax_add_exp2(OnlineSoftmaxState& st, const float (&x)[kN]) {
   float m = st.m;
 #pragma unroll
   for (int j = 0; j < kN; ++j) m = fmaxf(m, x[j]);
   const float offset = m == -INFINITY ? 0.f : m * kLog2e;  // all -inf so far: s stays 0
   float s = st.s * exp2_approx_ftz(fmaf(st.m, kLog2e, -offset));
 #pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    e[j] = exp2_approx_ftz(fmaf(x[j], kLog2e, -offset));
-    s += e[j];
-  }
+  for (int j = 0; j < kN; ++j) s += exp2_approx_ftz(fmaf(x[j], kLog2e, -offset));
   st = {m, s};
-  return offset;
-}
-
-template <int kN>
-__device__ __forceinline__ void online_softmax_add_exp2(OnlineSoftmaxState& st, const float (&x)[kN]) {
-  float e[kN];
-  online_softmax_add_exp2(st, x, e);
 }
 
 // softmax(x) = 2^(x log2(e) - offset) with offset = m log2(e) + log2(s): the division by s

@@ -58,13 +58,26 @@ inline constexpr int kHopperStoreCols = 128;  // columns of C staged (and TMA-st
 inline constexpr int kHopperMmaInFlight = FLASHLAB_HOPPER_MMA_IN_FLIGHT;
 static_assert(kHopperMmaInFlight == 0 || kHopperMmaInFlight == 1, "0 or 1 k-block of wgmmas in flight");
 
-template <int kBN>
+// How a consumer stores its 64 x BN part of the tile. The library uses kHopperEpiStaged; the
+// others are measured by bench/experiments/gemm_hopper_ablation.cu:
+//   kHopperEpiStaged       kHopperStoreCols columns at a time through a staging tile and TMA stores
+//   kHopperEpiStagedWhole  the whole 64 x BN through one staging tile (no wait between parts; one
+//                          pipeline stage fewer fits)
+//   kHopperEpiRegisters    from the accumulator registers, two values per 4-byte store (no shared
+//                          memory, no barrier)
+enum HopperEpi : int { kHopperEpiStaged = 0, kHopperEpiStagedWhole = 1, kHopperEpiRegisters = 2 };
+
+template <int kBN, int kEpi = kHopperEpiStaged>
 struct HopperTile {
   static_assert(kBN == 128 || kBN == 256, "wgmma N of 128 or 256");
   static constexpr int kABytes = kHopperBM * kHopperBK * 2;
   static constexpr int kBBytes = kBN * kHopperBK * 2;
-  static constexpr int kCBytes = 64 * kHopperStoreCols * 2;  // one consumer's staging tile
-  static constexpr int kStages = kBN == 256 ? 4 : 6;  // as many as fit next to the staging tiles
+  static constexpr int kStoreCols = kEpi == kHopperEpiStagedWhole ? kBN : kHopperStoreCols;
+  static constexpr int kCBytes = kEpi == kHopperEpiRegisters ? 0 : 64 * kStoreCols * 2;  // one consumer's staging tile
+  // As many stages as fit next to the staging tiles (at most 6): BN 256: 4, BN 128: 6.
+  static constexpr int kStages = (227 * 1024 - 1024 - 2 * kCBytes) / (kABytes + kBBytes) < 6
+                                     ? (227 * 1024 - 1024 - 2 * kCBytes) / (kABytes + kBBytes)
+                                     : 6;
   static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + 2 * kCBytes + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a block may have");
 };
@@ -89,14 +102,16 @@ __device__ __forceinline__ void hopper_tile_coords(int t, int tiles_m, int tiles
 // layouts NN and TN). Otherwise the operand is K-major.
 // kCluster = 2: CTAs in pairs (a thread-block cluster) on vertically adjacent tiles, which need
 // the same B tile: each CTA loads half of it and multicasts it into both CTAs' shared memory.
-template <typename T, int kBN, bool kTransA, bool kTransB, int kCluster>
+// kEpi: the epilogue variant (HopperEpi).
+template <typename T, int kBN, bool kTransA, bool kTransB, int kCluster, int kEpi = kHopperEpiStaged>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThreads, 1)
     gemm_hopper_ws_kernel(const __grid_constant__ HopperGemmArgs args) {
   static_assert(kCluster == 1 || kCluster == 2, "single CTAs or pairs");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tile = HopperTile<kBN>;
+  using Tile = HopperTile<kBN, kEpi>;
+  constexpr int kStoreCols = Tile::kStoreCols;
   constexpr int kStages = Tile::kStages;
   constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
   extern __shared__ unsigned char smem_raw[];
@@ -235,10 +250,12 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
       const int col0 = tn * kBN;
       // Measured on H100: a TMA store clips columns at N rounded up to 16 bytes, not at N, so a
       // tile that crosses a ragged N edge (N x element size not a multiple of 16) would write
-      // into C's padding. Such tiles store from registers, element by element, instead.
-      const bool direct = col0 + kBN > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0;
+      // into C's padding. Such tiles store from registers instead.
+      const bool direct = kEpi == kHopperEpiRegisters || (col0 + kBN > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0);
       const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
       if (direct) {
+        // Each thread holds pairs of adjacent columns: one 4-byte store per pair (n is even and
+        // C's rows are 16-byte aligned), element by element only at the N edge.
         T* c = static_cast<T*>(p.c);
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
@@ -246,50 +263,59 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
           for (int i = 0; i < 2; ++i) {
             const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
             if (m >= p.M) continue;
-            if (n < p.N) c[m * p.ldc + n] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i], m, n) : acc[4 * j + 2 * i]);
-            if (n + 1 < p.N)
-              c[m * p.ldc + n + 1] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i + 1], m, n + 1)
-                                                                 : acc[4 * j + 2 * i + 1]);
+            float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+            if (epilogue_math) {
+              if (n < p.N) v0 = gemm_epilogue_value<T>(p, v0, m, n);
+              if (n + 1 < p.N) v1 = gemm_epilogue_value<T>(p, v1, m, n + 1);
+            }
+            T* dst = c + static_cast<int64_t>(m) * p.ldc + n;
+            if (n + 1 < p.N) {
+              *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+            } else if (n < p.N) {
+              *dst = from_float<T>(v0);
+            }
           }
         }
         continue;
       }
-      // Through shared memory: 128 columns at a time (a 16 KB staging tile per consumer, which
-      // leaves room for one more pipeline stage than a whole 64 x 256 staging tile would).
+      if constexpr (kEpi != kHopperEpiRegisters) {
+        // Through shared memory, kStoreCols columns at a time (the library's 128: a 16 KB staging
+        // tile per consumer leaves room for one more pipeline stage than a whole 64 x 256 one).
 #pragma unroll
-      for (int h = 0; h < kBN / kHopperStoreCols; ++h) {
-        // The previous TMA store must have finished reading the staging tile.
-        if (t128 == 0) tma_store_wait_all<true>();
-        named_barrier_sync(1 + cw, 128);
+        for (int h = 0; h < kBN / kStoreCols; ++h) {
+          // The previous TMA store must have finished reading the staging tile.
+          if (t128 == 0) tma_store_wait_all<true>();
+          named_barrier_sync(1 + cw, 128);
 #pragma unroll
-        for (int jj = 0; jj < kHopperStoreCols / 8; ++jj) {
-          const int j = h * (kHopperStoreCols / 8) + jj;
+          for (int jj = 0; jj < kStoreCols / 8; ++jj) {
+            const int j = h * (kStoreCols / 8) + jj;
 #pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
-            const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
-            float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
-            const int m = row0 + r, n = col0 + h * kHopperStoreCols + c;
-            if (epilogue_math) {
-              v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
-              v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+            for (int i = 0; i < 2; ++i) {
+              const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
+              const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
+              float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+              const int m = row0 + r, n = col0 + h * kStoreCols + c;
+              if (epilogue_math) {
+                v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
+                v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+              }
+              // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
+              // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
+              // 8 different chunks (all 32 banks).
+              const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
+              unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
+              *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
             }
-            // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
-            // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
-            // 8 different chunks (all 32 banks).
-            const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
-            unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
-            *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
           }
-        }
-        fence_proxy_async_smem();  // these writes before the TMA engine reads them
-        named_barrier_sync(1 + cw, 128);
-        if (t128 == 0) {
-          const int n0 = col0 + h * kHopperStoreCols;
+          fence_proxy_async_smem();  // these writes before the TMA engine reads them
+          named_barrier_sync(1 + cw, 128);
+          if (t128 == 0) {
+            const int n0 = col0 + h * kStoreCols;
 #pragma unroll
-          for (int slab = 0; slab < kHopperStoreCols / 64; ++slab)
-            if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
-          tma_store_commit();
+            for (int slab = 0; slab < kStoreCols / 64; ++slab)
+              if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
+            tma_store_commit();
+          }
         }
       }
     }

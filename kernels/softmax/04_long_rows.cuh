@@ -36,7 +36,6 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
 #include <utility>
 
 #include <cooperative_groups.h>
@@ -86,27 +85,6 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
     else online_softmax_add_vec(st, v);
   };
 
-  // bf16 softmax keeps each value's exponent from the fold, in place of the value in shared
-  // memory (as fp16: e <= 1, relative error 2^-12 against the output's 2^-9), with the offset it
-  // was taken at in a register per vector; the output is then e * 2^(offset_k - final offset):
-  // one MUFU.EX2 per vector instead of one per value.
-  constexpr bool kKeepExp = kFast && !kLog && kInSmem && std::is_same_v<T, __nv_bfloat16>;
-  using Half8 = Vec<__half>;
-  const auto fold_keep = [&](OnlineSoftmaxState& st, int64_t i) -> float {
-    const V v = smem_vec(i);
-    float x[V::kN], e[V::kN];
-#pragma unroll
-    for (int j = 0; j < V::kN; ++j) x[j] = to_float(v.v[j]);
-    const float offset = online_softmax_add_exp2(st, x, e);
-    Half8 h;
-#pragma unroll
-    for (int j = 0; j < V::kN; ++j) h.v[j] = __float2half_rn(e[j]);
-    store_vec_wb(reinterpret_cast<__half*>(chunk + i), h);  // shared memory: a plain store
-    return offset;
-  };
-  float exp_offset[kSoftmaxSplitUnrolledVpt];  // kKeepExp: offset of the exponents kept for vector k
-  bool kept = false;
-
   OnlineSoftmaxState st = online_softmax_empty();
   if constexpr (kInSmem) {
     // One commit group per vector of this thread (vectors i = threadIdx.x + k * blockDim.x),
@@ -126,12 +104,8 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
       }
       static_for<kSoftmaxSplitUnrolledVpt>([&](auto k) {
         cp_async_wait<kSoftmaxSplitUnrolledVpt - 1 - k>();  // vector k has landed
-        if (k < nk) {
-          if constexpr (kKeepExp) exp_offset[k] = fold_keep(st, i0 + k * blockDim.x);
-          else fold(st, smem_vec(i0 + k * blockDim.x));
-        }
+        if (k < nk) fold(st, smem_vec(i0 + k * blockDim.x));
       });
-      kept = kKeepExp;
     } else {
       for (int k = 0; k < nk; ++k) {
         cp_async_16(&chunk[i0 + static_cast<int64_t>(k) * blockDim.x], in + (i0 + static_cast<int64_t>(k) * blockDim.x) * V::kN);
@@ -159,21 +133,7 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   // (barrier_wait at the end).
   auto arrived = cluster.barrier_arrive();
   const float log_s = logf(st.s);
-  if (kKeepExp && kept) {
-    const float offset = softmax_exp2_offset(st);
-    const int64_t i0 = threadIdx.x;
-    static_for<kSoftmaxSplitUnrolledVpt>([&](auto k) {
-      const int64_t i = i0 + k * blockDim.x;
-      if (i < n) {
-        const float c = exp2_approx_ftz(exp_offset[k] - offset);
-        const Half8 e = load_vec(reinterpret_cast<const __half*>(chunk + i));
-        V y;
-#pragma unroll
-        for (int j = 0; j < V::kN; ++j) y.v[j] = from_float<T>(__half2float(e.v[j]) * c);
-        store_vec(out + i * V::kN, y);
-      }
-    });
-  } else if constexpr (kFast && !kLog) {
+  if constexpr (kFast && !kLog) {
     // 16-bit softmax: 2^(x log2(e) - offset), the division by the row's sum folded into the
     // offset: one FFMA and one MUFU.EX2 per value.
     const float offset = softmax_exp2_offset(st);
