@@ -9,7 +9,8 @@
 // and out once. Each row carries the rung's workspace (extra "workspace_MB"): the O(N^2) vs O(N)
 // memory of the ladder. The other rungs are checked against the default one (rung 4 on sm_90,
 // else 3; max |diff|, printed).
-// FLASHLAB_ATTN_MIN_RUNG=r runs rungs r.. only.
+// FLASHLAB_ATTN_MIN_RUNG=r runs rungs r.. only. On sm_90, head dim 128 shapes also run FP8 (e4m3
+// q, k, v, bf16 out) on rung 4: rows with dtype "e4m3".
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -89,6 +90,31 @@ void bench_attention(Harness& h, DType dt) {
         const double diff = relative_difference(out.p, ref.p, n, dt, h.stream());
         std::printf("  attn_fwd rung %d vs the default rung: max |diff| / max |default| = %.2e\n", rung, diff);
       }
+    }
+    // FP8 (e4m3 q, k, v, bf16 out; rung 4, head dim 128): the same shape, timed with the pass that
+    // transposes V (part of every FP8 call). No peer here runs FP8 attention.
+    if (hopper && c.headdim == 128 && min_rung <= 4) {
+      DeviceMem q8(n), k8(n), v8(n);
+      fill_random(q8.p, n, 2, 81, h.stream());
+      fill_random(k8.p, n, 2, 82, h.stream());
+      fill_random(v8.p, n, 2, 83, h.stream());
+      const double ms = h.time_ms([&] {
+        attention_fwd(view(q8.p, DType::kE4M3, shape), view(k8.p, DType::kE4M3, shape), view(v8.p, DType::kE4M3, shape),
+                      view(out.p, DType::kBF16, shape), h.stream(), 4, opt);
+      });
+      Row r;
+      r.op = "attn_fwd";
+      r.impl = "flashlab";
+      r.rung_name = kAttnRungNames[4];
+      r.rung = 4;
+      r.dtype = dtype_name(DType::kE4M3);
+      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
+                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
+      r.ms = ms;
+      r.bytes = 3.0 * n + 2.0 * n;  // e4m3 q, k, v read, bf16 out written
+      r.flops = 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+      r.extra["workspace_MB"] = static_cast<double>(n) / 1048576.0;  // the transposed V
+      h.add(r);
     }
   }
 }

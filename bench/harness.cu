@@ -10,6 +10,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include "flashlab/error.h"
 
@@ -26,6 +27,7 @@ __global__ void fill_kernel(void* p, int64_t n, int dtype_code, uint64_t seed) {
     h ^= h >> 29;
     const float v = static_cast<float>(h >> 40) / static_cast<float>(1 << 23) * 2.f - 1.f;  // [-1, 1)
     if (dtype_code == 0) static_cast<float*>(p)[i] = v;
+    else if (dtype_code == 2) static_cast<__nv_fp8_e4m3*>(p)[i] = __nv_fp8_e4m3(4.f * v);  // e4m3 in [-4, 4]
     else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
   }
 }

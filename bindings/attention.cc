@@ -33,12 +33,13 @@ float to_float(double v) {
 // out = softmax(scale * q k^T (+ softcap, ALiBi, mask)) v on the caller's current stream of q's
 // device. softmax_lse / attn_probs: optional outputs; alibi_slopes: optional input; cu_seqlens_q
 // and cu_seqlens_k (both or neither) switch to the packed variable-length layout, with
-// max_seqlen_q / max_seqlen_k (ignored otherwise); softmax_scale None: 1 / sqrt(headdim).
+// max_seqlen_q / max_seqlen_k (ignored otherwise); softmax_scale None: 1 / sqrt(headdim);
+// q_descale / k_descale / v_descale: FP8 descale factors (optional).
 void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v, tvm::ffi::TensorView out,
                    OptTensor softmax_lse, OptTensor attn_probs, OptTensor alibi_slopes, OptTensor cu_seqlens_q,
                    OptTensor cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
                    tvm::ffi::Optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-                   double softcap, int64_t rung) {
+                   double softcap, OptTensor q_descale, OptTensor k_descale, OptTensor v_descale, int64_t rung) {
   constexpr const char* op = "attention_fwd";
   call([&] {
     const TensorView Q = to_flashlab(q, op, "q"), K = to_flashlab(k, op, "k"), V = to_flashlab(v, op, "v"),
@@ -47,7 +48,9 @@ void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::Ten
                      Probs = to_flashlab_opt(attn_probs, op, "attn_probs"),
                      Alibi = to_flashlab_opt(alibi_slopes, op, "alibi_slopes"),
                      CuQ = to_flashlab_opt(cu_seqlens_q, op, "cu_seqlens_q"),
-                     CuK = to_flashlab_opt(cu_seqlens_k, op, "cu_seqlens_k");
+                     CuK = to_flashlab_opt(cu_seqlens_k, op, "cu_seqlens_k"),
+                     Dq = to_flashlab_opt(q_descale, op, "q_descale"), Dk = to_flashlab_opt(k_descale, op, "k_descale"),
+                     Dv = to_flashlab_opt(v_descale, op, "v_descale");
     AttnFwdOptions o;
     o.softmax_scale = softmax_scale.has_value() ? to_float(softmax_scale.value()) : 0.f;
     o.causal = causal;
@@ -61,6 +64,9 @@ void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::Ten
     o.max_seqlen_k = max_seqlen_k;
     o.softmax_lse = softmax_lse.has_value() ? &Lse : nullptr;
     o.attn_probs = attn_probs.has_value() ? &Probs : nullptr;
+    o.q_descale = q_descale.has_value() ? &Dq : nullptr;
+    o.k_descale = k_descale.has_value() ? &Dk : nullptr;
+    o.v_descale = v_descale.has_value() ? &Dv : nullptr;
     flashlab::attention_fwd(Q, K, V, O, current_stream(Q), to_rung(op, rung, kAttnFwdRungs), o);
   });
 }

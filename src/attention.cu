@@ -121,8 +121,11 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     check::last_dim_contiguous(*x);
   }
   for (const check::Arg* x : {&K, &V, &O}) check::same_device(*x, Q);
-  check::dtype_in(Q, {DType::kF16, DType::kBF16});
-  for (const check::Arg* x : {&K, &V, &O}) check::dtype_eq(*x, Q);
+  check::dtype_in(Q, {DType::kF16, DType::kBF16, DType::kE4M3});
+  const bool fp8 = q.dtype == DType::kE4M3;
+  for (const check::Arg* x : {&K, &V}) check::dtype_eq(*x, Q);
+  if (fp8) check::dtype_in(O, {DType::kBF16});  // FP8 attention writes bf16
+  else check::dtype_eq(O, Q);
   const int hd = rank - 1, hh = rank - 2;  // dims of headdim and heads
   const int64_t d = q.shape[hd], nheads = q.shape[hh], nheads_kv = k.shape[hh];
   if (!head_dim_supported(d)) check::fail(Q, detail::concat("head dim (last dim) one of ", head_dims_str()), detail::concat(d));
@@ -136,9 +139,10 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
   // 16-byte aligned rows for the cp.async copies of rung 3 (all rungs take the same inputs).
   for (const check::Arg* x : {&Q, &K, &V, &O}) {
     check::aligned(*x, 16);
+    const int per16 = 16 / dtype_size(x->t.dtype);  // elements in 16 bytes
     for (int dim = 0; dim < hd; ++dim)
-      if (x->t.shape[dim] > 1 && x->t.strides[dim] % 8 != 0)
-        check::fail(*x, "strides that are multiples of 8 elements (16-byte aligned rows)",
+      if (x->t.shape[dim] > 1 && x->t.strides[dim] % per16 != 0)
+        check::fail(*x, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
                     detail::concat("strides ", shape_str(x->t.strides)));
   }
   for (const check::Arg* x : {&Q, &K, &V}) disjoint(O, *x);
@@ -227,6 +231,43 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     p.lse_batch_stride = varlen ? 0 : nheads * max_sq;
     p.lse_head_stride = varlen ? q.shape[0] : max_sq;
   }
+  // FP8 descale factors: fp32, one per tensor or one per (batch, kv head), read by rung 4.
+  const TensorView* descales[3] = {opt.q_descale, opt.k_descale, opt.v_descale};
+  const char* descale_names[3] = {"q_descale", "k_descale", "v_descale"};
+  for (int x = 0; x < 3; ++x) {
+    if (descales[x] == nullptr) continue;
+    const check::Arg D{kOp, descale_names[x], *descales[x]};
+    if (!fp8) check::fail(D, "no descale factor for fp16 / bf16 inputs (FP8 e4m3 only)", "a tensor");
+    check::cuda(D);
+    check::same_device(D, Q);
+    check::dtype_in(D, {DType::kF32});
+    check::contiguous(D);
+    check::aligned(D, 4);
+    const auto& s = descales[x]->shape;
+    const bool one = descales[x]->numel() == 1, per_head = s.size() == 2 && s[0] == batch && s[1] == nheads_kv;
+    if (!one && !per_head)
+      check::fail(D, detail::concat("one element or shape [", batch, ", ", nheads_kv, "] (batch, nheads_kv)"), shape_str(s));
+    if (!one) p.descale_batch_stride = nheads_kv, p.descale_head_stride = 1;
+  }
+  // All three share the strides: a per-tensor factor next to per-head ones is broadcast through a
+  // per-head view only if both are per head.
+  {
+    int per_head = 0, given = 0;
+    for (const TensorView* t : descales)
+      if (t != nullptr) ++given, per_head += t->numel() != 1 ? 1 : 0;
+    FLASHLAB_CHECK(per_head == 0 || per_head == given, kOp,
+                   ": arguments 'q_descale', 'k_descale', 'v_descale': expected all per tensor (one element) or all per "
+                   "(batch, nheads_kv), got a mix");
+  }
+  p.q_descale = opt.q_descale != nullptr ? static_cast<const float*>(opt.q_descale->data) : nullptr;
+  p.k_descale = opt.k_descale != nullptr ? static_cast<const float*>(opt.k_descale->data) : nullptr;
+  p.v_descale = opt.v_descale != nullptr ? static_cast<const float*>(opt.v_descale->data) : nullptr;
+  if (fp8) {  // TMA + 8-bit wgmma: rung 4 on sm_90a, head dim 128
+    FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 4, kOp, ": argument 'rung': expected 4 or ", kAttnFwdRungAuto,
+                   " (auto) for e4m3 inputs (FP8 runs on the Hopper rung only), got ", rung);
+    if (d != 128) check::fail(Q, "head dim (last dim) 128 for e4m3 inputs", detail::concat(d));
+    FLASHLAB_CHECK(opt.attn_probs == nullptr, kOp, ": argument 'attn_probs': expected none for e4m3 inputs, got a tensor");
+  }
   if (opt.attn_probs != nullptr) {
     const check::Arg P{kOp, "attn_probs", *opt.attn_probs};
     FLASHLAB_CHECK(opt.softmax_lse != nullptr, kOp,
@@ -251,14 +292,15 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     for (const check::Arg& r : reads)
       for (const check::Arg& w : writes) disjoint(r, w);
   }
-  if (rung == 4) {  // TMA + wgmma: 64-column boxes, positive strides, built for sm_90a only
+  if (rung == 4 || fp8) {  // TMA + wgmma: 128-byte boxes, positive strides, built for sm_90a only
     if (d < 64) check::fail(Q, "head dim (last dim) 64, 96, 128, 192 or 256 for rung 4 (64-column TMA boxes)", detail::concat(d));
     for (const check::Arg* x : {&Q, &K, &V, &O})
       if (!tma_strides(x->t))
         check::fail(*x, "positive strides on every dim of size > 1 for rung 4 (TMA)", detail::concat("strides ", shape_str(x->t.strides)));
     detail::DeviceGuard guard(q.device.index);
     if (detail::cc_major() != 9)
-      check::fail(Q, "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 4",
+      check::fail(Q, fp8 ? "a device of compute capability 9.x (sm_90a: TMA, wgmma) for e4m3 inputs"
+                         : "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 4",
                   detail::concat("compute capability ", detail::cc_major(), ".x"));
   }
   // Last: the only checks that read device memory (and wait for `stream`). Skipped while the
@@ -306,6 +348,7 @@ void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t str
 // else FlashAttention-2.
 int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out) {
   if (rung != kAttnFwdRungAuto) return rung;
+  if (q.dtype == DType::kE4M3) return 4;  // FP8: the Hopper rung (validated: sm_90)
   detail::DeviceGuard guard(q.device.index);
   const bool tma = tma_strides(q) && tma_strides(k) && tma_strides(v) && tma_strides(out);
   return detail::cc_major() == 9 && q.shape[q.ndim() - 1] >= 64 && tma ? 4 : 3;
@@ -338,6 +381,7 @@ void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v
   detail::DeviceGuard guard(q.device.index);
   rung = resolved_rung(rung, q, k, v, out);
   if (p.seqlen_q == 0) return;  // varlen with no query rows: nothing to write
+  if (q.dtype == DType::kE4M3) return detail::launch_attn_hopper(p, q.dtype, stream);  // rung 4 only (validated)
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     launch_rung<T>(p, q.dtype, rung, stream);
     if (options.attn_probs != nullptr && p.seqlen_k > 0) {

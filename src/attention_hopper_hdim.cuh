@@ -2,9 +2,11 @@
 // src/attention_hopper_d<D>.cu per head dim: the tensor maps of q, k, v and o, the 1-D grid.
 #pragma once
 
+#include <algorithm>
 #include <climits>
 
 #include "kernels/attention/04_hopper.cuh"
+#include "kernels/attention/04_hopper_fp8_v.cuh"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
 #include "src/core/static_switch.h"
@@ -12,7 +14,7 @@
 
 namespace flashlab::detail {
 
-// A (head dim, rows, heads, batch) tensor map with boxes of 64 columns x box_rows rows. Dims of
+// A (head dim, rows, heads, batch) tensor map with boxes of 128 bytes x box_rows rows. Dims of
 // size > 1 keep the caller's strides (positive multiples of 16 bytes: validated for rung 4). A
 // dim of size 1 may carry any stride in the caller's tensor (DLPack exporters write 1 or 0
 // there); TMA never steps over it, so it gets the packed stride of the dims inside it.
@@ -27,25 +29,47 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
     strides[i] = dims[i + 1] > 1 ? given[i] : packed;
     packed = strides[i] * dims[i + 1];
   }
-  const int box[4] = {64, box_rows, 1, 1};
+  const int box[4] = {static_cast<int>(128 / es), box_rows, 1, 1};
   return make_tensor_map_4d(base, dtype, dims, strides, box);
+}
+
+// FP8: V transposed into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh) and its
+// (keys, head dims, kv heads, batch) tensor map, boxes of 128 keys x d.
+template <int kHeadDim>
+CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
+  const int64_t sk_pad = ceil_div(std::max(p.seqlen_k, 1), 128) * 128;
+  auto* vt = static_cast<uint8_t*>(workspace(stream, static_cast<int64_t>(p.batch) * p.nheads_kv * kHeadDim * sk_pad));
+  const dim3 grid(static_cast<unsigned>(sk_pad / kernels::kAttnFp8TransposeKeys), p.nheads_kv, p.batch);
+  FLASHLAB_LAUNCH(kernels::attn_fp8_transpose_v_kernel<kHeadDim>, grid, kernels::kAttnFp8TransposeThreads, 0, stream, p, vt,
+                  sk_pad);
+  const int64_t dims[4] = {sk_pad, kHeadDim, p.nheads_kv, p.batch};
+  const int64_t strides[3] = {sk_pad, kHeadDim * sk_pad, p.nheads_kv * kHeadDim * sk_pad};
+  const int box[4] = {128, kHeadDim, 1, 1};
+  return make_tensor_map_4d(vt, DType::kE4M3, dims, strides, box);
 }
 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN>;
+  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T))>;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
   kernels::HopperAttnArgs args{};
   args.p = p;
-  args.q = attn_tensor_map(p.q, dtype, kHeadDim, p.total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride,
+  // Varlen with no packed rows: a map needs non-zero dims; nothing is read through it then (every
+  // row sees no key, or there is no row).
+  const int64_t total_q = std::max<int64_t>(p.total_q, 1), total_k = std::max<int64_t>(p.total_k, 1);
+  args.q = attn_tensor_map(p.q, dtype, kHeadDim, total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride,
                            p.q_batch_stride, Tr::kBlockM);
-  args.k = attn_tensor_map(p.k, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
+  args.k = attn_tensor_map(p.k, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
                            p.k_batch_stride, Tr::kBlockN);
-  args.v = attn_tensor_map(p.v, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
-                           p.v_batch_stride, Tr::kBlockN);
-  args.o = attn_tensor_map(p.o, dtype, kHeadDim, p.total_q, p.nheads, batch, p.o_row_stride, p.o_head_stride,
-                           p.o_batch_stride, 64);
+  if constexpr (Tr::kFp8) {  // bf16 output, stored from registers: no map for o
+    args.v = attn_fp8_transposed_v<kHeadDim>(p, stream);
+  } else {
+    args.v = attn_tensor_map(p.v, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
+                             p.v_batch_stride, Tr::kBlockN);
+    args.o = attn_tensor_map(p.o, dtype, kHeadDim, total_q, p.nheads, batch, p.o_row_stride, p.o_head_stride,
+                             p.o_batch_stride, 64);
+  }
   args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
   const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
   FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 query blocks of 128 "
@@ -57,8 +81,15 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  // Varlen with no packed key (or query) rows: a tensor map needs non-zero dims. Every row sees no
-  // key (0 output, -inf lse) or there is nothing to write: the FA2 rung does that without maps.
+  if constexpr (kHeadDim == 128) {  // FP8: head dim 128 only (validated)
+    if (dtype == DType::kE4M3) {
+      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod,
+                  [&] { launch_attn_hopper_variant<__nv_fp8_e4m3, kHeadDim, kScoreMod, true, true>(p, dtype, stream); });
+      return;
+    }
+  }
+  // Varlen with no packed key (or query) rows: every row sees no key (0 output, -inf lse) or
+  // there is nothing to write: the FA2 rung does that without tensor maps.
   if (p.total_q == 0 || p.total_k == 0) return launch_attn_flash2(p, dtype, stream);
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
     HALF_DTYPE_SWITCH(dtype, T, [&] { launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream); });

@@ -8,7 +8,8 @@
 //   3 FlashAttention-2: a CTA per (Q block, head, batch), Q in registers, K/V streamed by
 //     cp.async, mma.sync m16n8k16 + ldmatrix, P in registers, exp2 softmax
 //   4 Hopper (FlashAttention-3 class): TMA, wgmma, a producer warpgroup and two consumer
-//     warpgroups with pingpong and softmax/GEMM overlap (sm_90; head dims 64 .. 256) (top)
+//     warpgroups with pingpong and softmax/GEMM overlap (sm_90; head dims 64 .. 256; also FP8
+//     e4m3 inputs at head dim 128) (top)
 // All rungs take every feature below (rung 4: head dims from 64, sm_90 only); they differ only in
 // how fast.
 //
@@ -70,12 +71,21 @@ struct AttnFwdOptions {
   // (batch, nheads, max_seqlen_q, max_seqlen_k) for varlen (entries past a batch's lengths are
   // written 0). Computed by a separate pass from the lse (needs softmax_lse too).
   const TensorView* attn_probs = nullptr;
+  // FP8 (q, k, v e4m3; out bf16): optional fp32 descale factors, the inputs' values being
+  // x_e4m3 * descale (FlashAttention-3's q_descale, k_descale, v_descale). Each one element (per
+  // tensor) or (batch, nheads_kv) contiguous (per sequence and kv head; all three alike); absent:
+  // 1. Only with e4m3 inputs.
+  const TensorView* q_descale = nullptr;
+  const TensorView* k_descale = nullptr;
+  const TensorView* v_descale = nullptr;
 };
 
 // q: (batch, seqlen_q, nheads, headdim), k, v: (batch, seqlen_k, nheads_kv, headdim), out: like
 // q; or, varlen, q/out: (total_q, nheads, headdim), k/v: (total_k, nheads_kv, headdim).
-// fp16 or bf16 (all four the same), on one CUDA device; any batch/row/head strides with a unit
-// stride in the head dim; 16-byte aligned pointers and strides (multiples of 8 elements).
+// fp16 or bf16 (all four the same), or FP8: q, k, v e4m3 and out bf16 (rung 4 on sm_90, head dim
+// 128; no attn_probs; V is transposed into a workspace of batch x nheads_kv x 128 x seqlen_k
+// rounded up to 128 bytes first); on one CUDA device; any batch/row/head strides with a unit
+// stride in the head dim; 16-byte aligned pointers and strides (multiples of 16 bytes).
 // headdim one of kAttnHeadDims; nheads a multiple of nheads_kv (GQA/MQA); seqlen_q,
 // seqlen_k >= 1 (fixed length); out must not overlap q, k, v or itself; softmax_lse and
 // attn_probs must not overlap the inputs, out or each other, nor the inputs cu_seqlens and

@@ -41,10 +41,12 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "kernels/attention/common.cuh"
 #include "kernels/attention/params.h"
@@ -56,29 +58,54 @@
 namespace flashlab::kernels {
 
 // kBlockN_ = 0: the default key block for the head dim (the experiments try others).
-template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0>
+// kElemBytes_: bytes of an input element, 2 (fp16 / bf16) or 1 (FP8 e4m3).
+template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2>
 struct HopperAttnTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kScoreMod = kScoreMod_;
+  static constexpr bool kFp8 = kElemBytes_ == 1;
   static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
   // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9): 160 / 176 at d 128
   // faster at 8k, slower at 2k; 80 at d 256 3-5% faster than 64; 192 at d 64 2-5% slower.
-  static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
+  // FP8: 128 keys, one 128-byte row of the transposed V tile.
+  static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 || kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
   static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
-  static constexpr int kBoxes = (kHeadDim + 63) / 64;  // 64-column (128-byte) TMA boxes per row
+  static constexpr int kBoxCols = 128 / kElemBytes_;  // columns of a 128-byte (swizzle-row) TMA box
+  static constexpr int kBoxes = (kHeadDim + kBoxCols - 1) / kBoxCols;  // TMA boxes per row
   static constexpr int kQBytes = kBoxes * kBlockM * 128;
-  static constexpr int kKVBytes = kBoxes * kBlockN * 128;  // one K or V block
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
+  static constexpr int kKBytes = kBoxes * kBlockN * 128;  // one K block
+  // One V block: like K (16-bit: wgmma reads it as an MN-major operand), or FP8 (8-bit wgmma has
+  // no transposed operands) its transpose, head dims x 128 keys, K-major.
+  static constexpr int kVBytes = kFp8 ? kHeadDim * 128 : kKBytes;
+  static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;  // + alignment slack
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
+  static_assert(!kFp8 || (kHeadDim == 128 && kBlockN == 128), "FP8: head dim 128 and key blocks of 128");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; a wgmma N and a TMA box of at most 256");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
+// The output element: the input's, or bf16 for FP8 inputs.
+template <typename T>
+using HopperAttnOut = std::conditional_t<sizeof(T) == 1, __nv_bfloat16, T>;
+
+// Four fp32 values as e4m3 (round to nearest, saturated to +-448), a in the lowest byte.
+__device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float d) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));  // first source -> upper byte
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+// FP8 P V: where key j of a 16-key group sits in the transposed V tile (and in P's register A
+// fragment, see convert_p): keys 2t + c + 8h (t < 4, c, h in {0, 1}) at position 4t + 2h + c.
+FLASHLAB_HD inline int attn_fp8_v_position(int j) { return (j & ~15) | (4 * ((j % 8) / 2) + 2 * ((j % 16) / 8) + j % 2); }
+
 // Tensor maps over (head dim, rows, heads, batch): q and o with 128- and 64-row boxes, k and v
-// with kBlockN-row boxes, all 64 columns wide. Varlen: rows are the packed rows, batch 1.
+// with kBlockN-row boxes, all 128 bytes wide. Varlen: rows are the packed rows, batch 1. FP8: v
+// is the transposed copy (keys, head dims, kv heads, batch) with boxes of 128 keys x d.
 struct HopperAttnArgs {
   AttnFwdParams p;
   CUtensorMap q, k, v, o;
@@ -98,8 +125,10 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg>;
+  using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T))>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
+  constexpr bool kFp8 = Tr::kFp8;
+  using To = HopperAttnOut<T>;  // output element
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t q_full, k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
@@ -107,7 +136,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sq = smem;                           // Q (kBoxes x 128 rows), later O
   unsigned char* sk = sq + Tr::kQBytes;               // (kStages, kBoxes x kN rows)
-  unsigned char* sv = sk + kStages * Tr::kKVBytes;    // (kStages, kBoxes x kN rows)
+  unsigned char* sv = sk + kStages * Tr::kKBytes;     // (kStages, kBoxes x kN rows; FP8: d rows of 128 keys)
   const AttnFwdParams& p = args.p;
 
   // Work: query blocks fastest, from the last one down (causal: the longest first), then heads,
@@ -121,7 +150,14 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int hk = h / (p.nheads / p.nheads_kv);
-  const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
+  AttnScoreMod mod = attn_score_mod(p, b, h, sb);
+  float v_descale = 1.f;  // FP8: O is P (V_e4m3 x v_descale)
+  if constexpr (kFp8) {  // the logits of dequantized q and k: the descales fold into the scale
+    const int64_t di = b * p.descale_batch_stride + hk * p.descale_head_stride;
+    if (p.q_descale != nullptr) mod.scale *= p.q_descale[di];
+    if (p.k_descale != nullptr) mod.scale *= p.k_descale[di];
+    if (p.v_descale != nullptr) v_descale = p.v_descale[di];
+  }
   const int rows_hi = sb.sq - m0 < kM ? sb.sq : m0 + kM;
   const AttnKeyRange kr = attn_key_range(m0, rows_hi, sb.sk, mod.diag, mod.window_left, mod.window_right);
   const int n_begin = kr.lo / kN;
@@ -150,21 +186,26 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       const int q_row = static_cast<int>(sb.q_row0) + m0, k_row = static_cast<int>(sb.k_row0);
       mbarrier_arrive_expect_tx(&q_full, Tr::kQBytes);
 #pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * 64, q_row, h, qb, &q_full);
+      for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * Tr::kBoxCols, q_row, h, qb, &q_full);
       for (int i = 0; i < n_blocks; ++i) {
         const int s = i % kStages;
         const uint32_t phase = (i / kStages) & 1;
         const int row = k_row + (n_begin + i) * kN;
         mbarrier_wait(&k_empty[s], phase ^ 1);  // a fresh barrier passes parity 1
-        mbarrier_arrive_expect_tx(&k_full[s], Tr::kKVBytes);
+        mbarrier_arrive_expect_tx(&k_full[s], Tr::kKBytes);
 #pragma unroll
         for (int x = 0; x < Tr::kBoxes; ++x)
-          tma_load_4d(sk + s * Tr::kKVBytes + x * kN * 128, &args.k, x * 64, row, hk, qb, &k_full[s]);
+          tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s]);
         mbarrier_wait(&v_empty[s], phase ^ 1);
-        mbarrier_arrive_expect_tx(&v_full[s], Tr::kKVBytes);
+        mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
+        if constexpr (kFp8) {
+          // V^T of batch b (head dims x keys of this sequence, from key 0): one box of 128 keys.
+          tma_load_4d(sv + s * Tr::kVBytes, &args.v, (n_begin + i) * kN, 0, hk, b, &v_full[s]);
+        } else {
 #pragma unroll
-        for (int x = 0; x < Tr::kBoxes; ++x)
-          tma_load_4d(sv + s * Tr::kKVBytes + x * kN * 128, &args.v, x * 64, row, hk, qb, &v_full[s]);
+          for (int x = 0; x < Tr::kBoxes; ++x)
+            tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s]);
+        }
       }
     }
     return;
@@ -183,8 +224,10 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   float o[kHeadDim / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
 #pragma unroll
   for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
-  float s[kN / 2];         // S, then P in fp32, same layout with key columns
-  uint32_t pa[kN / 16][4]; // P as the 16-bit A operand of P V, one k16 step per entry
+  // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits).
+  constexpr int kQkSteps = kHeadDim * static_cast<int>(sizeof(T)) / 32, kPvSteps = kN * static_cast<int>(sizeof(T)) / 32;
+  float s[kN / 2];               // S, then P in fp32, same layout with key columns
+  uint32_t pa[kPvSteps][4];      // P as the register A operand of P V, one k-step per entry
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units; partial sums
 
   const uint32_t q_base = smem_u32(sq) + cw * 64 * 128;  // this warpgroup's 64 rows of each Q box
@@ -199,12 +242,12 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
   };
   const auto gemm_qk = [&](int stage) {
-    const uint32_t k_base = smem_u32(sk + stage * Tr::kKVBytes);
+    const uint32_t k_base = smem_u32(sk + stage * Tr::kKBytes);
     wgmma_fence_operands(s);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      // K-major operands: 16 more head dims are 32 bytes further along the 128-byte rows of a box.
+    for (int kk = 0; kk < kQkSteps; ++kk) {
+      // K-major operands: the next k-step is 32 bytes further along the 128-byte rows of a box.
       const uint64_t da = wgmma_desc_sw128(q_base + (kk / 4) * kM * 128 + (kk % 4) * 32, 16, 1024);
       const uint64_t db = wgmma_desc_sw128(k_base + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
       Wgmma<T, kN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
@@ -212,16 +255,21 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     wgmma_commit();
   };
   const auto gemm_pv = [&](int stage) {
-    const uint32_t v_base = smem_u32(sv + stage * Tr::kKVBytes);
+    const uint32_t v_base = smem_u32(sv + stage * Tr::kVBytes);
     wgmma_fence_operands(o);
     wgmma_fence_operands(pa);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
-      // bytes further; 64-column boxes (LBO) are kN rows apart.
-      const uint64_t db = wgmma_desc_sw128(v_base + kk * 16 * 128, kN * 128, 1024);
-      WgmmaRs<T, kHeadDim>::template mma<1>(o, pa[kk], db, 1);
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+      if constexpr (kFp8) {
+        // V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row.
+        WgmmaRs<T, kHeadDim>::template mma<0>(o, pa[kk], wgmma_desc_sw128(v_base + kk * 32, 16, 1024), 1);
+      } else {
+        // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
+        // bytes further; 64-column boxes (LBO) are kN rows apart.
+        const uint64_t db = wgmma_desc_sw128(v_base + kk * 16 * 128, kN * 128, 1024);
+        WgmmaRs<T, kHeadDim>::template mma<1>(o, pa[kk], db, 1);
+      }
     }
     wgmma_commit();
   };
@@ -293,14 +341,26 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[4 * j + e] *= rescale[e / 2];
   };
-  // P's A fragments: columns 16 kk .. 16 kk + 15 are the accumulator's n8 tiles 2 kk and 2 kk + 1.
+  // P's A fragments. 16-bit: columns 16 kk .. 16 kk + 15 are the accumulator's n8 tiles 2 kk and
+  // 2 kk + 1. FP8: a register holds 4 consecutive k of one row, k 4t .. 4t + 3 (t = lane % 4), but
+  // the thread's scores of a 16-key group are keys 2t, 2t + 1, 2t + 8, 2t + 9: it packs those,
+  // and the transposed V tile holds its keys in the same order (attn_fp8_v_position), so P V
+  // pairs each probability with its key's row of V without moving bytes between threads.
   const auto convert_p = [&] {
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+      if constexpr (kFp8) {
+        const float* x = s + 16 * kk;  // keys 32 kk .. 32 kk + 31: n8 tiles 4 kk .. 4 kk + 3
+        pa[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);     // row g,     keys 0 .. 15 of the step
+        pa[kk][1] = pack4_e4m3(x[2], x[3], x[6], x[7]);     // row g + 8
+        pa[kk][2] = pack4_e4m3(x[8], x[9], x[12], x[13]);   // row g,     keys 16 .. 31
+        pa[kk][3] = pack4_e4m3(x[10], x[11], x[14], x[15]); // row g + 8
+      } else {
+        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      }
     }
   };
 
@@ -373,22 +433,30 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   }
 
   // Epilogue: l over the row's 4 threads, O / l into this warpgroup's rows of Q's shared memory
-  // (its own wgmmas, the only readers of those rows, have completed), LSE from registers.
+  // (its own wgmmas, the only readers of those rows, have completed), LSE from registers. FP8:
+  // the bf16 O is twice the size of Q's tile; each thread stores its pairs of columns directly.
+  To* out_rows = static_cast<To*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
+    const float inv = l > 0.f ? v_descale / l : 0.f;  // a row that saw no key: O = 0
     const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the CTA's 128
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
-      *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kM)) =
-          pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
     const int i = row0 + 8 * r;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+      if constexpr (kFp8) {
+        if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
+      } else {
+        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kM)) = pair;
+      }
+    }
     if (t == 0 && p.lse != nullptr && i < sb.sq)
       p.lse[attn_lse_offset(p, b, h, sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
   }
+  if constexpr (kFp8) return;
   fence_proxy_async_smem();  // the writes above before the TMA engine reads them
   named_barrier_sync(3 + cw, 128);
   if (wg_row0 >= sb.sq) return;
@@ -402,13 +470,12 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   } else {
     // Rows past this sequence belong to the next one: copy row by row, 16 bytes at a time.
     constexpr int kChunks = kHeadDim / 8;
-    T* out = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
     for (int e = t128; e < 64 * kChunks; e += 128) {
       const int r = e / kChunks, c = e % kChunks;
       const int i = wg_row0 + r;
       if (i >= sb.sq) continue;
       const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, kM));
-      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(i) * p.o_row_stride + 8 * c) = v;
+      *reinterpret_cast<uint4*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * c) = v;
     }
   }
 #endif

@@ -38,6 +38,13 @@ struct AttnFwdParams {
   // (stride 0 for (nheads,) slopes). Adds -slope * |i + sk - sq - j| to s_ij.
   const float* alibi_slopes;
   int64_t alibi_batch_stride;
+  // FP8 (e4m3 q, k, v; rung 4 only): fp32 descale factors, the values being x_e4m3 * descale.
+  // Those of (b, kv head hk) at descale[b * descale_batch_stride + hk * descale_head_stride]
+  // (both strides 0: one factor per tensor); nullptr: 1. The 16-bit rungs ignore them.
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  int64_t descale_batch_stride, descale_head_stride;
 };
 
 }  // namespace flashlab

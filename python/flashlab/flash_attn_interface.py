@@ -12,7 +12,10 @@ flash-attn:
 * with ``return_attn_probs`` the third value ``S_dmask`` is the normalised probabilities
   exp(s_ij - lse_i) in q's dtype, (batch, nheads, seqlen_q, seqlen_k) (varlen: padded to
   (batch, nheads, max_seqlen_q, max_seqlen_k) with zeros), not flash-attn's dropout mask;
-* ``softmax_scale <= 0`` (or NaN) means the default 1/sqrt(headdim), as in the C++ API.
+* ``softmax_scale <= 0`` (or NaN) means the default 1/sqrt(headdim), as in the C++ API;
+* FP8 as FlashAttention-3 takes it: ``flash_attn_func`` and ``flash_attn_varlen_func`` accept
+  e4m3 (``float8_e4m3fn``) q, k, v with optional fp32 ``q_descale``, ``k_descale``, ``v_descale``
+  (one element, or (batch, nheads_kv)) and return bf16; head dim 128 on Hopper only (rung 4).
 
 Masks are aligned bottom-right (flash-attn >= 2.1): with sq / sk a batch's lengths, row i sees
 keys j in [i + sk - sq - window_left, i + sk - sq + window_right], -1 meaning unbounded, and
@@ -57,19 +60,27 @@ def attention_fwd(q: Any, k: Any, v: Any, out: Any = None, *, softmax_lse: Any =
                   alibi_slopes: Any = None, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
                   max_seqlen_q: int = 0, max_seqlen_k: int = 0, softmax_scale: float | None = None,
                   causal: bool = False, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                  q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
                   rung: int | None = None) -> Any:
     """The C++ ``flashlab::attention_fwd`` as it is: no autograd, outputs given or not. Returns ``out``.
 
-    ``out`` defaults to a new tensor like ``q``; ``softmax_lse`` and ``attn_probs`` are written only
-    when given (attn_probs needs softmax_lse too). Shapes as include/flashlab/attention.h says.
+    ``out`` defaults to a new tensor like ``q`` (bf16 for e4m3 q); ``softmax_lse`` and ``attn_probs``
+    are written only when given (attn_probs needs softmax_lse too). Shapes as
+    include/flashlab/attention.h says.
     """
     if out is None:
-        out = _alloc.empty(q, _shape(q))
+        out = _alloc.empty(q, _shape(q), "bfloat16" if _is_e4m3(q) else None)
     q, k, v, alibi_slopes = _plain(q), _plain(k), _plain(v), _plain(alibi_slopes)
     _ffi.attention_fwd(q, k, v, out, softmax_lse, attn_probs, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                        int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal), window_left,
-                       window_right, float(softcap), _RUNG_AUTO if rung is None else rung)
+                       window_right, float(softcap), q_descale, k_descale, v_descale,
+                       _RUNG_AUTO if rung is None else rung)
     return out
+
+
+def _is_e4m3(x: Any) -> bool:
+    # torch.float8_e4m3fn, ml_dtypes' float8_e4m3fn, ...: the name is the common ground.
+    return "float8_e4m3" in str(getattr(x, "dtype", ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +190,8 @@ def _apply(run: Any, inputs: tuple[Any, ...], return_attn_probs: bool) -> Any:
 
 def _runner(*, varlen: bool, return_attn_probs: bool, softmax_scale: Any, causal: bool, window: tuple[Any, Any],
             softcap: float, alibi_slopes: Any, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
-            max_seqlen_q: int = 0, max_seqlen_k: int = 0, impl: int | None = None) -> Any:
+            max_seqlen_q: int = 0, max_seqlen_k: int = 0, impl: int | None = None,
+            descales: tuple[Any, Any, Any] = (None, None, None)) -> Any:
     """run(q, k, v) -> (out,) or (out, softmax_lse, attn_probs) with these options."""
     batch = _batch(cu_seqlens_q) if varlen and cu_seqlens_q is not None else 0
 
@@ -190,7 +202,8 @@ def _runner(*, varlen: bool, return_attn_probs: bool, softmax_scale: Any, causal
         out = attention_fwd(q, k, v, softmax_lse=lse, attn_probs=probs, alibi_slopes=alibi_slopes,
                             cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                             max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
-                            window_left=window[0], window_right=window[1], softcap=softcap, rung=impl)
+                            window_left=window[0], window_right=window[1], softcap=softcap,
+                            q_descale=descales[0], k_descale=descales[1], v_descale=descales[2], rung=impl)
         return (out, lse, probs) if return_attn_probs else (out,)
 
     return run
@@ -200,13 +213,15 @@ def _runner(*, varlen: bool, return_attn_probs: bool, softmax_scale: Any, causal
 # flash-attn 2.x's functions.
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl=None):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, q_descale=None,
+                    k_descale=None, v_descale=None, impl=None):
     """Attention over fixed-length batches.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_kv, headdim), nheads a
     multiple of nheads_kv (GQA / MQA); fp16 or bf16; any batch/row/head strides with a contiguous
     head dim (multiples of 8 elements, 16-byte aligned). alibi_slopes: fp32 (nheads,) or (batch,
-    nheads). ``deterministic`` only concerns the backward (ignored).
+    nheads). ``deterministic`` only concerns the backward (ignored). FP8: e4m3 q, k, v (head dim
+    128, Hopper) with optional fp32 descale factors (one element or (batch, nheads_kv)); out bf16.
 
     Returns out (batch, seqlen_q, nheads, headdim), or with ``return_attn_probs``
     ``(out, softmax_lse, S_dmask)``: softmax_lse fp32 (batch, nheads, seqlen_q), S_dmask the
@@ -215,13 +230,15 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     fn = "flash_attn_func"
     _check_forward_only(fn, dropout_p)
     run = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                  window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
+                  window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
+                  descales=(q_descale, k_descale, v_descale))
     return _apply(run, (q, k, v), return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None, *, impl=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, q_descale=None,
+                           k_descale=None, v_descale=None, impl=None):
     """Attention over variable-length batches packed along the rows.
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_kv, headdim); cu_seqlens_q / _k: int32
@@ -237,7 +254,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     run = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
                   window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                  max_seqlen_k=max_seqlen_k, impl=impl)
+                  max_seqlen_k=max_seqlen_k, impl=impl, descales=(q_descale, k_descale, v_descale))
     return _apply(run, (q, k, v), return_attn_probs)
 
 

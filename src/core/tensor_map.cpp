@@ -30,6 +30,10 @@ CUtensorMapDataType map_dtype(DType dt) {
     case DType::kF32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
     case DType::kF16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     case DType::kBF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::kE4M3:
+    case DType::kE5M2:
+    case DType::kI8:
+    case DType::kU8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // bytes: the copy engine does not look inside
     default: throw Error(concat("tensor map: unsupported dtype ", dtype_name(dt)));
   }
 }

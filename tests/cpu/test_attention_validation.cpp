@@ -162,11 +162,68 @@ TEST(AttentionValidation, RankSaysFixedOrVarlen) {
   expect_rejected(gpu(kBf, {64}, kQ), f.k, f.v, f.out, {"argument 'q'", "expected 4 dims", "got 1 dims, shape [64]"});
 }
 
+// FP8: e4m3 q, k, v with a bf16 out, on rung 4 (or auto) at head dim 128; fp32 descale factors,
+// one element or (batch, nheads_kv), only with e4m3 inputs.
+TEST(AttentionValidation, Fp8) {
+  constexpr DType e4 = DType::kE4M3;
+  const TensorView q = gpu(e4, {2, 16, 4, 128}, kQ), k = gpu(e4, {2, 32, 2, 128}, kK), v = gpu(e4, {2, 32, 2, 128}, kV),
+                   out = gpu(kBf, {2, 16, 4, 128}, kO);
+  expect_rejected(q, gpu(kBf, {2, 32, 2, 128}, kK), v, out, {"argument 'k'", "expected dtype e4m3 (same as 'q')", "got bf16"});
+  expect_rejected(q, k, gpu(kBf, {2, 32, 2, 128}, kV), out, {"argument 'v'", "expected dtype e4m3 (same as 'q')", "got bf16"});
+  expect_rejected(q, k, v, gpu(DType::kF16, {2, 16, 4, 128}, kO), {"argument 'out'", "expected dtype bf16", "got fp16"});
+  expect_rejected(q, k, v, gpu(e4, {2, 16, 4, 128}, kO), {"argument 'out'", "expected dtype bf16", "got e4m3"});
+  // Head dim 128 only; the Hopper rung only; no probabilities.
+  expect_rejected(gpu(e4, {2, 16, 4, 64}, kQ), gpu(e4, {2, 32, 2, 64}, kK), gpu(e4, {2, 32, 2, 64}, kV),
+                  gpu(kBf, {2, 16, 4, 64}, kO), {"argument 'q'", "expected head dim (last dim) 128 for e4m3 inputs", "got 64"},
+                  {}, {4, kAttnFwdRungAuto});
+  for (int rung : {1, 2, 3})
+    expect_rejected(q, k, v, out, {"argument 'rung'", "expected 4 or -1 (auto) for e4m3 inputs", "got " + std::to_string(rung)},
+                    {}, {rung});
+  const TensorView lse = gpu(DType::kF32, {2, 4, 16}, kLse), probs = gpu(e4, {2, 4, 16, 32}, kProbs);
+  AttnFwdOptions with_probs;
+  with_probs.softmax_lse = &lse, with_probs.attn_probs = &probs;
+  expect_rejected(q, k, v, out, {"argument 'attn_probs'", "expected none for e4m3 inputs", "got a tensor"}, with_probs,
+                  {4, kAttnFwdRungAuto});
+  // Rows of 16 bytes: strides in multiples of 16 elements.
+  expect_rejected(q, gpu_strided(e4, {2, 32, 2, 128}, {32 * 2 * 136, 2 * 136, 136, 1}, kK), v, out,
+                  {"argument 'k'", "expected strides that are multiples of 16 elements (16-byte aligned rows)"}, {},
+                  {4, kAttnFwdRungAuto});
+  // Descale factors.
+  const TensorView one = gpu(DType::kF32, {1}, kAlibi), per_head = gpu(DType::kF32, {2, 2}, kAlibi);
+  AttnFwdOptions o;
+  o.q_descale = &one;
+  const Fixed b16;
+  expect_rejected(b16.q, b16.k, b16.v, b16.out,
+                  {"argument 'q_descale'", "expected no descale factor for fp16 / bf16 inputs (FP8 e4m3 only)"}, o);
+  const TensorView wrong_shape = gpu(DType::kF32, {4, 2}, kAlibi), wrong_dtype = gpu(kBf, {1}, kAlibi);
+  AttnFwdOptions o2;
+  o2.k_descale = &wrong_shape;
+  expect_rejected(q, k, v, out, {"argument 'k_descale'", "expected one element or shape [2, 2] (batch, nheads_kv)", "got [4, 2]"},
+                  o2, {4, kAttnFwdRungAuto});
+  AttnFwdOptions o3;
+  o3.v_descale = &wrong_dtype;
+  expect_rejected(q, k, v, out, {"argument 'v_descale'", "expected dtype fp32", "got bf16"}, o3, {4, kAttnFwdRungAuto});
+  AttnFwdOptions mix;
+  mix.q_descale = &one, mix.k_descale = &per_head;
+  EXPECT_THROW(
+      {
+        try {
+          attention_fwd(q, k, v, out, nullptr, kAttnFwdRungAuto, mix);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("expected all per tensor (one element) or all per (batch, nheads_kv), got a mix"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
 TEST(AttentionValidation, Dtypes) {
-  for (DType dt : {DType::kF32, DType::kI8, DType::kE4M3, DType::kI32}) {
+  for (DType dt : {DType::kF32, DType::kI8, DType::kE5M2, DType::kI32}) {
     expect_rejected(gpu(dt, {2, 16, 4, 64}, kQ), gpu(dt, {2, 32, 2, 64}, kK), gpu(dt, {2, 32, 2, 64}, kV),
                     gpu(dt, {2, 16, 4, 64}, kO),
-                    {"argument 'q'", "expected dtype fp16 or bf16", std::string("got ") + dtype_name(dt)});
+                    {"argument 'q'", "expected dtype fp16 or bf16 or e4m3", std::string("got ") + dtype_name(dt)});
   }
   const Fixed t;
   expect_rejected(t.q, gpu(DType::kF16, {2, 32, 2, 64}, kK), t.v, t.out,

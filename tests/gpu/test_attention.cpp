@@ -19,6 +19,7 @@
 
 #include "flashlab/attention.h"
 #include "src/reference/attention.h"
+#include "src/reference/quant.h"
 #include "tests/common/attention_naive.h"
 #include "tests/common/gpu_utils.h"
 #include "tests/common/test_utils.h"
@@ -78,9 +79,10 @@ struct DevTensor {
   }
 };
 
-DevTensor make_layout(const Case& c, int64_t total, int64_t seq, int64_t heads) {
+// es: bytes per element (the padding is 16 bytes).
+DevTensor make_layout(const Case& c, int64_t total, int64_t seq, int64_t heads, int64_t es = 2) {
   DevTensor t;
-  const int64_t dp = c.layout == Layout::kPadded ? c.d + 8 : c.d;
+  const int64_t dp = c.layout == Layout::kPadded ? c.d + 16 / es : c.d;
   if (c.varlen) {
     t.shape = {total, heads, c.d};
     t.strides = {heads * dp, dp, 1};
@@ -429,6 +431,220 @@ TEST(Attention, Rung4OddStridesAndEmptyKeys) {
   c.lq = {5, 7};
   c.lk = {0, 0};
   check_case(DType::kBF16, c, {3}, rng);
+}
+
+// ---- FP8 (e4m3 q, k, v; bf16 out; rung 4, head dim 128) ----------------------------------------
+// Inputs: random e4m3 codes (|value| <= range) and fp32 descale factors (per tensor, or per
+// (batch, kv head)); the float64 reference runs on the dequantized values. Naive computation for
+// the tolerance rule: what an FP8 attention must do, in fp32, with P rounded to e4m3 before P V:
+// s = scale (q.k) in fp32, p = exp(s - max), l = sum p (fp32), o = sum e4m3(p) v / l, rounded
+// to bf16. The kernel differs in where its P is rounded (relative to the running max of its key
+// blocks) and its summation order; held to 2x the naive error + one bf16 unit roundoff of max |ref|.
+
+// n random e4m3 codes with |value| <= range (no NaN codes) as a HostTensor (values exact).
+HostTensor random_e4m3(int64_t n, std::mt19937_64& rng, double range) {
+  HostTensor t = empty_tensor(DType::kE4M3, n);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t code;
+    double v;
+    do {
+      code = static_cast<uint8_t>(byte(rng));
+      v = reference::decode_e4m3(code);
+    } while (std::isnan(v) || std::fabs(v) > range);
+    t.bytes[i] = code;
+    t.values[i] = v;
+  }
+  return t;
+}
+
+reference::AttnRefResult attention_fwd_naive_fp8(const std::vector<double>& q, const std::vector<double>& k,
+                                                 const std::vector<double>& v, const reference::AttnRefArgs& a) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim;
+  const int64_t total_q = a.cu_seqlens_q[a.batch];
+  const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
+  reference::AttnRefResult r;
+  r.out.assign(static_cast<size_t>(total_q * H * D), 0.0);
+  r.lse.assign(static_cast<size_t>(H * total_q), -static_cast<double>(kInf));
+  const float scale = static_cast<float>(a.scale), cap = static_cast<float>(a.softcap);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
+    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
+    std::vector<float> s(static_cast<size_t>(sk));
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / (H / Hkv);
+      const float slope =
+          n_slopes == 0 ? 0.f : static_cast<float>(n_slopes == H ? a.alibi_slopes[h] : a.alibi_slopes[b * H + h]);
+      for (int64_t i = 0; i < sq; ++i) {
+        float m = -kInf;
+        for (int64_t j = 0; j < sk; ++j) {
+          float acc = 0.f;
+          for (int64_t c = 0; c < D; ++c)
+            acc += static_cast<float>(q[((q0 + i) * H + h) * D + c]) * static_cast<float>(k[((k0 + j) * Hkv + hk) * D + c]);
+          float x = scale * acc;
+          if (cap > 0.f) x = cap * std::tanh(x / cap);
+          if (n_slopes != 0) x -= slope * static_cast<float>(std::llabs(i + sk - sq - j));
+          if (!reference::attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) x = -kInf;
+          s[j] = x;
+          m = std::max(m, x);
+        }
+        if (m == -kInf) continue;
+        float l = 0.f;
+        for (int64_t j = 0; j < sk; ++j) {
+          s[j] = std::exp(s[j] - m);
+          l += s[j];
+        }
+        r.lse[h * total_q + q0 + i] = m + std::log(l);
+        for (int64_t c = 0; c < D; ++c) {
+          float acc = 0.f;
+          for (int64_t j = 0; j < sk; ++j)
+            acc += static_cast<float>(reference::round_e4m3(s[j])) * static_cast<float>(v[((k0 + j) * Hkv + hk) * D + c]);
+          r.out[((q0 + i) * H + h) * D + c] = round_to(DType::kBF16, acc / l);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// One FP8 case: descales per tensor (per_head = false) or per (batch, kv head).
+void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
+  const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
+  const int64_t total_q = cuq.back(), total_k = cuk.back();
+  const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
+  const HostTensor q = random_e4m3(total_q * c.h * c.d, rng, c.range);
+  const HostTensor k = random_e4m3(total_k * c.hk * c.d, rng, c.range);
+  const HostTensor v = random_e4m3(total_k * c.hk * c.d, rng, 4.0);
+  const int64_t n_desc = per_head ? c.batch * c.hk : 1;
+  std::uniform_real_distribution<double> unit(0.25, 1.0);
+  std::vector<float> desc[3];  // q, k, v
+  for (auto& d : desc)
+    for (int64_t x = 0; x < n_desc; ++x) d.push_back(static_cast<float>(unit(rng)) / (&d == &desc[2] ? 4.f : 1.f));
+  std::vector<double> slopes;
+  std::uniform_real_distribution<double> slope(0.01, 0.5);
+  for (int64_t n = 0; n < (c.alibi == 2 ? c.batch * c.h : c.alibi == 1 ? c.h : 0); ++n) slopes.push_back(static_cast<float>(slope(rng)));
+  // Dequantized values (exact in double): x_e4m3 * descale of (batch, kv head).
+  const auto dequant = [&](const HostTensor& t, const std::vector<int64_t>& cu, int64_t heads, const std::vector<float>& ds) {
+    std::vector<double> out(t.values.size());
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t r = cu[b]; r < cu[b + 1]; ++r)
+        for (int64_t hh = 0; hh < heads; ++hh) {
+          const int64_t hk = hh / (heads / c.hk);
+          const double f = ds[per_head ? b * c.hk + hk : 0];
+          for (int64_t x = 0; x < c.d; ++x) out[(r * heads + hh) * c.d + x] = t.values[(r * heads + hh) * c.d + x] * f;
+        }
+    return out;
+  };
+  const std::vector<double> qd = dequant(q, cuq, c.h, desc[0]), kd = dequant(k, cuk, c.hk, desc[1]),
+                            vd = dequant(v, cuk, c.hk, desc[2]);
+  reference::AttnRefArgs args;
+  args.batch = c.batch, args.nheads = c.h, args.nheads_kv = c.hk, args.headdim = c.d;
+  args.cu_seqlens_q = cuq, args.cu_seqlens_k = cuk;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
+  args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
+  args.alibi_slopes = slopes;
+  const reference::AttnRefResult ref = reference::attention_fwd(qd, kd, vd, args);
+  const reference::AttnRefResult naive = attention_fwd_naive_fp8(qd, kd, vd, args);
+
+  const DevTensor lq = make_layout(c, total_q, max_sq, c.h, 1), lk = make_layout(c, total_k, max_sk, c.hk, 1);
+  const DevTensor lo = make_layout(c, total_q, max_sq, c.h, 2);  // bf16 out
+  DeviceBuffer dq(std::max<int64_t>(lq.elems, 1)), dk(std::max<int64_t>(lk.elems, 1)), dv(std::max<int64_t>(lk.elems, 1)),
+      dout(std::max<int64_t>(lo.elems, 1) * 2);
+  upload(dq.ptr, scatter(q, lq, c, cuq, c.h));
+  upload(dk.ptr, scatter(k, lk, c, cuk, c.hk));
+  upload(dv.ptr, scatter(v, lk, c, cuk, c.hk));
+  DeviceBuffer ddesc(3 * n_desc * 4), dlse(std::max<int64_t>(c.varlen ? c.h * total_q : c.batch * c.h * max_sq, 1) * 4);
+  for (int x = 0; x < 3; ++x)
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(static_cast<float*>(ddesc.ptr) + x * n_desc, desc[x].data(), n_desc * 4, cudaMemcpyHostToDevice));
+  DeviceBuffer dcuq(cuq.size() * 4), dcuk(cuk.size() * 4), dslopes(std::max<size_t>(slopes.size(), 1) * 4);
+  std::vector<int> cuq32(cuq.begin(), cuq.end()), cuk32(cuk.begin(), cuk.end());
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuq.ptr, cuq32.data(), cuq32.size() * 4, cudaMemcpyHostToDevice));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuk.ptr, cuk32.data(), cuk32.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<float> slopes32(slopes.begin(), slopes.end());
+  if (!slopes.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpy(dslopes.ptr, slopes32.data(), slopes32.size() * 4, cudaMemcpyHostToDevice));
+
+  const Device gpu{DeviceType::kCUDA, 0};
+  const TensorView qv(dq.ptr, DType::kE4M3, lq.shape, lq.strides, gpu), kv(dk.ptr, DType::kE4M3, lk.shape, lk.strides, gpu),
+      vv(dv.ptr, DType::kE4M3, lk.shape, lk.strides, gpu), ov(dout.ptr, DType::kBF16, lo.shape, lo.strides, gpu);
+  std::vector<TensorView> desc_v;
+  for (int x = 0; x < 3; ++x) {
+    float* ptr = static_cast<float*>(ddesc.ptr) + x * n_desc;
+    desc_v.push_back(per_head ? device_view(ptr, DType::kF32, {c.batch, c.hk}) : device_view(ptr, DType::kF32, {1}));
+  }
+  const TensorView cuq_v = device_view(dcuq.ptr, DType::kI32, {c.batch + 1}), cuk_v = device_view(dcuk.ptr, DType::kI32, {c.batch + 1});
+  const TensorView slopes_v = c.alibi == 2 ? device_view(dslopes.ptr, DType::kF32, {c.batch, c.h})
+                                           : device_view(dslopes.ptr, DType::kF32, {c.h});
+  const TensorView lse_v = c.varlen ? device_view(dlse.ptr, DType::kF32, {c.h, total_q})
+                                    : device_view(dlse.ptr, DType::kF32, {c.batch, c.h, max_sq});
+  AttnFwdOptions opt;
+  opt.causal = c.causal, opt.window_left = c.wl, opt.window_right = c.wr, opt.softcap = c.softcap;
+  if (c.alibi) opt.alibi_slopes = &slopes_v;
+  if (c.varlen) opt.cu_seqlens_q = &cuq_v, opt.cu_seqlens_k = &cuk_v, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
+  opt.softmax_lse = &lse_v;
+  opt.q_descale = &desc_v[0], opt.k_descale = &desc_v[1], opt.v_descale = &desc_v[2];
+
+  const ::testing::Message what = ::testing::Message(describe(c, DType::kE4M3, 4)) << (per_head ? " descale per head" : " descale per tensor");
+  dout.poison();
+  dlse.poison();
+  attention_fwd(qv, kv, vv, ov, nullptr, kAttnFwdRungAuto, opt);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> got = gather(decode(DType::kBF16, download(dout.ptr, dout.bytes)), lo, c, cuq, c.h);
+  expect_no_nan(got, what);
+  double max_ref = 0;
+  for (double x : ref.out) max_ref = std::max(max_ref, std::fabs(x));
+  expect_within_tolerance(got, naive.out, ref.out, unit_roundoff(DType::kBF16) * max_ref, what);
+  const std::vector<double> lse_dev = decode(DType::kF32, download(dlse.ptr, dlse.bytes));
+  std::vector<double> lse(ref.lse.size()), lse_ref = ref.lse, lse_naive = naive.lse;
+  int64_t inf_mismatch = 0;
+  double max_lse = 0;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t hh = 0; hh < c.h; ++hh)
+      for (int64_t i = 0; i < c.lq[b]; ++i) {
+        const size_t x = static_cast<size_t>(hh * total_q + cuq[b] + i);
+        lse[x] = lse_dev[c.varlen ? x : static_cast<size_t>((b * c.h + hh) * max_sq + i)];
+        if (std::isinf(lse_ref[x]) || std::isinf(lse[x])) {
+          inf_mismatch += lse[x] != lse_ref[x];
+          lse[x] = lse_ref[x] = lse_naive[x] = 0;
+        }
+        max_lse = std::max(max_lse, std::fabs(lse_ref[x]));
+      }
+  EXPECT_EQ(inf_mismatch, 0) << what << ": lse rows where exactly one of kernel and reference is -inf";
+  expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse), ::testing::Message(what) << " (lse)");
+}
+
+TEST(Attention, Fp8Rung4) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "FP8 attention runs on sm_90 only";
+  std::mt19937_64 rng(80);
+  std::vector<Case> cases;
+  for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1}, {128, 128}, {200, 333}, {333, 200}, {1000, 1000}}) {
+    cases.push_back(fixed(2, sq, sk, 4, 4, 128));
+    Case causal = fixed(1, sq, sk, 2, 1, 128);  // MQA, causal
+    causal.causal = true;
+    cases.push_back(causal);
+  }
+  Case window = fixed(1, 500, 700, 4, 2, 128);
+  window.wl = 100, window.wr = 30;
+  cases.push_back(window);
+  Case mods = fixed(2, 300, 300, 4, 2, 128);
+  mods.softcap = 20.f, mods.alibi = 2, mods.causal = true;
+  cases.push_back(mods);
+  Case padded = fixed(2, 257, 129, 4, 2, 128);
+  padded.layout = Layout::kPadded;
+  cases.push_back(padded);
+  Case head_major = fixed(2, 130, 250, 2, 2, 128);
+  head_major.layout = Layout::kHeadMajor;
+  cases.push_back(head_major);
+  Case varlen;
+  varlen.batch = 4, varlen.h = 4, varlen.hk = 2, varlen.d = 128, varlen.varlen = true, varlen.causal = true;
+  varlen.lq = {100, 0, 257, 31};
+  varlen.lk = {300, 5, 0, 129};
+  cases.push_back(varlen);
+  for (const Case& c : cases) {
+    check_case_fp8(c, false, rng);
+    check_case_fp8(c, true, rng);
+  }
 }
 
 // Repeated launches give bit-identical outputs (no atomics in any rung).

@@ -106,7 +106,7 @@ def test_ranks_and_dtypes():
         _call(*_fixed(v_dtype="float32"))
     with raises("attention_fwd: argument 'out': expected dtype bf16 (same as 'q'), got fp16"):
         _call(*_fixed(dtype="bfloat16", out_dtype="float16"))
-    with raises("attention_fwd: argument 'q': expected dtype fp16 or bf16, got fp32"):
+    with raises("attention_fwd: argument 'q': expected dtype fp16 or bf16 or e4m3, got fp32"):
         _call(*_fixed(dtype="float32"))
     q, _, v, out = _fixed()
     k1 = fake([2, 33, 2, 64], "float16", device=(2, 1), offset_bytes=8 * MB)  # cuda:1
@@ -453,6 +453,77 @@ TOP_CASES = [
     (1, 128, 256, 2, 2, 256, "float16", dict(scale=0.3)),
     (2, 256, 256, 8, 1, 128, "bfloat16", dict(causal=True, window=(64, 16), softcap=20.0)),  # causal wins over wr
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 (e4m3 q, k, v; bf16 out; Hopper, head dim 128).
+
+def test_fp8_validation():
+    with raises("attention_fwd: argument 'out': expected dtype bf16, got e4m3"):
+        _call(*_fixed(d=128, dtype="float8_e4m3fn"))
+    with raises("attention_fwd: argument 'q': expected head dim (last dim) 128 for e4m3 inputs, got 64"):
+        _call(*_fixed(dtype="float8_e4m3fn", out_dtype="bfloat16"))
+    with raises("attention_fwd: argument 'q_descale': expected no descale factor for fp16 / bf16 inputs (FP8 e4m3 "
+                "only), got a tensor"):
+        _call(*_fixed(), q_descale=_aux([1]))
+    with raises("attention_fwd: argument 'v_descale': expected one element or shape [2, 2] (batch, nheads_kv), "
+                "got [2, 4]"):
+        _call(*_fixed(d=128, dtype="float8_e4m3fn", out_dtype="bfloat16"), v_descale=_aux([2, 4]))
+    with raises("attention_fwd: argument 'rung': expected 4 or -1 (auto) for e4m3 inputs (FP8 runs on the Hopper "
+                "rung only), got 3"):
+        _call(*_fixed(d=128, dtype="float8_e4m3fn", out_dtype="bfloat16"), rung=3)
+
+
+def _fp8_inputs(shape_q, shape_k, seed: int, per_head: bool, b: int, hkv: int):
+    """e4m3 q, k, v (from scaled normals) and fp32 descales (one element or (b, hkv))."""
+    g = _gen(seed)
+    q = (torch.randn(shape_q, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    k = (torch.randn(shape_k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    v = (torch.randn(shape_k, device="cuda", generator=g) * 4).to(torch.float8_e4m3fn)
+    n = (b, hkv) if per_head else (1,)
+    descales = [(torch.rand(n, device="cuda", generator=g) * 0.75 + 0.25).contiguous() for _ in range(3)]
+    return q, k, v, descales
+
+
+def _fp8_reference(q, k, v, descales, *, per_head, scale, causal):
+    """(float64 reference, naive FP8) outputs of fixed-length e4m3 inputs: the reference on the
+    dequantized values; the naive computation in fp32 with P rounded to e4m3 before P V, bf16 out."""
+    b, sq, h, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+
+    def deq(x, f):
+        f = f.double().reshape(b, 1, hkv, 1) if per_head else f.double().reshape(1, 1, 1, 1)
+        xd = x.double().reshape(x.shape[0], x.shape[1], hkv, -1, d) * f[..., None]
+        return xd.reshape(x.shape)
+
+    qd, kd, vd = deq(q, descales[0]), deq(k, descales[1]), deq(v, descales[2])
+    ref, _, _ = _attend(qd, kd, vd, None, scale=scale, softcap=0.0, causal=causal, wl=-1, wr=-1)
+    kx = kd.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
+    vx = vd.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
+    s = (qd.float().transpose(1, 2) @ kx.transpose(-1, -2)) * scale
+    s = s.masked_fill(~_keep(sq, sk, causal, -1, -1), -math.inf)
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - m)
+    l = p.sum(-1, keepdim=True)
+    naive = ((p.to(torch.float8_e4m3fn).float() @ vx) / l).to(torch.bfloat16).transpose(1, 2)
+    return ref, naive
+
+
+@gpu
+@pytest.mark.skipif(torch is None or not hasattr(torch, "float8_e4m3fn"), reason="torch without float8_e4m3fn")
+@pytest.mark.parametrize("per_head", [False, True], ids=["per_tensor", "per_head"])
+@pytest.mark.parametrize("b,sq,sk,h,hkv,causal", [(2, 128, 128, 4, 4, False), (1, 300, 517, 4, 2, True),
+                                                  (2, 1000, 1000, 2, 1, False), (1, 77, 1, 2, 2, False)])
+def test_fp8(b, sq, sk, h, hkv, causal, per_head):
+    if not _hopper_here():
+        pytest.skip("FP8 attention runs on sm_90 only")
+    d = 128
+    q, k, v, descales = _fp8_inputs((b, sq, h, d), (b, sk, hkv, d), sq + sk, per_head, b, hkv)
+    out = flashlab.flash_attn_func(q, k, v, causal=causal, q_descale=descales[0], k_descale=descales[1],
+                                   v_descale=descales[2])
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, h, d)
+    ref, naive = _fp8_reference(q, k, v, descales, per_head=per_head, scale=d ** -0.5, causal=causal)
+    check_close(out, _np(ref), _np(naive), "bfloat16", f"fp8 b{b} sq{sq} sk{sk} h{h}/{hkv} causal={causal}")
 
 
 def _hopper_here() -> bool:

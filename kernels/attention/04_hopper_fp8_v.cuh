@@ -1,0 +1,48 @@
+// Rung 4, FP8: V transposed for P V. The 8-bit wgmma reads both operands K-major only, and the k
+// of P V is the key, so the Hopper kernel reads V^T (head dims x keys, keys contiguous) where the
+// 16-bit kernels read V as an MN-major operand. This pass writes it once per call:
+//   vt[b][hk][c][position(j)] = v[b][j][hk][c],  j < sk of batch b;  0 for j in [sk, sk_pad)
+// with the keys of each 16-key group in the order of P's register fragment (attn_fp8_v_position,
+// kernels/attention/04_hopper.cuh) and each row padded with zeros to sk_pad (a multiple of the
+// 128-key block), so that blocks past a sequence's end multiply masked probabilities by zeros.
+// vt: (batch, nheads_kv, d, sk_pad) e4m3, contiguous; v: any strides (varlen: packed rows).
+// Cost: a read and a write of V (the attention itself reads K and V once per query block).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention/04_hopper.cuh"
+
+namespace flashlab::kernels {
+
+inline constexpr int kAttnFp8TransposeKeys = 64;     // keys per block
+inline constexpr int kAttnFp8TransposeThreads = 256;
+
+// Grid: (sk_pad / kAttnFp8TransposeKeys, nheads_kv, batch), kAttnFp8TransposeThreads threads.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kAttnFp8TransposeThreads)
+    attn_fp8_transpose_v_kernel(const __grid_constant__ AttnFwdParams p, uint8_t* vt, int64_t sk_pad) {
+  constexpr int kKeys = kAttnFp8TransposeKeys, kChunks = kHeadDim / 16;  // 16-byte chunks of a row of V
+  __shared__ __align__(16) uint8_t tile[kKeys][kHeadDim + 16];  // +16 bytes: rows start on different banks
+  const int b = blockIdx.z, hk = blockIdx.y, k0 = blockIdx.x * kKeys;
+  const AttnBatch sb = attn_batch(p, b);
+  const uint8_t* v = static_cast<const uint8_t*>(p.v) +
+                     attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  for (int e = threadIdx.x; e < kKeys * kChunks; e += blockDim.x) {
+    const int r = e / kChunks, c = e % kChunks;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (k0 + r < sb.sk) x = *reinterpret_cast<const uint4*>(v + static_cast<int64_t>(k0 + r) * p.v_row_stride + 16 * c);
+    *reinterpret_cast<uint4*>(&tile[r][16 * c]) = x;
+  }
+  __syncthreads();
+  uint8_t* dst = vt + (static_cast<int64_t>(b) * p.nheads_kv + hk) * kHeadDim * sk_pad + k0;
+  for (int e = threadIdx.x; e < kHeadDim * (kKeys / 16); e += blockDim.x) {
+    const int c = e / (kKeys / 16), group = e % (kKeys / 16);  // head dim c, keys 16 group ..
+    alignas(16) uint8_t out[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) out[attn_fp8_v_position(j)] = tile[16 * group + j][c];
+    *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(c) * sk_pad + 16 * group) = *reinterpret_cast<const uint4*>(out);
+  }
+}
+
+}  // namespace flashlab::kernels
