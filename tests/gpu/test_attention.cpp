@@ -441,10 +441,10 @@ TEST(Attention, Rung4OddStridesAndEmptyKeys) {
 // to bf16. The kernel differs in where its P is rounded (relative to the running max of its key
 // blocks) and its summation order; held to 2x the naive error + one bf16 unit roundoff of max |ref|.
 // The lse adds one term: the FP8 tensor cores do not keep fp32's 24 bits while they add the
-// products of a dot product (about 14 bits, as DeepSeek-V3's report measured on Hopper; here, the
-// single-key cases, where lse is the logit itself, showed errors of 1e-5 of the logit's size), so
-// the logits, exact in the naive fp32 computation up to fp32 rounding, carry an error up to
-// 2^-14 x scale x sum_c |q_c k_c|: that bound (its maximum over the case) is added to the floor.
+// products of a dot product (DeepSeek-V3's report puts it near 14 bits on Hopper), so their
+// logits carry an error the fp32 naive computation does not have. Measured on an H100 (cf57815),
+// in the single-key cases where the lse is the logit itself: up to 1.0e-4 x scale x sum_c
+// |q_c k_c| (2^-13.3). The floor adds 2^-12 x scale x sum_c |q_c k_c| (its maximum over the case).
 
 // n random e4m3 codes with |value| <= range (no NaN codes) as a HostTensor (values exact).
 HostTensor random_e4m3(int64_t n, std::mt19937_64& rng, double range) {
@@ -624,7 +624,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
         max_lse = std::max(max_lse, std::fabs(lse_ref[x]));
       }
   EXPECT_EQ(inf_mismatch, 0) << what << ": lse rows where exactly one of kernel and reference is -inf";
-  expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse) + std::ldexp(abs_logit, -14),
+  expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse) + std::ldexp(abs_logit, -12),
                           ::testing::Message(what) << " (lse)");
 }
 
