@@ -129,6 +129,26 @@ std::vector<double> gather(const std::vector<double>& dev, const DevTensor& t, c
   return out;
 }
 
+// A case's cu_seqlens (int32, batch + 1) and ALiBi slopes (fp32, (nheads,) or (batch, nheads)) on
+// the device, and their views.
+struct CaseAux {
+  const Case& c;
+  DeviceBuffer cuq, cuk, slopes;
+  CaseAux(const Case& c_, const std::vector<int64_t>& cu_q32, const std::vector<int64_t>& cu_k32, const std::vector<double>& s)
+      : c(c_), cuq(cu_q32.size() * 4), cuk(cu_k32.size() * 4), slopes(std::max<size_t>(s.size(), 1) * 4) {
+    const std::vector<int> q32(cu_q32.begin(), cu_q32.end()), k32(cu_k32.begin(), cu_k32.end());
+    const std::vector<float> f32(s.begin(), s.end());
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(cuq.ptr, q32.data(), q32.size() * 4, cudaMemcpyHostToDevice));
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(cuk.ptr, k32.data(), k32.size() * 4, cudaMemcpyHostToDevice));
+    if (!f32.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpy(slopes.ptr, f32.data(), f32.size() * 4, cudaMemcpyHostToDevice));
+  }
+  TensorView cu_q() const { return device_view(cuq.ptr, DType::kI32, {c.batch + 1}); }
+  TensorView cu_k() const { return device_view(cuk.ptr, DType::kI32, {c.batch + 1}); }
+  TensorView alibi_slopes() const {
+    return c.alibi == 2 ? device_view(slopes.ptr, DType::kF32, {c.batch, c.h}) : device_view(slopes.ptr, DType::kF32, {c.h});
+  }
+};
+
 void expect_no_nan(const std::vector<double>& v, const ::testing::Message& what) {
   const auto n = std::count_if(v.begin(), v.end(), [](double x) { return std::isnan(x); });
   EXPECT_EQ(n, 0) << what << ": NaN in the output";
@@ -169,19 +189,12 @@ void check_case(DType dt, const Case& c, std::initializer_list<int> rungs_asked,
   upload(dv.ptr, scatter(v, lk, c, cuk, c.hk));
   const int64_t lse_n = c.varlen ? c.h * total_q : c.batch * c.h * max_sq;
   DeviceBuffer dlse(std::max<int64_t>(lse_n, 1) * 4), dprobs(std::max<int64_t>(c.batch * c.h * max_sq * max_sk, 1) * es);
-  DeviceBuffer dcuq(cuq.size() * 4), dcuk(cuk.size() * 4), dslopes(std::max<size_t>(slopes.size(), 1) * 4);
-  std::vector<int> cuq32(cuq.begin(), cuq.end()), cuk32(cuk.begin(), cuk.end());
-  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuq.ptr, cuq32.data(), cuq32.size() * 4, cudaMemcpyHostToDevice));
-  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuk.ptr, cuk32.data(), cuk32.size() * 4, cudaMemcpyHostToDevice));
-  std::vector<float> slopes32(slopes.begin(), slopes.end());
-  if (!slopes.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpy(dslopes.ptr, slopes32.data(), slopes32.size() * 4, cudaMemcpyHostToDevice));
+  const CaseAux aux(c, cuq, cuk, slopes);
 
   const Device gpu{DeviceType::kCUDA, 0};
   const TensorView qv(dq.ptr, dt, lq.shape, lq.strides, gpu), kv(dk.ptr, dt, lk.shape, lk.strides, gpu),
       vv(dv.ptr, dt, lk.shape, lk.strides, gpu), ov(dout.ptr, dt, lq.shape, lq.strides, gpu);
-  const TensorView cuq_v = device_view(dcuq.ptr, DType::kI32, {c.batch + 1}), cuk_v = device_view(dcuk.ptr, DType::kI32, {c.batch + 1});
-  const TensorView slopes_v = c.alibi == 2 ? device_view(dslopes.ptr, DType::kF32, {c.batch, c.h})
-                                           : device_view(dslopes.ptr, DType::kF32, {c.h});
+  const TensorView cuq_v = aux.cu_q(), cuk_v = aux.cu_k(), slopes_v = aux.alibi_slopes();
   const TensorView lse_v = c.varlen ? device_view(dlse.ptr, DType::kF32, {c.h, total_q})
                                     : device_view(dlse.ptr, DType::kF32, {c.batch, c.h, max_sq});
   const TensorView probs_v = device_view(dprobs.ptr, dt, {c.batch, c.h, max_sq, max_sk});
@@ -571,12 +584,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
   DeviceBuffer ddesc(3 * n_desc * 4), dlse(std::max<int64_t>(c.varlen ? c.h * total_q : c.batch * c.h * max_sq, 1) * 4);
   for (int x = 0; x < 3; ++x)
     FLASHLAB_CUDA_CHECK(cudaMemcpy(static_cast<float*>(ddesc.ptr) + x * n_desc, desc[x].data(), n_desc * 4, cudaMemcpyHostToDevice));
-  DeviceBuffer dcuq(cuq.size() * 4), dcuk(cuk.size() * 4), dslopes(std::max<size_t>(slopes.size(), 1) * 4);
-  std::vector<int> cuq32(cuq.begin(), cuq.end()), cuk32(cuk.begin(), cuk.end());
-  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuq.ptr, cuq32.data(), cuq32.size() * 4, cudaMemcpyHostToDevice));
-  FLASHLAB_CUDA_CHECK(cudaMemcpy(dcuk.ptr, cuk32.data(), cuk32.size() * 4, cudaMemcpyHostToDevice));
-  std::vector<float> slopes32(slopes.begin(), slopes.end());
-  if (!slopes.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpy(dslopes.ptr, slopes32.data(), slopes32.size() * 4, cudaMemcpyHostToDevice));
+  const CaseAux aux(c, cuq, cuk, slopes);
 
   const Device gpu{DeviceType::kCUDA, 0};
   const TensorView qv(dq.ptr, DType::kE4M3, lq.shape, lq.strides, gpu), kv(dk.ptr, DType::kE4M3, lk.shape, lk.strides, gpu),
@@ -586,9 +594,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
     float* ptr = static_cast<float*>(ddesc.ptr) + x * n_desc;
     desc_v.push_back(per_head ? device_view(ptr, DType::kF32, {c.batch, c.hk}) : device_view(ptr, DType::kF32, {1}));
   }
-  const TensorView cuq_v = device_view(dcuq.ptr, DType::kI32, {c.batch + 1}), cuk_v = device_view(dcuk.ptr, DType::kI32, {c.batch + 1});
-  const TensorView slopes_v = c.alibi == 2 ? device_view(dslopes.ptr, DType::kF32, {c.batch, c.h})
-                                           : device_view(dslopes.ptr, DType::kF32, {c.h});
+  const TensorView cuq_v = aux.cu_q(), cuk_v = aux.cu_k(), slopes_v = aux.alibi_slopes();
   const TensorView lse_v = c.varlen ? device_view(dlse.ptr, DType::kF32, {c.h, total_q})
                                     : device_view(dlse.ptr, DType::kF32, {c.batch, c.h, max_sq});
   AttnFwdOptions opt;
@@ -660,6 +666,22 @@ TEST(Attention, Fp8Rung4) {
     check_case_fp8(c, false, rng);
     check_case_fp8(c, true, rng);
   }
+}
+
+// Two small FP8 cases (GQA causal with ragged lengths; varlen with empty sequences): the reduced
+// sweep compute-sanitizer runs (scripts/device.sh FLASHLAB_SANITIZE_FILTER=Attention.Fp8Small).
+TEST(Attention, Fp8Small) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "FP8 attention runs on sm_90 only";
+  std::mt19937_64 rng(81);
+  Case causal = fixed(1, 200, 333, 4, 2, 128);
+  causal.causal = true;
+  Case varlen;
+  varlen.batch = 3, varlen.h = 2, varlen.hk = 1, varlen.d = 128, varlen.varlen = true;
+  varlen.lq = {70, 0, 129};
+  varlen.lk = {150, 9, 0};
+  check_case_fp8(causal, true, rng);
+  check_case_fp8(varlen, false, rng);
 }
 
 // Repeated launches give bit-identical outputs (no atomics in any rung).
