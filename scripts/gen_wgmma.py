@@ -23,75 +23,49 @@ def outs(n_acc):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n_acc))
 
 
-def ss(ctype, ptx, n):
+def ss(ctype, ptx, n, k=16):
+    """Both operands from shared memory. k = 16: 16-bit types, with transpose immediates; k = 32:
+    8-bit types, K-major only (the template parameters must be 0)."""
     a = n // 2
+    trans = k == 16
+    check = "" if trans else \
+        '    static_assert(kTransA == 0 && kTransB == 0, "8-bit wgmma takes K-major operands only");\n'
+    imm = f", %{a + 3}, %{a + 4}" if trans else ""
+    ins = ', "n"(kTransA), "n"(kTransB)' if trans else ""
     return f"""template <>
 struct Wgmma<{ctype}, {n}> {{
   template <int kTransA, int kTransB>
   __device__ __forceinline__ static void mma(float (&d)[{a}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
-    asm volatile(
+{check}    asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{a + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
+        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} "
         "{{{regs(a)}}}, "
-        "%{a}, %{a + 1}, p, 1, 1, %{a + 3}, %{a + 4};\\n}}\\n"
+        "%{a}, %{a + 1}, p, 1, 1{imm};\\n}}\\n"
         : {outs(a)}
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d){ins});
   }}
 }};
 """
 
 
-def rs(ctype, ptx, n):
+def rs(ctype, ptx, n, k=16):
+    """A from registers (four 32-bit registers per thread), B from shared memory; k as in ss()."""
     a = n // 2
+    trans = k == 16
+    check = "" if trans else '    static_assert(kTransB == 0, "8-bit wgmma takes a K-major B only");\n'
+    imm = f", %{a + 6}" if trans else ""
+    ins = ', "n"(kTransB)' if trans else ""
     return f"""template <>
 struct WgmmaRs<{ctype}, {n}> {{
   template <int kTransB>
   __device__ __forceinline__ static void mma(float (&d)[{a}], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {{
-    asm volatile(
+{check}    asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{a + 5}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
+        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} "
         "{{{regs(a)}}}, "
-        "{{%{a}, %{a + 1}, %{a + 2}, %{a + 3}}}, %{a + 4}, p, 1, 1, %{a + 6};\\n}}\\n"
+        "{{%{a}, %{a + 1}, %{a + 2}, %{a + 3}}}, %{a + 4}, p, 1, 1{imm};\\n}}\\n"
         : {outs(a)}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
-  }}
-}};
-"""
-
-
-def ss_fp8(ctype, ptx, n):
-    a = n // 2
-    return f"""template <>
-struct Wgmma<{ctype}, {n}> {{
-  template <int kTransA, int kTransB>
-  __device__ __forceinline__ static void mma(float (&d)[{a}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
-    static_assert(kTransA == 0 && kTransB == 0, "8-bit wgmma takes K-major operands only");
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{a + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{ptx}.{ptx} "
-        "{{{regs(a)}}}, "
-        "%{a}, %{a + 1}, p, 1, 1;\\n}}\\n"
-        : {outs(a)}
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  }}
-}};
-"""
-
-
-def rs_fp8(ctype, ptx, n):
-    a = n // 2
-    return f"""template <>
-struct WgmmaRs<{ctype}, {n}> {{
-  template <int kTransB>
-  __device__ __forceinline__ static void mma(float (&d)[{a}], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {{
-    static_assert(kTransB == 0, "8-bit wgmma takes a K-major B only");
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{a + 5}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{ptx}.{ptx} "
-        "{{{regs(a)}}}, "
-        "{{%{a}, %{a + 1}, %{a + 2}, %{a + 3}}}, %{a + 4}, p, 1, 1;\\n}}\\n"
-        : {outs(a)}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d){ins});
   }}
 }};
 """
@@ -108,8 +82,8 @@ def main():
             parts.append(rs(ctype, ptx, n))
     for ctype, ptx in FP8_TYPES:
         for n in FP8_NS:
-            parts.append(ss_fp8(ctype, ptx, n))
-            parts.append(rs_fp8(ctype, ptx, n))
+            parts.append(ss(ctype, ptx, n, k=32))
+            parts.append(rs(ctype, ptx, n, k=32))
     out = pathlib.Path(__file__).resolve().parent.parent / "kernels" / "common" / "wgmma_ops.inc"
     out.write_text("\n".join(parts))
 
