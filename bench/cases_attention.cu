@@ -61,6 +61,21 @@ void bench_attention(Harness& h, DType dt) {
     fill_random(k.p, n, dt == DType::kBF16, 72, h.stream());
     fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
     const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
+    const auto add_row = [&](int rung, DType row_dt, double ms, double bytes, double workspace_mb) {
+      Row r;
+      r.op = "attn_fwd";
+      r.impl = "flashlab";
+      r.rung_name = kAttnRungNames[rung];
+      r.rung = rung;
+      r.dtype = dtype_name(row_dt);
+      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
+                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
+      r.ms = ms;
+      r.bytes = bytes;
+      r.flops = 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+      r.extra["workspace_MB"] = workspace_mb;
+      h.add(r);
+    };
     AttnFwdOptions opt;
     opt.causal = c.causal;
     attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(ref.p, dt, shape), h.stream(),
@@ -72,20 +87,8 @@ void bench_attention(Harness& h, DType dt) {
         attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(),
                       rung, opt);
       });
-      Row r;
-      r.op = "attn_fwd";
-      r.impl = "flashlab";
-      r.rung_name = kAttnRungNames[rung];
-      r.rung = rung;
-      r.dtype = dtype_name(dt);
-      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
-                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
-      r.ms = ms;
-      r.bytes = 4.0 * n * es;
-      r.flops = 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-      r.extra["workspace_MB"] =
-          attention_fwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0;
-      h.add(r);
+      add_row(rung, dt, ms, 4.0 * n * es,
+              attention_fwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0);
       if (rung != (hopper ? 4 : 3)) {
         const double diff = relative_difference(out.p, ref.p, n, dt, h.stream());
         std::printf("  attn_fwd rung %d vs the default rung: max |diff| / max |default| = %.2e\n", rung, diff);
@@ -102,19 +105,8 @@ void bench_attention(Harness& h, DType dt) {
         attention_fwd(view(q8.p, DType::kE4M3, shape), view(k8.p, DType::kE4M3, shape), view(v8.p, DType::kE4M3, shape),
                       view(out.p, DType::kBF16, shape), h.stream(), 4, opt);
       });
-      Row r;
-      r.op = "attn_fwd";
-      r.impl = "flashlab";
-      r.rung_name = kAttnRungNames[4];
-      r.rung = 4;
-      r.dtype = dtype_name(DType::kE4M3);
-      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
-                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
-      r.ms = ms;
-      r.bytes = 3.0 * n + 2.0 * n;  // e4m3 q, k, v read, bf16 out written
-      r.flops = 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-      r.extra["workspace_MB"] = static_cast<double>(n) / 1048576.0;  // the transposed V
-      h.add(r);
+      // e4m3 q, k, v read, bf16 out written; the workspace holds the transposed V.
+      add_row(4, DType::kE4M3, ms, 3.0 * n + 2.0 * n, static_cast<double>(n) / 1048576.0);
     }
   }
 }

@@ -12,6 +12,10 @@
 //   4. dropout (a keep mask given): P z rounded to dt, z = keep / (1 - p)
 //   5. O = P V: fp32 accumulation, rounded to dt
 // Fully masked rows (or sk = 0): O = 0, lse = -inf. Inputs are already dt values, given as double.
+//
+// FP8 (attention_fwd_naive with a NaiveFp8): what an FP8 attention must do, in fp32, with e4m3
+// q, k, v given dequantized: logits in fp32 (steps 1-2 without rounding), P = exp(s - max)
+// rounded to e4m3 before P V (l sums the fp32 P), O = (sum e4m3(P) v) / l rounded to bf16 (dt).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 
 #include "flashlab/tensor.h"
 #include "src/reference/attention.h"
+#include "src/reference/quant.h"
 #include "tests/common/test_utils.h"
 
 namespace flashlab::testing {
@@ -46,10 +51,17 @@ struct NaiveDropout {
   }
 };
 
+// The FP8 variant of the naive forward; abs_logit is set to the largest scale x sum_c |q_c k_c|
+// over the rows and keys (the bound of a logit's accumulation error, see the FP8 test).
+struct NaiveFp8 {
+  double abs_logit = 0;
+};
+
 // Same arguments and layouts as reference::attention_fwd; returns out and lse (probs empty).
+// fp8: the FP8 computation (above), dt the output dtype.
 inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q, const std::vector<double>& k,
                                                     const std::vector<double>& v, const reference::AttnRefArgs& a,
-                                                    DType dt) {
+                                                    DType dt, NaiveFp8* fp8 = nullptr) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim;
   if (a.batch < 1 || H < 1 || Hkv < 1 || D < 1 || H % Hkv != 0 ||
@@ -62,6 +74,7 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
       static_cast<int64_t>(v.size()) != total_k * Hkv * D || (n_slopes != 0 && n_slopes != H && n_slopes != a.batch * H))
     throw std::invalid_argument("attention_fwd_naive: operand sizes do not match the arguments");
   auto rd = [dt](float x) { return static_cast<float>(round_to(dt, x)); };
+  auto rd_logit = [&](float x) { return fp8 != nullptr ? x : rd(x); };  // FP8: fp32 logits
   const NaiveDropout drop(a);
 
   reference::AttnRefResult r;
@@ -82,10 +95,15 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
         for (int64_t j = 0; j < sk; ++j) {
           const double* kj = &k[((k0 + j) * Hkv + hk) * D];
           float acc = 0.f;
-          for (int64_t c = 0; c < D; ++c) acc += static_cast<float>(qi[c]) * static_cast<float>(kj[c]);
-          float x = rd(scale * rd(acc));
-          if (cap > 0.f) x = rd(cap * std::tanh(x / cap));
-          if (n_slopes != 0) x = rd(x - slope * static_cast<float>(std::llabs(i + sk - sq - j)));
+          double abs_sum = 0;
+          for (int64_t c = 0; c < D; ++c) {
+            acc += static_cast<float>(qi[c]) * static_cast<float>(kj[c]);
+            if (fp8 != nullptr) abs_sum += std::fabs(qi[c] * kj[c]);
+          }
+          if (fp8 != nullptr) fp8->abs_logit = std::max(fp8->abs_logit, a.scale * abs_sum);
+          float x = rd_logit(scale * rd_logit(acc));
+          if (cap > 0.f) x = rd_logit(cap * std::tanh(x / cap));
+          if (n_slopes != 0) x = rd_logit(x - slope * static_cast<float>(std::llabs(i + sk - sq - j)));
           if (!reference::attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) x = -kInf;
           s[j] = x;
           m = std::max(m, x);
@@ -94,6 +112,15 @@ inline reference::AttnRefResult attention_fwd_naive(const std::vector<double>& q
         float l = 0.f;
         for (int64_t j = 0; j < sk; ++j) l += std::exp(s[j] - m);
         r.lse[h * total_q + q0 + i] = m + std::log(l);
+        if (fp8 != nullptr) {  // e4m3(P) V / l
+          for (int64_t j = 0; j < sk; ++j) s[j] = static_cast<float>(reference::round_e4m3(std::exp(s[j] - m)));
+          for (int64_t c = 0; c < D; ++c) {
+            float acc = 0.f;
+            for (int64_t j = 0; j < sk; ++j) acc += s[j] * static_cast<float>(v[((k0 + j) * Hkv + hk) * D + c]);
+            r.out[((q0 + i) * H + h) * D + c] = rd(acc / l);
+          }
+          continue;
+        }
         for (int64_t j = 0; j < sk; ++j) s[j] = rd(std::exp(s[j] - m) / l);
         if (drop.on())  // dropout: a dt tensor P * z
           for (int64_t j = 0; j < sk; ++j) s[j] = rd(s[j] * drop.weight(b, h, i, j));

@@ -452,7 +452,8 @@ TEST(Attention, Rung4OddStridesAndEmptyKeys) {
 // the tolerance rule: what an FP8 attention must do, in fp32, with P rounded to e4m3 before P V:
 // s = scale (q.k) in fp32, p = exp(s - max), l = sum p (fp32), o = sum e4m3(p) v / l, rounded
 // to bf16. The kernel differs in where its P is rounded (relative to the running max of its key
-// blocks) and its summation order; held to 2x the naive error + one bf16 unit roundoff of max |ref|.
+// blocks) and its summation order; held to 2x the naive error (tests/common/attention_naive.h,
+// NaiveFp8) + one bf16 unit roundoff of max |ref|.
 // The lse adds one term: the FP8 tensor cores do not keep fp32's 24 bits while they add the
 // products of a dot product (DeepSeek-V3's report puts it near 14 bits on Hopper), so their
 // logits carry an error the fp32 naive computation does not have. Measured on an H100 (cf57815),
@@ -474,64 +475,6 @@ HostTensor random_e4m3(int64_t n, std::mt19937_64& rng, double range) {
     t.values[i] = v;
   }
   return t;
-}
-
-// abs_logit: set to the largest scale x sum_c |q_c k_c| over the rows and keys.
-reference::AttnRefResult attention_fwd_naive_fp8(const std::vector<double>& q, const std::vector<double>& k,
-                                                 const std::vector<double>& v, const reference::AttnRefArgs& a,
-                                                 double& abs_logit) {
-  abs_logit = 0;
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  const int64_t H = a.nheads, Hkv = a.nheads_kv, D = a.headdim;
-  const int64_t total_q = a.cu_seqlens_q[a.batch];
-  const int64_t n_slopes = static_cast<int64_t>(a.alibi_slopes.size());
-  reference::AttnRefResult r;
-  r.out.assign(static_cast<size_t>(total_q * H * D), 0.0);
-  r.lse.assign(static_cast<size_t>(H * total_q), -static_cast<double>(kInf));
-  const float scale = static_cast<float>(a.scale), cap = static_cast<float>(a.softcap);
-  for (int64_t b = 0; b < a.batch; ++b) {
-    const int64_t q0 = a.cu_seqlens_q[b], k0 = a.cu_seqlens_k[b];
-    const int64_t sq = a.cu_seqlens_q[b + 1] - q0, sk = a.cu_seqlens_k[b + 1] - k0;
-    std::vector<float> s(static_cast<size_t>(sk));
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t hk = h / (H / Hkv);
-      const float slope =
-          n_slopes == 0 ? 0.f : static_cast<float>(n_slopes == H ? a.alibi_slopes[h] : a.alibi_slopes[b * H + h]);
-      for (int64_t i = 0; i < sq; ++i) {
-        float m = -kInf;
-        for (int64_t j = 0; j < sk; ++j) {
-          float acc = 0.f;
-          double abs_sum = 0;
-          for (int64_t c = 0; c < D; ++c) {
-            const double prod = q[((q0 + i) * H + h) * D + c] * k[((k0 + j) * Hkv + hk) * D + c];
-            acc += static_cast<float>(q[((q0 + i) * H + h) * D + c]) * static_cast<float>(k[((k0 + j) * Hkv + hk) * D + c]);
-            abs_sum += std::fabs(prod);
-          }
-          abs_logit = std::max(abs_logit, a.scale * abs_sum);
-          float x = scale * acc;
-          if (cap > 0.f) x = cap * std::tanh(x / cap);
-          if (n_slopes != 0) x -= slope * static_cast<float>(std::llabs(i + sk - sq - j));
-          if (!reference::attention_key_visible(i, j, sq, sk, a.causal, a.window_left, a.window_right)) x = -kInf;
-          s[j] = x;
-          m = std::max(m, x);
-        }
-        if (m == -kInf) continue;
-        float l = 0.f;
-        for (int64_t j = 0; j < sk; ++j) {
-          s[j] = std::exp(s[j] - m);
-          l += s[j];
-        }
-        r.lse[h * total_q + q0 + i] = m + std::log(l);
-        for (int64_t c = 0; c < D; ++c) {
-          float acc = 0.f;
-          for (int64_t j = 0; j < sk; ++j)
-            acc += static_cast<float>(reference::round_e4m3(s[j])) * static_cast<float>(v[((k0 + j) * Hkv + hk) * D + c]);
-          r.out[((q0 + i) * H + h) * D + c] = round_to(DType::kBF16, acc / l);
-        }
-      }
-    }
-  }
-  return r;
 }
 
 // One FP8 case: descales per tensor (per_head = false) or per (batch, kv head).
@@ -571,8 +514,8 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
   args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
   args.alibi_slopes = slopes;
   const reference::AttnRefResult ref = reference::attention_fwd(qd, kd, vd, args);
-  double abs_logit = 0;
-  const reference::AttnRefResult naive = attention_fwd_naive_fp8(qd, kd, vd, args, abs_logit);
+  NaiveFp8 fp8;
+  const reference::AttnRefResult naive = attention_fwd_naive(qd, kd, vd, args, DType::kBF16, &fp8);
 
   const DevTensor lq = make_layout(c, total_q, max_sq, c.h, 1), lk = make_layout(c, total_k, max_sk, c.hk, 1);
   const DevTensor lo = make_layout(c, total_q, max_sq, c.h, 2);  // bf16 out
@@ -630,7 +573,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
         max_lse = std::max(max_lse, std::fabs(lse_ref[x]));
       }
   EXPECT_EQ(inf_mismatch, 0) << what << ": lse rows where exactly one of kernel and reference is -inf";
-  expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse) + std::ldexp(abs_logit, -12),
+  expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse) + std::ldexp(fp8.abs_logit, -12),
                           ::testing::Message(what) << " (lse)");
 }
 
