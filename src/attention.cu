@@ -96,6 +96,15 @@ void no_self_overlap(const check::Arg& a) {
   }
 }
 
+// An optional fp32 tensor beside q (slopes, lse, descale factors): on q's device, contiguous, aligned.
+void check_f32_aux(const check::Arg& a, const check::Arg& q) {
+  check::cuda(a);
+  check::same_device(a, q);
+  check::dtype_in(a, {DType::kF32});
+  check::contiguous(a);
+  check::aligned(a, 4);
+}
+
 // TMA (rung 4) walks a tensor with positive strides only: no broadcast (0) or reversed dims.
 bool tma_strides(const TensorView& t) {
   for (int dim = 0; dim + 1 < t.ndim(); ++dim)
@@ -206,11 +215,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
 
   if (opt.alibi_slopes != nullptr) {
     const check::Arg A{kOp, "alibi_slopes", *opt.alibi_slopes};
-    check::cuda(A);
-    check::same_device(A, Q);
-    check::dtype_in(A, {DType::kF32});
-    check::contiguous(A);
-    check::aligned(A, 4);
+    check_f32_aux(A, Q);
     const auto& s = opt.alibi_slopes->shape;
     if (!((s.size() == 1 && s[0] == nheads) || (s.size() == 2 && s[0] == batch && s[1] == nheads)))
       check::fail(A, detail::concat("shape [", nheads, "] or [", batch, ", ", nheads, "]"), shape_str(s));
@@ -219,11 +224,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
   }
   if (opt.softmax_lse != nullptr) {
     const check::Arg L{kOp, "softmax_lse", *opt.softmax_lse};
-    check::cuda(L);
-    check::same_device(L, Q);
-    check::dtype_in(L, {DType::kF32});
-    check::contiguous(L);
-    check::aligned(L, 4);
+    check_f32_aux(L, Q);
     if (varlen) check::shape(L, {nheads, q.shape[0]});
     else check::shape(L, {batch, nheads, max_sq});
     for (const check::Arg* x : {&Q, &K, &V, &O}) disjoint(L, *x);
@@ -231,37 +232,32 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     p.lse_batch_stride = varlen ? 0 : nheads * max_sq;
     p.lse_head_stride = varlen ? q.shape[0] : max_sq;
   }
-  // FP8 descale factors: fp32, one per tensor or one per (batch, kv head), read by rung 4.
-  const TensorView* descales[3] = {opt.q_descale, opt.k_descale, opt.v_descale};
-  const char* descale_names[3] = {"q_descale", "k_descale", "v_descale"};
-  for (int x = 0; x < 3; ++x) {
-    if (descales[x] == nullptr) continue;
-    const check::Arg D{kOp, descale_names[x], *descales[x]};
+  // FP8 descale factors: fp32, one per tensor or one per (batch, kv head), read by rung 4. The three
+  // share one pair of strides, so they must be all of one kind.
+  const struct {
+    const char* name;
+    const TensorView* t;
+    const float** dst;
+  } descales[3] = {{"q_descale", opt.q_descale, &p.q_descale},
+                   {"k_descale", opt.k_descale, &p.k_descale},
+                   {"v_descale", opt.v_descale, &p.v_descale}};
+  int given = 0, per_head_given = 0;
+  for (const auto& x : descales) {
+    if (x.t == nullptr) continue;
+    const check::Arg D{kOp, x.name, *x.t};
     if (!fp8) check::fail(D, "no descale factor for fp16 / bf16 inputs (FP8 e4m3 only)", "a tensor");
-    check::cuda(D);
-    check::same_device(D, Q);
-    check::dtype_in(D, {DType::kF32});
-    check::contiguous(D);
-    check::aligned(D, 4);
-    const auto& s = descales[x]->shape;
-    const bool one = descales[x]->numel() == 1, per_head = s.size() == 2 && s[0] == batch && s[1] == nheads_kv;
+    check_f32_aux(D, Q);
+    const auto& s = x.t->shape;
+    const bool one = x.t->numel() == 1, per_head = s.size() == 2 && s[0] == batch && s[1] == nheads_kv;
     if (!one && !per_head)
       check::fail(D, detail::concat("one element or shape [", batch, ", ", nheads_kv, "] (batch, nheads_kv)"), shape_str(s));
-    if (!one) p.descale_batch_stride = nheads_kv, p.descale_head_stride = 1;
+    ++given, per_head_given += one ? 0 : 1;
+    *x.dst = static_cast<const float*>(x.t->data);
   }
-  // All three share the strides: a per-tensor factor next to per-head ones is broadcast through a
-  // per-head view only if both are per head.
-  {
-    int per_head = 0, given = 0;
-    for (const TensorView* t : descales)
-      if (t != nullptr) ++given, per_head += t->numel() != 1 ? 1 : 0;
-    FLASHLAB_CHECK(per_head == 0 || per_head == given, kOp,
-                   ": arguments 'q_descale', 'k_descale', 'v_descale': expected all per tensor (one element) or all per "
-                   "(batch, nheads_kv), got a mix");
-  }
-  p.q_descale = opt.q_descale != nullptr ? static_cast<const float*>(opt.q_descale->data) : nullptr;
-  p.k_descale = opt.k_descale != nullptr ? static_cast<const float*>(opt.k_descale->data) : nullptr;
-  p.v_descale = opt.v_descale != nullptr ? static_cast<const float*>(opt.v_descale->data) : nullptr;
+  FLASHLAB_CHECK(per_head_given == 0 || per_head_given == given, kOp,
+                 ": arguments 'q_descale', 'k_descale', 'v_descale': expected all per tensor (one element) or all per "
+                 "(batch, nheads_kv), got a mix");
+  if (per_head_given > 0) p.descale_batch_stride = nheads_kv, p.descale_head_stride = 1;
   if (fp8) {  // TMA + 8-bit wgmma: rung 4 on sm_90a, head dim 128
     FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 4, kOp, ": argument 'rung': expected 4 or ", kAttnFwdRungAuto,
                    " (auto) for e4m3 inputs (FP8 runs on the Hopper rung only), got ", rung);
