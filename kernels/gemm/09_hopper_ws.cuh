@@ -98,90 +98,6 @@ __device__ __forceinline__ void hopper_tile_coords(int t, int tiles_m, int tiles
   tn = r / rows;
 }
 
-// Consumer epilogue: one warpgroup's 64 x kCols accumulator block (wgmma m64nCOLSk16 layout,
-// thread t128 of the warpgroup) -> C rows [row0, row0 + 64), columns [col0, col0 + kCols), with
-// alpha / beta / bias, kStoreCols columns at a time through the warpgroup's 64 x kStoreCols
-// staging tile `sc` and TMA stores (their bulk groups belong to thread 0 of the warpgroup), or
-// from registers (kDirect, or a tile across a ragged N edge). bar: the warpgroup's named barrier
-// (128 threads). Used by rung 9 and by the pingpong experiment (09_hopper_ws_pingpong.cuh).
-template <typename T, int kCols, int kStoreCols, bool kDirect>
-__device__ __forceinline__ void hopper_store_rows64(const HopperGemmArgs& args, const float (&acc)[kCols / 2], int row0,
-                                                    int col0, unsigned char* sc, int t128, int bar) {
-  static_assert(kCols % kStoreCols == 0, "whole staging rounds");
-  const GemmParams& p = args.p;
-  const int warp = t128 / 32, lane = t128 % 32;
-  // Measured on H100: a TMA store clips columns at N rounded up to 16 bytes, not at N, so a
-  // tile that crosses a ragged N edge (N x element size not a multiple of 16) would write
-  // into C's padding. Such tiles store from registers instead.
-  const bool direct = kDirect || (col0 + kCols > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0);
-  const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
-  if (direct) {
-    // Each thread holds pairs of adjacent columns: one 4-byte store per pair (n is even and
-    // C's rows are 16-byte aligned), element by element only at the N edge.
-    T* c = static_cast<T*>(p.c);
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
-        if (m >= p.M) continue;
-        float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
-        if (epilogue_math) {
-          if (n < p.N) v0 = gemm_epilogue_value<T>(p, v0, m, n);
-          if (n + 1 < p.N) v1 = gemm_epilogue_value<T>(p, v1, m, n + 1);
-        }
-        T* dst = c + static_cast<int64_t>(m) * p.ldc + n;
-        if (n + 1 < p.N) {
-          *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
-        } else if (n < p.N) {
-          *dst = from_float<T>(v0);
-        }
-      }
-    }
-    return;
-  }
-  if constexpr (!kDirect) {
-    // Through shared memory, kStoreCols columns at a time (rung 9's 128: a 16 KB staging tile per
-    // consumer leaves room for one more pipeline stage than a whole 64 x 256 one).
-#pragma unroll
-    for (int h = 0; h < kCols / kStoreCols; ++h) {
-      // The previous TMA store must have finished reading the staging tile.
-      if (t128 == 0) tma_store_wait_all<true>();
-      named_barrier_sync(bar, 128);
-#pragma unroll
-      for (int jj = 0; jj < kStoreCols / 8; ++jj) {
-        const int j = h * (kStoreCols / 8) + jj;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
-          const int c = 8 * jj + 2 * (lane % 4);       // column in this staging round
-          float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
-          const int m = row0 + r, n = col0 + h * kStoreCols + c;
-          if (epilogue_math) {
-            v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
-            v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
-          }
-          // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
-          // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
-          // 8 different chunks (all 32 banks).
-          const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
-          unsigned char* dst = sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
-          *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
-        }
-      }
-      fence_proxy_async_smem();  // these writes before the TMA engine reads them
-      named_barrier_sync(bar, 128);
-      if (t128 == 0) {
-        const int n0 = col0 + h * kStoreCols;
-#pragma unroll
-        for (int slab = 0; slab < kStoreCols / 64; ++slab)
-          if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
-        tma_store_commit();
-      }
-    }
-  }
-}
-
 // kTransA: A is MN-major (column-major A, layout TN); kTransB: B is MN-major (row-major B:
 // layouts NN and TN). Otherwise the operand is K-major.
 // kCluster = 2: CTAs in pairs (a thread-block cluster) on vertically adjacent tiles, which need
@@ -278,7 +194,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
     setmaxnreg_inc<232>();
     const int cw = wg - 1;
     const int t128 = threadIdx.x - 128 * wg;  // thread in the warpgroup
-    const int lane = t128 % 32;
+    const int warp = t128 / 32, lane = t128 % 32;
     unsigned char* my_sc = sc + cw * Tile::kCBytes;
     float acc[kAcc];
     // This warp is done reading stage s: tell both producers of the pair (each writes into it).
@@ -330,8 +246,78 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
       }
 
       // Epilogue.
-      hopper_store_rows64<T, kBN, kStoreCols, kEpi == kHopperEpiRegisters>(args, acc, tm * kHopperBM + cw * 64, tn * kBN, my_sc,
-                                                                          t128, 1 + cw);
+      const int row0 = tm * kHopperBM + cw * 64;
+      const int col0 = tn * kBN;
+      // Measured on H100: a TMA store clips columns at N rounded up to 16 bytes, not at N, so a
+      // tile that crosses a ragged N edge (N x element size not a multiple of 16) would write
+      // into C's padding. Such tiles store from registers instead.
+      const bool direct = kEpi == kHopperEpiRegisters || (col0 + kBN > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0);
+      const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
+      if (direct) {
+        // Each thread holds pairs of adjacent columns: one 4-byte store per pair (n is even and
+        // C's rows are 16-byte aligned), element by element only at the N edge.
+        T* c = static_cast<T*>(p.c);
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
+            if (m >= p.M) continue;
+            float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+            if (epilogue_math) {
+              if (n < p.N) v0 = gemm_epilogue_value<T>(p, v0, m, n);
+              if (n + 1 < p.N) v1 = gemm_epilogue_value<T>(p, v1, m, n + 1);
+            }
+            T* dst = c + static_cast<int64_t>(m) * p.ldc + n;
+            if (n + 1 < p.N) {
+              *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+            } else if (n < p.N) {
+              *dst = from_float<T>(v0);
+            }
+          }
+        }
+        continue;
+      }
+      if constexpr (kEpi != kHopperEpiRegisters) {
+        // Through shared memory, kStoreCols columns at a time (the library's 128: a 16 KB staging
+        // tile per consumer leaves room for one more pipeline stage than a whole 64 x 256 one).
+#pragma unroll
+        for (int h = 0; h < kBN / kStoreCols; ++h) {
+          // The previous TMA store must have finished reading the staging tile.
+          if (t128 == 0) tma_store_wait_all<true>();
+          named_barrier_sync(1 + cw, 128);
+#pragma unroll
+          for (int jj = 0; jj < kStoreCols / 8; ++jj) {
+            const int j = h * (kStoreCols / 8) + jj;
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
+              const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
+              float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+              const int m = row0 + r, n = col0 + h * kStoreCols + c;
+              if (epilogue_math) {
+                v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
+                v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+              }
+              // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
+              // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
+              // 8 different chunks (all 32 banks).
+              const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
+              unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
+              *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+            }
+          }
+          fence_proxy_async_smem();  // these writes before the TMA engine reads them
+          named_barrier_sync(1 + cw, 128);
+          if (t128 == 0) {
+            const int n0 = col0 + h * kStoreCols;
+#pragma unroll
+            for (int slab = 0; slab < kStoreCols / 64; ++slab)
+              if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, my_sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
+            tma_store_commit();
+          }
+        }
+      }
     }
     if (t128 == 0) tma_store_wait_all<false>();
   }  // consumers

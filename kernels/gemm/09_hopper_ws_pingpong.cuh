@@ -6,10 +6,9 @@
 // is built to be measured against it (bench/experiments/gemm_hopper_ablation.cu).
 //
 // Changes from 09_hopper_ws.cuh (the same TMA boxes, wgmma descriptors, epilogue, CTA pairs
-// and tile order; its constants, HopperGemmArgs, hopper_tile_coords, hopper_store_rows64 (the
-// epilogue) and pack2 are reused; the stage loads are a function here, inline there: moving
-// rung 9's copy into a shared function changed its SASS, register allocation and predication,
-// under nvcc 13.0):
+// and tile order; its constants, HopperGemmArgs, hopper_tile_coords and pack2 are reused; the
+// stage loads and the epilogue are functions here, inline there: moving rung 9's copies into
+// shared functions changed its SASS, register allocation and predication, under nvcc 13.0):
 //   - 128 x 128 tiles, each computed by ONE consumer warpgroup: two m64n128k16 wgmma chains per
 //     k16 step (tile rows 0-63 and 64-127), 2 x 64 fp32 accumulators per thread (128 registers,
 //     like a consumer of the 128 x 256 lockstep kernel).
@@ -108,6 +107,78 @@ __device__ __forceinline__ void hopper_pingpong_load_stage(const HopperGemmArgs&
       tma_load_2d_multicast(b_dst + n0 * kHopperSwizzleBytes, &args.b, k0, tn * kBN + n0, full, 0x3);
     else
       tma_load_2d(b_dst, &args.b, k0, tn * kBN, full);
+  }
+}
+
+// Consumer epilogue: one warpgroup's 64 x kCols accumulator block (wgmma m64nCOLSk16 layout,
+// thread t128 of the warpgroup) -> C rows [row0, row0 + 64), columns [col0, col0 + kCols), with
+// alpha / beta / bias, through the warpgroup's 64 x 128 staging tile `sc` and TMA stores (its
+// bulk groups belong to thread 0 of the warpgroup), or from registers across a ragged N edge.
+// bar: the warpgroup's named barrier (128 threads). The same code as rung 9's epilogue (inline
+// in gemm_hopper_ws_kernel: calling this function from there changed its SASS).
+template <typename T, int kCols>
+__device__ __forceinline__ void hopper_pingpong_store_rows64(const HopperGemmArgs& args, const float (&acc)[kCols / 2],
+                                                             int row0, int col0, unsigned char* sc, int t128, int bar) {
+  static_assert(kCols % kHopperStoreCols == 0, "whole 128-column staging rounds");
+  const GemmParams& p = args.p;
+  const int warp = t128 / 32, lane = t128 % 32;
+  // Measured on H100: a TMA store clips columns at N rounded up to 16 bytes, not at N, so a
+  // tile that crosses a ragged N edge (N x element size not a multiple of 16) would write
+  // into C's padding. Such tiles store from registers, element by element, instead.
+  const bool direct = col0 + kCols > p.N && (p.N * static_cast<int>(sizeof(T))) % 16 != 0;
+  const bool epilogue_math = p.beta != 0.f || p.bias != nullptr || p.alpha != 1.f;
+  if (direct) {
+    T* c = static_cast<T*>(p.c);
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int m = row0 + warp * 16 + lane / 4 + 8 * i, n = col0 + 8 * j + 2 * (lane % 4);
+        if (m >= p.M) continue;
+        if (n < p.N) c[m * p.ldc + n] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i], m, n) : acc[4 * j + 2 * i]);
+        if (n + 1 < p.N)
+          c[m * p.ldc + n + 1] = from_float<T>(epilogue_math ? gemm_epilogue_value<T>(p, acc[4 * j + 2 * i + 1], m, n + 1)
+                                                             : acc[4 * j + 2 * i + 1]);
+      }
+    }
+    return;
+  }
+  // Through shared memory, 128 columns at a time (one round here: kCols = 128).
+#pragma unroll
+  for (int h = 0; h < kCols / kHopperStoreCols; ++h) {
+    // The previous TMA store must have finished reading the staging tile.
+    if (t128 == 0) tma_store_wait_all<true>();
+    named_barrier_sync(bar, 128);
+#pragma unroll
+    for (int jj = 0; jj < kHopperStoreCols / 8; ++jj) {
+      const int j = h * (kHopperStoreCols / 8) + jj;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
+        const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
+        float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+        const int m = row0 + r, n = col0 + h * kHopperStoreCols + c;
+        if (epilogue_math) {
+          v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
+          v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+        }
+        // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
+        // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
+        // 8 different chunks (all 32 banks).
+        const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
+        unsigned char* dst = sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
+        *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
+      }
+    }
+    fence_proxy_async_smem();  // these writes before the TMA engine reads them
+    named_barrier_sync(bar, 128);
+    if (t128 == 0) {
+      const int n0 = col0 + h * kHopperStoreCols;
+#pragma unroll
+      for (int slab = 0; slab < kHopperStoreCols / 64; ++slab)
+        if (row0 < p.M && n0 + slab * 64 < p.N) tma_store_2d(&args.c, sc + slab * kHopperAtomBytes, n0 + slab * 64, row0);
+      tma_store_commit();
+    }
   }
 }
 
@@ -239,7 +310,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
       // round waits until the previous round's TMA store has read it).
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        hopper_store_rows64<T, kBN, kHopperStoreCols, false>(args, acc[h], tm * kHopperBM + 64 * h, tn * kBN, my_sc, t128, 1 + cw);
+        hopper_pingpong_store_rows64<T, kBN>(args, acc[h], tm * kHopperBM + 64 * h, tn * kBN, my_sc, t128, 1 + cw);
     }
     if (t128 == 0) tma_store_wait_all<false>();
   }  // consumers
