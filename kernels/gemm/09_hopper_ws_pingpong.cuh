@@ -115,11 +115,11 @@ __device__ __forceinline__ void hopper_pingpong_load_stage(const HopperGemmArgs&
 // alpha / beta / bias, through the warpgroup's 64 x 128 staging tile `sc` and TMA stores (its
 // bulk groups belong to thread 0 of the warpgroup), or from registers across a ragged N edge.
 // bar: the warpgroup's named barrier (128 threads). The same code as rung 9's epilogue with its
-// 128-column staging (inline in gemm_hopper_ws_kernel: calling a shared function from there
-// changed its SASS; tried again at b8de45c, main loop identical, epilogue blocks reordered, and
-// reverted: 4096^3 (pairs) measured 660 against 697 TF/s before (results experiments/gemm_hopper_ablation_b8de45c_shared_epilogue.*), within this size's spread but not
-// shown harmless). Rung 9 now stores ragged-N tiles two values per store; this copy element by
-// element.
+// 128-column staging, inline there: calling a shared function from rung 9 changed its SASS. Tried
+// again at b8de45c (main loop identical, epilogue blocks reordered) and reverted: 4096^3 (pairs)
+// ran at 660 against 697 TF/s before, within this size's spread but not shown harmless (results
+// bench/results/experiments/gemm_hopper_ablation_b8de45c_shared_epilogue.*). Rung 9 now stores
+// ragged-N tiles two values per store; this copy stores them element by element.
 template <typename T, int kCols>
 __device__ __forceinline__ void hopper_pingpong_store_rows64(const HopperGemmArgs& args, const float (&acc)[kCols / 2],
                                                              int row0, int col0, unsigned char* sc, int t128, int bar) {
