@@ -18,6 +18,8 @@
 // empty kernel with the same grid, clusters and shared memory (the launch alone). A probe
 // run records per-block timestamps (globaltimer at start/end, clock64 at each phase).
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,13 +31,44 @@
 #include "bench/harness.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/online_softmax.cuh"
+#include "kernels/common/tma.cuh"
 #include "kernels/softmax/params.h"
 
 using namespace flashlab;
 using namespace flashlab::kernels;
 namespace cg = cooperative_groups;
 
-enum Mode { kFull, kNoFold, kNoExp, kCopy, kCopyNoSync, kEmpty, kExp2 };
+enum Mode { kFull, kNoFold, kNoExp, kCopy, kCopyNoSync, kEmpty, kExp2, kExp2After, kCopyBulk, kExp2Bulk, kExp2Ooo, kExp2Two, kExp2TwoPoly };
+constexpr int kMaxPieces = 8;   // bulk modes: piece k = vectors [k * blockDim, (k + 1) * blockDim) of the chunk
+
+// Non-blocking test of an mbarrier phase (the bulk modes poll their pieces in any order).
+__device__ __forceinline__ bool mbarrier_test(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+  return ok != 0;
+}
+
+// 2^t for t <= 0 on the FMA pipe instead of MUFU: t = n + f with n = round(t) (the 1.5 * 2^23
+// trick), 2^f by a degree-3 polynomial on [-0.5, 0.5] (relative error 7.5e-5, coefficients
+// fitted here by iteratively reweighted least squares), n added to the exponent field.
+// t is clamped at -125 so that the exponent field stays positive (2^-125 for -inf: nothing
+// beside a sum that is at least 1).
+__device__ __forceinline__ float exp2_poly3(float t) {
+  t = fmaxf(t, -125.f);
+  const float j = t + 12582912.f;  // round(t) in the low mantissa bits
+  const float f = t - (j - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.242611155f), f, 0.693260968f), f, 0.999928057f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
+}
+
+// One contiguous global -> shared bulk copy (no tensor map), completing on `bar`.
+__device__ __forceinline__ void bulk_load(void* smem, const void* g, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(smem)), "l"(g), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
 
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -46,7 +79,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 constexpr int kStamps = 8;  // per block: gt start, clk start, clk fold, clk cluster sync, clk merged, clk out, gt end, smid
 
 template <typename T, int kMode>
-__global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ SoftmaxParams p, int64_t chunk_vecs,
+__global__ void __launch_bounds__(kMode >= kExp2Ooo ? 256 : 512, kMode >= kExp2Ooo ? 5 : 1) probe_kernel(const __grid_constant__ SoftmaxParams p, int64_t chunk_vecs,
                                                     unsigned long long* stamps) {
   using V = Vec<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -68,15 +101,38 @@ __global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ Soft
   T* out = static_cast<T*>(p.out) + r * p.out_stride + v0 * V::kN;
   const int nk = n > threadIdx.x ? static_cast<int>((n - 1 - threadIdx.x) / blockDim.x + 1) : 0;
   OnlineSoftmaxState st = online_softmax_empty();
-  for (int k = 0; k < nk; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    cp_async_16(&chunk[i], in + i * V::kN);
-    cp_async_commit();
+  constexpr bool kBulk = kMode == kCopyBulk || kMode == kExp2Bulk || kMode == kExp2Ooo;
+  __shared__ uint64_t bars[kMaxPieces];
+  const int npieces = n > 0 ? static_cast<int>((n + blockDim.x - 1) / blockDim.x) : 0;  // <= kMaxPieces
+  if constexpr (kBulk) {
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < npieces; ++k) mbarrier_init(&bars[k], 1);
+      fence_barrier_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < npieces; ++k) {
+        const int64_t first = static_cast<int64_t>(k) * blockDim.x;
+        const uint32_t bytes = static_cast<uint32_t>((n - first < blockDim.x ? n - first : blockDim.x) * sizeof(V));
+        mbarrier_arrive_expect_tx(&bars[k], bytes);
+        bulk_load(chunk + first, in + first * V::kN, bytes, &bars[k]);
+      }
+    }
+  } else {
+    for (int k = 0; k < nk; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      cp_async_16(&chunk[i], in + i * V::kN);
+      cp_async_commit();
+    }
   }
-  if constexpr (kMode == kCopy || kMode == kCopyNoSync) {
-    cp_async_wait<0>();
+  if constexpr (kMode == kCopy || kMode == kCopyNoSync || kMode == kCopyBulk) {
+    if constexpr (kBulk) {
+      for (int k = 0; k < npieces; ++k) mbarrier_wait(&bars[k], 0);
+    } else {
+      cp_async_wait<0>();
+    }
     if (stamps != nullptr && threadIdx.x == 0) c1 = clock64();
-    if constexpr (kMode == kCopy) cluster.sync();
+    if constexpr (kMode != kCopyNoSync) cluster.sync();
     if (stamps != nullptr && threadIdx.x == 0) c2 = c3 = clock64();
     for (int k = 0; k < nk; ++k) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
@@ -84,18 +140,76 @@ __global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ Soft
     }
     if (stamps != nullptr && threadIdx.x == 0) c4 = clock64();
   } else {
+    if constexpr (kMode == kExp2Ooo) {
+      // Pieces folded in the order they land (each into its own state, no rescale), the states
+      // merged in piece order afterwards: the result does not depend on the arrival order.
+      float pm[kMaxPieces], ps[kMaxPieces];
+#pragma unroll
+      for (int k = 0; k < kMaxPieces; ++k) pm[k] = -INFINITY, ps[k] = 0.f;
+      uint32_t pending = (1u << npieces) - 1;
+      while (pending != 0) {
+#pragma unroll
+        for (int k = 0; k < kMaxPieces; ++k) {
+          if (((pending >> k) & 1u) != 0 && mbarrier_test(&bars[k], 0)) {
+            pending &= ~(1u << k);
+            if (k < nk) {
+              OnlineSoftmaxState one = online_softmax_empty();
+              online_softmax_add_vec_exp2(one, load_vec(reinterpret_cast<const T*>(chunk + threadIdx.x + k * blockDim.x)));
+              pm[k] = one.m, ps[k] = one.s;
+            }
+          }
+        }
+      }
+      float m = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < kMaxPieces; ++k) m = fmaxf(m, pm[k]);
+      const float off = m == -INFINITY ? 0.f : m * kLog2e;
+      float s = 0.f;
+#pragma unroll
+      for (int k = 0; k < kMaxPieces; ++k) s += ps[k] * exp2_approx_ftz(fmaf(pm[k], kLog2e, -off));
+      st = {m, s};
+    } else if constexpr (kMode == kExp2Two || kMode == kExp2TwoPoly) {
+      // All copies landed first (the in-order fold ran after them anyway), then the thread's
+      // max by packed bf16 compares, then one exponent per value against it (no rescale).
+      cp_async_wait<0>();
+      __nv_bfloat162 m2 = __float2bfloat162_rn(-INFINITY);
+      for (int k = 0; k < nk; ++k) {
+        const uint4 u = *reinterpret_cast<const uint4*>(chunk + threadIdx.x + k * blockDim.x);
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+        m2 = __hmax2(m2, __hmax2(__hmax2(h[0], h[1]), __hmax2(h[2], h[3])));
+      }
+      const float m = fmaxf(__low2float(m2), __high2float(m2));
+      const float off = m == -INFINITY ? 0.f : m * kLog2e;
+      float s0 = 0.f, s1 = 0.f;
+      for (int k = 0; k < nk; ++k) {
+        const V v = load_vec(reinterpret_cast<const T*>(chunk + threadIdx.x + k * blockDim.x));
+#pragma unroll
+        for (int j = 0; j < V::kN; ++j) {
+          const float t = fmaf(to_float(v.v[j]), kLog2e, -off);
+          if (kMode == kExp2TwoPoly && j % 4 == 3) s1 += exp2_poly3(t);
+          else s0 += exp2_approx_ftz(t);
+        }
+      }
+      st = {m, s0 + s1};
+    } else {
+    if constexpr (kMode == kExp2After) cp_async_wait<0>();
     for (int k = 0; k < nk; ++k) {
-      cp_async_wait_at_most(nk - 1 - k);
+      if constexpr (kMode == kExp2Bulk) {
+        mbarrier_wait(&bars[k], 0);
+      } else if constexpr (kMode != kExp2After) {
+        cp_async_wait_at_most(nk - 1 - k);
+      }
       const V v = load_vec(reinterpret_cast<const T*>(chunk + threadIdx.x + static_cast<int64_t>(k) * blockDim.x));
       if constexpr (kMode == kNoFold) {
 #pragma unroll
         for (int j = 0; j < V::kN; ++j) st.m = fmaxf(st.m, to_float(v.v[j]));
         st.s += V::kN;
-      } else if constexpr (kMode == kExp2) {
+      } else if constexpr (kMode == kExp2 || kMode == kExp2After || kMode == kExp2Bulk) {
         online_softmax_add_vec_exp2(st, v);
       } else {
         online_softmax_add_vec(st, v);
       }
+    }
     }
     st = block_all_merge(st);
     if (stamps != nullptr && threadIdx.x == 0) c1 = clock64();
@@ -117,7 +231,8 @@ __global__ void __launch_bounds__(512) probe_kernel(const __grid_constant__ Soft
       V y;
 #pragma unroll
       for (int j = 0; j < V::kN; ++j) {
-        if constexpr (kMode == kExp2) {
+        if constexpr (kMode == kExp2 || kMode == kExp2After || kMode == kExp2Bulk || kMode == kExp2Ooo ||
+                      kMode == kExp2Two || kMode == kExp2TwoPoly) {
           y.v[j] = from_float<T>(exp2_approx_ftz(fmaf(to_float(x.v[j]), kLog2e, -offset)));
         } else {
           const float e = kMode == kNoExp ? to_float(x.v[j]) - st.m : exp_below<true>(to_float(x.v[j]), st.m);
@@ -170,7 +285,8 @@ cudaError_t launch(const SoftmaxParams& p, int cluster, int threads, cudaStream_
 }
 
 const char* mode_name(int m) {
-  static const char* names[] = {"full", "nofold", "noexp", "copy", "copy_nosync", "empty", "exp2"};
+  static const char* names[] = {"full", "nofold", "noexp", "copy", "copy_nosync", "empty", "exp2",
+                                "exp2_after", "copy_bulk", "exp2_bulk", "exp2_ooo", "exp2_two", "exp2_two_poly"};
   return names[m];
 }
 
@@ -265,6 +381,57 @@ int main(int argc, char** argv) {
     return 0;
   }
   h.measure_peaks();
+  if (argc > 1 && std::string(argv[1]) == "--arrival") {
+    // Whether the fold can run under the loads: the rung's in-order fold (exp2), the same fold
+    // after all copies landed (exp2_after), and bulk copies (one per piece of blockDim vectors,
+    // each on its own mbarrier) folded in piece order (exp2_bulk) or in landing order (exp2_ooo).
+    auto check = [&](const char* name, auto launcher) {
+      std::vector<uint16_t> ref(rows * cols), got(rows * cols);
+      cudaMemset(y, 0xff, rows * cols * sizeof(T));
+      launch<kExp2>(p, 8, 256, h.stream(), nullptr);
+      cudaMemcpy(ref.data(), y, ref.size() * 2, cudaMemcpyDeviceToHost);
+      cudaMemset(y, 0xff, rows * cols * sizeof(T));
+      launcher();
+      cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost);
+      int64_t diff = 0, maxulp = 0;
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (ref[i] != got[i]) ++diff, maxulp = std::max<int64_t>(maxulp, std::abs(int64_t(ref[i]) - int64_t(got[i])));
+      std::printf("check %-12s vs exp2: %lld of %zu outputs differ, max %lld bf16 ulp (%s)\n", name, (long long)diff,
+                  ref.size(), (long long)maxulp, cudaGetErrorString(cudaGetLastError()));
+    };
+    check("exp2_after", [&] { launch<kExp2After>(p, 8, 256, h.stream(), nullptr); });
+    check("copy_bulk", [&] { launch<kCopyBulk>(p, 8, 256, h.stream(), nullptr); });
+    check("exp2_bulk", [&] { launch<kExp2Bulk>(p, 8, 256, h.stream(), nullptr); });
+    check("exp2_ooo", [&] { launch<kExp2Ooo>(p, 8, 256, h.stream(), nullptr); });
+    check("exp2_two", [&] { launch<kExp2Two>(p, 8, 256, h.stream(), nullptr); });
+    check("exp2_two_poly", [&] { launch<kExp2TwoPoly>(p, 8, 256, h.stream(), nullptr); });
+    const double copy_ms =
+        h.time_ms([&] { cudaMemcpyAsync(y, x, rows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });
+    std::printf("%-40s %8.4f ms\n", "cudaMemcpyAsync", copy_ms);
+    for (int rep = 0; rep < 2; ++rep) {
+      time_variant<kExp2>(h, p, 8, 256, bytes);
+      time_variant<kExp2After>(h, p, 8, 256, bytes);
+      time_variant<kCopy>(h, p, 8, 256, bytes);
+      time_variant<kCopyBulk>(h, p, 8, 256, bytes);
+      time_variant<kExp2Bulk>(h, p, 8, 256, bytes);
+      time_variant<kExp2Ooo>(h, p, 8, 256, bytes);
+      time_variant<kExp2Two>(h, p, 8, 256, bytes);
+      time_variant<kExp2TwoPoly>(h, p, 8, 256, bytes);
+    }
+    void* flush = nullptr;
+    const size_t flush_bytes = 256u << 20;
+    cudaMalloc(&flush, flush_bytes);
+    probe<kExp2>(p, 8, 256, flush, flush_bytes, sm_count);
+    probe<kExp2After>(p, 8, 256, flush, flush_bytes, sm_count);
+    probe<kCopy>(p, 8, 256, flush, flush_bytes, sm_count);
+    probe<kCopyBulk>(p, 8, 256, flush, flush_bytes, sm_count);
+    probe<kExp2Bulk>(p, 8, 256, flush, flush_bytes, sm_count);
+    probe<kExp2Ooo>(p, 8, 256, flush, flush_bytes, sm_count);
+    probe<kExp2Two>(p, 8, 256, flush, flush_bytes, sm_count);
+    probe<kExp2TwoPoly>(p, 8, 256, flush, flush_bytes, sm_count);
+    std::printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 0;
+  }
 
   const int64_t nvec = rows * cols / Vec<T>::kN;
   double ms = h.time_ms([&] { cudaMemcpyAsync(y, x, rows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });
