@@ -100,20 +100,6 @@ __device__ __forceinline__ float exp2_approx_ftz(float x) {
   return y;
 }
 
-// kN values into the state: max first, then one rescale and kN exponents in base 2. Same state
-// (m, s) as online_softmax_add<kN, true>, to within the approximate exponent's error.
-template <int kN>
-__device__ __forceinline__ void online_softmax_add_exp2(OnlineSoftmaxState& st, const float (&x)[kN]) {
-  float m = st.m;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) m = fmaxf(m, x[j]);
-  const float offset = m == -INFINITY ? 0.f : m * kLog2e;  // all -inf so far: s stays 0
-  float s = st.s * exp2_approx_ftz(fmaf(st.m, kLog2e, -offset));
-#pragma unroll
-  for (int j = 0; j < kN; ++j) s += exp2_approx_ftz(fmaf(x[j], kLog2e, -offset));
-  st = {m, s};
-}
-
 // 2^t for t <= 0 on the FMA pipe (FFMA/FADD and integer ops) instead of MUFU, for a share of
 // the exponents of a sum where MUFU.EX2 (16 per SM per cycle, 8 times fewer than FFMA) is the
 // bottleneck. t = n + f with n = round(t) (adding 1.5 * 2^23 leaves n in the low mantissa bits),
@@ -136,31 +122,26 @@ __device__ __forceinline__ float nan_max(float a, float b) {
   return r;
 }
 
-// Max of a vector's values, NaN if any is NaN (16-bit pairs compared packed: HMNMX2.NAN).
-__device__ __forceinline__ float vec_max_nan(const Vec<__nv_bfloat16>& v) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(v.v);
-  const __nv_bfloat162 m = __hmax2_nan(__hmax2_nan(h[0], h[1]), __hmax2_nan(h[2], h[3]));
-  return __bfloat162float(__hmax_nan(m.x, m.y));
-}
-__device__ __forceinline__ float vec_max_nan(const Vec<__half>& v) {
-  const auto* h = reinterpret_cast<const __half2*>(v.v);
-  const __half2 m = __hmax2_nan(__hmax2_nan(h[0], h[1]), __hmax2_nan(h[2], h[3]));
-  return __half2float(__hmax_nan(m.x, m.y));
-}
-
-// Sum over a 16-bit vector of 2^(x log2(e) - offset), offset >= max x log2(e): 6 of the 8
-// exponents on MUFU, 2 by exp2_poly3_nonpos (so a NaN offset still makes the sum NaN).
-template <typename T>
-__device__ __forceinline__ float vec_exp2_sum(const Vec<T>& v, float offset) {
-  static_assert(Vec<T>::kN == 8, "16-bit vectors");
-  float s = 0.f, s_poly = 0.f;
+// kN values into the state: max first, then one rescale and kN exponents in base 2. Same state
+// (m, s) as online_softmax_add<kN, true>, to within the approximate exponent's error.
+// Every fourth exponent is taken by exp2_poly3_nonpos on the FMA pipe: the cluster softmax
+// folds its chunks after their copies have landed, bound by MUFU. Its NaN results are
+// harmless: a NaN value makes m NaN (nan_max), so every exponent of the MUFU share is NaN, and
+// a +inf value (m = +inf) sets s = NaN as exp(inf - inf) would.
+template <int kN>
+__device__ __forceinline__ void online_softmax_add_exp2(OnlineSoftmaxState& st, const float (&x)[kN]) {
+  float m = st.m;
 #pragma unroll
-  for (int j = 0; j < Vec<T>::kN; ++j) {
-    const float t = fmaf(to_float(v.v[j]), kLog2e, -offset);
+  for (int j = 0; j < kN; ++j) m = nan_max(m, x[j]);
+  const float offset = m == -INFINITY ? 0.f : m * kLog2e;  // all -inf so far: s stays 0
+  float s = st.s * exp2_approx_ftz(fmaf(st.m, kLog2e, -offset)), s_poly = 0.f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const float t = fmaf(x[j], kLog2e, -offset);
     if (j % 4 == 3) s_poly += exp2_poly3_nonpos(t);
     else s += exp2_approx_ftz(t);
   }
-  return s + s_poly;
+  st = {m, m == INFINITY ? NAN : s + s_poly};
 }
 
 // softmax(x) = 2^(x log2(e) - offset) with offset = m log2(e) + log2(s): the division by s

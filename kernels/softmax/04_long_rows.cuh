@@ -6,9 +6,8 @@
 // one per block of a thread-block cluster (sm_90), so 64 rows become 512 blocks and fill the
 // GPU instead of 64 SMs. Steps, per block (rank q of the row's cluster):
 //   1. copy its chunk into shared memory with cp.async (no registers held: a 256-thread block
-//      issues ~8 16-byte copies per thread) and wait for all of them; then each thread takes
-//      the max of its vectors, then the sum of their exponents against it (one per value, no
-//      rescales; for 16-bit types a quarter of them on the FMA pipe, exp2_poly3_nonpos);
+//      issues ~8 16-byte copies per thread, one commit group each), and fold each vector into
+//      an OnlineSoftmaxState as soon as it has landed, under the copies still in flight;
 //      merge over the block (block_all_merge);
 //   2. thread 0 puts the block's state in shared memory; cluster barrier;
 //   3. every warp reads the kSoftmaxClusterBlocks states of the cluster from the other blocks'
@@ -53,6 +52,7 @@ namespace flashlab::kernels {
 inline constexpr int kSoftmaxClusterBlocks = 8;  // blocks per row (the portable cluster limit)
 inline constexpr int kSoftmaxSplitThreads = 256;
 inline constexpr int kSoftmaxSplitMaxSmemBytes = 200 * 1024;  // one chunk of the shared-memory path
+inline constexpr int kSoftmaxSplitUnrolledVpt = 16;  // vectors per thread of the unrolled copy/fold loop
 static_assert(kSoftmaxClusterBlocks <= kWarpSize, "a warp merges one state per block of the cluster");
 
 // Block b works on row b / kSoftmaxClusterBlocks, vectors [q * chunk_vecs, (q + 1) * chunk_vecs)
@@ -87,31 +87,35 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
 
   OnlineSoftmaxState st = online_softmax_empty();
   if constexpr (kInSmem) {
-    // Every copy in flight at once, then all awaited: a thread reads only the vectors it copied
-    // itself, so no barrier is needed. Then the thread's max, then one exponent per value
-    // against it (no rescales).
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) cp_async_16(&chunk[i], in + i * V::kN);
-    cp_async_commit();
-    cp_async_wait<0>();
-    float m = -INFINITY, s = 0.f;
-    if constexpr (kFast) {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = nan_max(m, vec_max_nan(smem_vec(i)));
-      const float offset = m == -INFINITY ? 0.f : m * kLog2e;  // NaN m: every exponent NaN
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += vec_exp2_sum(smem_vec(i), offset);
-      if (m == INFINITY) s = NAN;  // exp(inf - inf), as the online fold gives
-    } else {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const V x = smem_vec(i);
+    // One commit group per vector of this thread (vectors i = threadIdx.x + k * blockDim.x),
+    // then each is folded into the state as soon as it lands, while later ones are still in
+    // flight. A thread reads only the vectors it copied itself, so no barrier is needed.
+    const int nk = n > threadIdx.x ? static_cast<int>((n - 1 - threadIdx.x) / blockDim.x + 1) : 0;
+    const int64_t i0 = threadIdx.x;
+    if (n <= static_cast<int64_t>(kSoftmaxSplitUnrolledVpt) * blockDim.x) {
+      // Up to kSoftmaxSplitUnrolledVpt vectors per thread (bf16 rows up to 262144 values):
+      // always that many commit groups (the extra ones empty, complete at once), so that the
+      // wait before vector k is a compile-time count in a fully unrolled loop, not a run-time
+      // switch over eight cp.async.wait_group instructions.
 #pragma unroll
-        for (int j = 0; j < V::kN; ++j) m = fmaxf(m, x.v[j]);
+      for (int k = 0; k < kSoftmaxSplitUnrolledVpt; ++k) {
+        if (k < nk) cp_async_16(&chunk[i0 + k * blockDim.x], in + (i0 + k * blockDim.x) * V::kN);
+        cp_async_commit();
       }
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const V x = smem_vec(i);
-#pragma unroll
-        for (int j = 0; j < V::kN; ++j) s += exp_below(x.v[j], m);
+      static_for<kSoftmaxSplitUnrolledVpt>([&](auto k) {
+        cp_async_wait<kSoftmaxSplitUnrolledVpt - 1 - k>();  // vector k has landed
+        if (k < nk) fold(st, smem_vec(i0 + k * blockDim.x));
+      });
+    } else {
+      for (int k = 0; k < nk; ++k) {
+        cp_async_16(&chunk[i0 + static_cast<int64_t>(k) * blockDim.x], in + (i0 + static_cast<int64_t>(k) * blockDim.x) * V::kN);
+        cp_async_commit();
+      }
+      for (int k = 0; k < nk; ++k) {
+        cp_async_wait_at_most(nk - 1 - k);  // vector k has landed
+        fold(st, smem_vec(i0 + static_cast<int64_t>(k) * blockDim.x));
       }
     }
-    st = {m, s};
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) fold(st, load_vec(in + i * V::kN));
   }
