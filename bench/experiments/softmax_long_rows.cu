@@ -14,6 +14,15 @@
 //   noexp     phase 2 writes x * (1/s) (no exponent): the cost of the output's MUFU work
 //   copy      cp.async into shared memory, cluster barrier, write back: the structure alone
 //   copy_nosync  the same without the cluster barrier
+//   (--arrival: whether the fold can run under the loads, outputs checked against exp2)
+//   exp2_after    the exp2 fold started only after all copies landed
+//   copy_bulk     one cp.async.bulk per piece of blockDim vectors, each on its own mbarrier
+//   exp2_bulk     those pieces folded in piece order
+//   exp2_ooo      folded in the order they land (polling the mbarriers), one state per piece,
+//                 merged in piece order (a result independent of arrival order)
+//   exp2_two      after all copies: the thread's max (packed bf16), then one exponent per value
+//   exp2_two_poly the same with a quarter of the exponents by exp2_poly3_nonpos
+//   (--rung: the rung's own kernel with and without that polynomial share, alternated)
 // plus a plain 16-byte grid-stride copy kernel and cudaMemcpyAsync of the same bytes, and an
 // empty kernel with the same grid, clusters and shared memory (the launch alone). A probe
 // run records per-block timestamps (globaltimer at start/end, clock64 at each phase).
@@ -32,6 +41,7 @@
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/tma.cuh"
+#include "kernels/softmax/04_long_rows.cuh"
 #include "kernels/softmax/params.h"
 
 using namespace flashlab;
@@ -48,19 +58,6 @@ __device__ __forceinline__ bool mbarrier_test(uint64_t* bar, uint32_t parity) {
       "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
       : "=r"(ok) : "r"(smem_u32(bar)), "r"(parity) : "memory");
   return ok != 0;
-}
-
-// 2^t for t <= 0 on the FMA pipe instead of MUFU: t = n + f with n = round(t) (the 1.5 * 2^23
-// trick), 2^f by a degree-3 polynomial on [-0.5, 0.5] (relative error 7.5e-5, coefficients
-// fitted here by iteratively reweighted least squares), n added to the exponent field.
-// t is clamped at -125 so that the exponent field stays positive (2^-125 for -inf: nothing
-// beside a sum that is at least 1).
-__device__ __forceinline__ float exp2_poly3(float t) {
-  t = fmaxf(t, -125.f);
-  const float j = t + 12582912.f;  // round(t) in the low mantissa bits
-  const float f = t - (j - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.242611155f), f, 0.693260968f), f, 0.999928057f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
 }
 
 // One contiguous global -> shared bulk copy (no tensor map), completing on `bar`.
@@ -186,7 +183,7 @@ __global__ void __launch_bounds__(kMode >= kExp2Ooo ? 256 : 512, kMode >= kExp2O
 #pragma unroll
         for (int j = 0; j < V::kN; ++j) {
           const float t = fmaf(to_float(v.v[j]), kLog2e, -off);
-          if (kMode == kExp2TwoPoly && j % 4 == 3) s1 += exp2_poly3(t);
+          if (kMode == kExp2TwoPoly && j % 4 == 3) s1 += exp2_poly3_nonpos(t);
           else s0 += exp2_approx_ftz(t);
         }
       }
@@ -381,18 +378,56 @@ int main(int argc, char** argv) {
     return 0;
   }
   h.measure_peaks();
+  if (argc > 1 && std::string(argv[1]) == "--rung") {
+    // The rung's own kernel with and without the polynomial share of the fold's exponents
+    // (kPolyShare), alternated in one process, after a check that both give the same outputs
+    // to within a bf16 ulp.
+    const int64_t chunk = (cols / Vec<T>::kN + kSoftmaxClusterBlocks - 1) / kSoftmaxClusterBlocks;
+    const size_t smem = chunk * sizeof(Vec<T>);
+    auto run_rung = [&](auto kernel, bool log) {
+      (void)log;
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
+      kernel<<<static_cast<unsigned>(rows * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, smem, h.stream()>>>(p, chunk);
+    };
+    auto with_poly = softmax_split_cluster_kernel<T, false, true, true>;
+    auto without = softmax_split_cluster_kernel<T, false, true, false>;
+    std::vector<uint16_t> a(rows * cols), b(rows * cols);
+    for (int which = 0; which < 2; ++which) {
+      cudaMemsetAsync(y, 0xff, rows * cols * sizeof(T), h.stream());
+      run_rung(which == 0 ? without : with_poly, false);
+      cudaMemcpyAsync((which == 0 ? a : b).data(), y, a.size() * 2, cudaMemcpyDeviceToHost, h.stream());
+      cudaStreamSynchronize(h.stream());
+    }
+    int64_t diff = 0, maxulp = 0, nan = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      nan += (a[i] & 0x7fff) > 0x7f80 || (b[i] & 0x7fff) > 0x7f80;
+      if (a[i] != b[i]) ++diff, maxulp = std::max<int64_t>(maxulp, std::abs(int64_t(a[i]) - int64_t(b[i])));
+    }
+    std::printf("rung with vs without the polynomial share: %lld of %zu outputs differ, max %lld ulp, %lld NaN (%s)\n",
+                (long long)diff, a.size(), (long long)maxulp, (long long)nan, cudaGetErrorString(cudaGetLastError()));
+    for (int rep = 0; rep < 4; ++rep) {
+      const double copy_ms =
+          h.time_ms([&] { cudaMemcpyAsync(y, x, rows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });
+      const double ms0 = h.time_ms([&] { run_rung(without, false); });
+      const double ms1 = h.time_ms([&] { run_rung(with_poly, false); });
+      std::printf("rep %d: cudaMemcpyAsync %.4f ms | rung, MUFU only %.4f ms (%.3fx copy) | rung, poly share %.4f ms (%.3fx copy)\n",
+                  rep, copy_ms, ms0, copy_ms / ms0, ms1, copy_ms / ms1);
+    }
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "--arrival") {
     // Whether the fold can run under the loads: the rung's in-order fold (exp2), the same fold
     // after all copies landed (exp2_after), and bulk copies (one per piece of blockDim vectors,
     // each on its own mbarrier) folded in piece order (exp2_bulk) or in landing order (exp2_ooo).
     auto check = [&](const char* name, auto launcher) {
       std::vector<uint16_t> ref(rows * cols), got(rows * cols);
-      cudaMemset(y, 0xff, rows * cols * sizeof(T));
+      cudaMemsetAsync(y, 0xff, rows * cols * sizeof(T), h.stream());
       launch<kExp2>(p, 8, 256, h.stream(), nullptr);
-      cudaMemcpy(ref.data(), y, ref.size() * 2, cudaMemcpyDeviceToHost);
-      cudaMemset(y, 0xff, rows * cols * sizeof(T));
+      cudaMemcpyAsync(ref.data(), y, ref.size() * 2, cudaMemcpyDeviceToHost, h.stream());
+      cudaMemsetAsync(y, 0xff, rows * cols * sizeof(T), h.stream());
       launcher();
-      cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost);
+      cudaMemcpyAsync(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost, h.stream());
+      cudaStreamSynchronize(h.stream());
       int64_t diff = 0, maxulp = 0;
       for (size_t i = 0; i < ref.size(); ++i)
         if (ref[i] != got[i]) ++diff, maxulp = std::max<int64_t>(maxulp, std::abs(int64_t(ref[i]) - int64_t(got[i])));

@@ -102,7 +102,7 @@ __device__ __forceinline__ float exp2_approx_ftz(float x) {
 
 // 2^t for t <= 0 on the FMA pipe (FFMA/FADD and integer ops) instead of MUFU, for a share of
 // the exponents of a sum where MUFU.EX2 (16 per SM per cycle, 8 times fewer than FFMA) is the
-// bottleneck. t = n + f with n = round(t) (adding 1.5 * 2^23 leaves n in the low mantissa bits),
+// bottleneck (tried in the cluster softmax's fold: no gain there). t = n + f with n = round(t) (adding 1.5 * 2^23 leaves n in the low mantissa bits),
 // 2^f on [-0.5, 0.5] by a degree-3 polynomial (relative error 7.5e-5 = 2^-13.7; coefficients
 // fitted for this file by reweighted least squares), n added to the result's exponent field.
 // t < -126 gives 0 (2^-inf = 0 for masked values, as ex2.approx.ftz); a NaN t gives a
@@ -124,24 +124,24 @@ __device__ __forceinline__ float nan_max(float a, float b) {
 
 // kN values into the state: max first, then one rescale and kN exponents in base 2. Same state
 // (m, s) as online_softmax_add<kN, true>, to within the approximate exponent's error.
-// Every fourth exponent is taken by exp2_poly3_nonpos on the FMA pipe: the cluster softmax
-// folds its chunks after their copies have landed, bound by MUFU. Its NaN results are
-// harmless: a NaN value makes m NaN (nan_max), so every exponent of the MUFU share is NaN, and
-// a +inf value (m = +inf) sets s = NaN as exp(inf - inf) would.
-template <int kN>
+// kPolyShare (an experiment, off: measured 2% slower in the cluster softmax, see
+// docs/ladder/softmax.md): every fourth exponent by exp2_poly3_nonpos on the FMA pipe instead
+// of MUFU. Its NaN results are harmless: a NaN value makes m NaN (nan_max), so every exponent
+// of the MUFU share is NaN, and a +inf value (m = +inf) sets s = NaN as exp(inf - inf) would.
+template <int kN, bool kPolyShare = false>
 __device__ __forceinline__ void online_softmax_add_exp2(OnlineSoftmaxState& st, const float (&x)[kN]) {
   float m = st.m;
 #pragma unroll
-  for (int j = 0; j < kN; ++j) m = nan_max(m, x[j]);
+  for (int j = 0; j < kN; ++j) m = kPolyShare ? nan_max(m, x[j]) : fmaxf(m, x[j]);
   const float offset = m == -INFINITY ? 0.f : m * kLog2e;  // all -inf so far: s stays 0
   float s = st.s * exp2_approx_ftz(fmaf(st.m, kLog2e, -offset)), s_poly = 0.f;
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
     const float t = fmaf(x[j], kLog2e, -offset);
-    if (j % 4 == 3) s_poly += exp2_poly3_nonpos(t);
+    if (kPolyShare && j % 4 == 3) s_poly += exp2_poly3_nonpos(t);
     else s += exp2_approx_ftz(t);
   }
-  st = {m, m == INFINITY ? NAN : s + s_poly};
+  st = {m, kPolyShare && m == INFINITY ? NAN : s + s_poly};
 }
 
 // softmax(x) = 2^(x log2(e) - offset) with offset = m log2(e) + log2(s): the division by s
@@ -161,13 +161,13 @@ __device__ __forceinline__ void online_softmax_add_vec(OnlineSoftmaxState& st, c
 }
 
 // The same through the base-2 fast path (16-bit T only: see online_softmax_add_exp2).
-template <typename T>
+template <typename T, bool kPolyShare = false>
 __device__ __forceinline__ void online_softmax_add_vec_exp2(OnlineSoftmaxState& st, const Vec<T>& v) {
   static_assert(sizeof(T) == 2, "the approximate exponent is for 16-bit outputs");
   float x[Vec<T>::kN];
 #pragma unroll
   for (int j = 0; j < Vec<T>::kN; ++j) x[j] = to_float(v.v[j]);
-  online_softmax_add_exp2<Vec<T>::kN>(st, x);
+  online_softmax_add_exp2<Vec<T>::kN, kPolyShare>(st, x);
 }
 
 // softmax_from_state on each element of a vector, rounded once.

@@ -57,7 +57,9 @@ static_assert(kSoftmaxClusterBlocks <= kWarpSize, "a warp merges one state per b
 
 // Block b works on row b / kSoftmaxClusterBlocks, vectors [q * chunk_vecs, (q + 1) * chunk_vecs)
 // of it, q = its rank in the cluster. kInSmem: dynamic shared memory of chunk_vecs vectors.
-template <typename T, bool kLog, bool kInSmem>
+// kPolyShare: a quarter of the fold's exponents on the FMA pipe (online_softmax_add_exp2); an
+// experiment, off (bench/experiments/softmax_long_rows.cu --rung: 2% slower).
+template <typename T, bool kLog, bool kInSmem, bool kPolyShare = false>
 __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(kSoftmaxSplitThreads)
     softmax_split_cluster_kernel(const __grid_constant__ SoftmaxParams p, const int64_t chunk_vecs) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -81,7 +83,7 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   const auto smem_vec = [&](int64_t i) -> V { return load_vec(reinterpret_cast<const T*>(chunk + i)); };
   const auto value = [&](int64_t i) -> V { return kInSmem ? smem_vec(i) : load_vec(in + i * V::kN); };
   const auto fold = [](OnlineSoftmaxState& st, const V& v) {
-    if constexpr (kFast) online_softmax_add_vec_exp2(st, v);
+    if constexpr (kFast) online_softmax_add_vec_exp2<T, kPolyShare>(st, v);
     else online_softmax_add_vec(st, v);
   };
 
