@@ -56,5 +56,6 @@ double relative_difference(const void* got, const void* want, int64_t n, DType d
 
 // bench/cases_attention.cu: attention forward, every rung (op attn_fwd)
 void bench_attention(Harness& h, DType dt);
+void bench_attention_bwd(Harness& h, DType dt);
 
 }  // namespace flashlab::bench

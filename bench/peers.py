@@ -63,6 +63,7 @@ PEERS = {
     "quantize_int8": ("torch", "torch-compile"),
     "quantize_fp8_per_tensor": ("torch", "torch-compile"),
     "attn_fwd": ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient"),
+    "attn_bwd": ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient"),
 }
 # Rows whose shapes the peers follow: our rungs, and the harness's own copy baseline.
 SOURCE_IMPLS = ("flashlab", "cudaMemcpy")
@@ -226,7 +227,7 @@ def _peer_builders(torch, case):
         src = torch.randint(0, 256, (case["copy_bytes"],), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         return {"torch": lambda: functools.partial(dst.copy_, src)}
-    if op == "attn_fwd":  # torch SDPA in its native (batch, heads, seq, d) layout, one backend each
+    if op in ("attn_fwd", "attn_bwd"):  # torch SDPA in its native (batch, heads, seq, d) layout, one backend each
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -236,6 +237,13 @@ def _peer_builders(torch, case):
         causal = bool(s["causal"])
 
         def backend(b):
+            if op == "attn_bwd":  # the backward alone: the forward once (its graph kept), then grads
+                qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+                with sdpa_kernel(b):
+                    out = sdpa(qg, kg, vg, is_causal=causal)
+                dout = _random(torch, tuple(out.shape), dtype)
+                return functools.partial(torch.autograd.grad, out, (qg, kg, vg), dout, retain_graph=True)
+
             def run():
                 with sdpa_kernel(b):
                     return sdpa(q, k, v, is_causal=causal)

@@ -99,7 +99,7 @@ def _peaks(doc: dict) -> tuple[float | None, float | None]:
 
 # Compute-bound ops -> the peer whose rate is their baseline (rung 0, same case): their ladder
 # tables show TFLOP/s and % of that peer instead of bandwidth, and no share of the copy peak.
-COMPUTE_BASELINE = {"gemm": "cublas", "attn_fwd": "torch-sdpa-cudnn"}
+COMPUTE_BASELINE = {"gemm": "cublas", "attn_fwd": "torch-sdpa-cudnn", "attn_bwd": "torch-sdpa-cudnn"}
 
 
 def _pct_copy(row: dict, peak) -> str:

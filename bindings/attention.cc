@@ -71,6 +71,41 @@ void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::Ten
   });
 }
 
+// dq, dk, dv = gradients of sum(dout * out) (include/flashlab/attention.h, attention_bwd), written
+// on the caller's current stream of q's device; softmax_lse: the forward's (required); the
+// other options as attention_fwd's.
+void attention_bwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v, tvm::ffi::TensorView out,
+                   tvm::ffi::TensorView dout, tvm::ffi::TensorView dq, tvm::ffi::TensorView dk, tvm::ffi::TensorView dv,
+                   OptTensor softmax_lse, OptTensor alibi_slopes, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
+                   int64_t max_seqlen_q, int64_t max_seqlen_k, tvm::ffi::Optional<double> softmax_scale, bool causal,
+                   int64_t window_left, int64_t window_right, double softcap, bool deterministic, int64_t rung) {
+  constexpr const char* op = "attention_bwd";
+  call([&] {
+    const TensorView Q = to_flashlab(q, op, "q"), K = to_flashlab(k, op, "k"), V = to_flashlab(v, op, "v"),
+                     O = to_flashlab(out, op, "out"), dO = to_flashlab(dout, op, "dout"), dQ = to_flashlab(dq, op, "dq"),
+                     dK = to_flashlab(dk, op, "dk"), dV = to_flashlab(dv, op, "dv");
+    const TensorView Lse = to_flashlab_opt(softmax_lse, op, "softmax_lse"),
+                     Alibi = to_flashlab_opt(alibi_slopes, op, "alibi_slopes"),
+                     CuQ = to_flashlab_opt(cu_seqlens_q, op, "cu_seqlens_q"),
+                     CuK = to_flashlab_opt(cu_seqlens_k, op, "cu_seqlens_k");
+    AttnBwdOptions o;
+    o.softmax_scale = softmax_scale.has_value() ? to_float(softmax_scale.value()) : 0.f;
+    o.causal = causal;
+    o.window_left = window_left;
+    o.window_right = window_right;
+    o.softcap = to_float(softcap);
+    o.alibi_slopes = alibi_slopes.has_value() ? &Alibi : nullptr;
+    o.cu_seqlens_q = cu_seqlens_q.has_value() ? &CuQ : nullptr;
+    o.cu_seqlens_k = cu_seqlens_k.has_value() ? &CuK : nullptr;
+    o.max_seqlen_q = max_seqlen_q;
+    o.max_seqlen_k = max_seqlen_k;
+    o.softmax_lse = softmax_lse.has_value() ? &Lse : nullptr;
+    o.deterministic = deterministic;
+    flashlab::attention_bwd(Q, K, V, O, dO, dQ, dK, dV, current_stream(Q), to_rung(op, rung, kAttnBwdRungs), o);
+  });
+}
+
 }  // namespace flashlab::bindings
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(attention_fwd, flashlab::bindings::attention_fwd);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(attention_bwd, flashlab::bindings::attention_bwd);

@@ -12,6 +12,7 @@
 #include "kernels/attention/probs.cuh"
 #include "src/core/launch.h"
 #include "src/attention_launch.h"
+#include "src/attention_validate.h"
 #include "src/core/static_switch.h"
 
 namespace flashlab {
@@ -67,7 +68,7 @@ void check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_
   if (v[batch] != total)
     check::fail(cu, detail::concat("cu_seqlens[", batch, "] = ", total, " (the packed rows of '", ref.name, "')"),
                 detail::concat(v[batch]));
-  FLASHLAB_CHECK(longest <= max_len, kOp, ": argument '", max_name, "': expected >= the longest sequence (", longest,
+  FLASHLAB_CHECK(longest <= max_len, cu.op, ": argument '", max_name, "': expected >= the longest sequence (", longest,
                  "), got ", max_len);
 }
 
@@ -112,15 +113,22 @@ bool tma_strides(const TensorView& t) {
   return true;
 }
 
-// Every check of attention_fwd(); throws flashlab::Error on the first that fails, else the kernel
-// parameters (window and scale resolved).
-AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                               int rung, const AttnFwdOptions& opt, cudaStream_t stream) {
-  const check::Arg Q{kOp, "q", q}, K{kOp, "k", k}, V{kOp, "v", v}, O{kOp, "out", out};
-  FLASHLAB_CHECK(rung == kAttnFwdRungAuto || (rung >= 1 && rung <= kAttnFwdRungs), kOp, ": argument 'rung': expected 1..",
+}  // namespace
+
+namespace detail {
+
+void attention_disjoint(const check::Arg& a, const check::Arg& b) { disjoint(a, b); }
+void attention_no_self_overlap(const check::Arg& a) { no_self_overlap(a); }
+
+// Every check of attention_fwd() (messages naming `op`); throws flashlab::Error on the first that
+// fails, else the kernel parameters (window and scale resolved).
+AttnFwdParams attention_validated_params(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                                         const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream) {
+  const check::Arg Q{op, "q", q}, K{op, "k", k}, V{op, "v", v}, O{op, "out", out};
+  FLASHLAB_CHECK(rung == kAttnFwdRungAuto || (rung >= 1 && rung <= kAttnFwdRungs), op, ": argument 'rung': expected 1..",
                  kAttnFwdRungs, " or ", kAttnFwdRungAuto, " (auto), got ", rung);
   const bool varlen = opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr;
-  FLASHLAB_CHECK(!varlen || (opt.cu_seqlens_q != nullptr && opt.cu_seqlens_k != nullptr), kOp,
+  FLASHLAB_CHECK(!varlen || (opt.cu_seqlens_q != nullptr && opt.cu_seqlens_k != nullptr), op,
                  ": arguments 'cu_seqlens_q' and 'cu_seqlens_k': expected both or neither, got only '",
                  opt.cu_seqlens_q != nullptr ? "cu_seqlens_q" : "cu_seqlens_k", "'");
   const int rank = varlen ? 3 : 4;
@@ -144,7 +152,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
   if (nheads < 1) check::fail(Q, "at least 1 head", detail::concat(nheads, " heads"));
   if (nheads_kv < 1 || nheads % nheads_kv != 0)
     check::fail(K, detail::concat("a number of heads that divides q's ", nheads, " (GQA/MQA)"), detail::concat(nheads_kv));
-  FLASHLAB_CHECK(nheads <= kMaxGridYZ, kOp, ": argument 'q': expected at most ", kMaxGridYZ, " heads, got ", nheads);
+  FLASHLAB_CHECK(nheads <= kMaxGridYZ, op, ": argument 'q': expected at most ", kMaxGridYZ, " heads, got ", nheads);
   // 16-byte aligned rows for the cp.async copies of rung 3 (all rungs take the same inputs).
   for (const check::Arg* x : {&Q, &K, &V, &O}) {
     check::aligned(*x, 16);
@@ -161,21 +169,21 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
   p.q = q.data, p.k = k.data, p.v = v.data, p.o = out.data;
   int64_t batch, max_sq, max_sk;
   if (varlen) {
-    const check::Arg CQ{kOp, "cu_seqlens_q", *opt.cu_seqlens_q}, CK{kOp, "cu_seqlens_k", *opt.cu_seqlens_k};
+    const check::Arg CQ{op, "cu_seqlens_q", *opt.cu_seqlens_q}, CK{op, "cu_seqlens_k", *opt.cu_seqlens_k};
     check::cuda(CQ);
-    FLASHLAB_CHECK(opt.cu_seqlens_q->ndim() == 1 && opt.cu_seqlens_q->shape[0] >= 2, kOp,
+    FLASHLAB_CHECK(opt.cu_seqlens_q->ndim() == 1 && opt.cu_seqlens_q->shape[0] >= 2, op,
                    ": argument 'cu_seqlens_q': expected shape [batch + 1] with batch >= 1, got ",
                    shape_str(opt.cu_seqlens_q->shape));
     batch = opt.cu_seqlens_q->shape[0] - 1;
-    FLASHLAB_CHECK(batch <= kMaxGridYZ, kOp, ": argument 'cu_seqlens_q': expected at most ", kMaxGridYZ, " sequences, got ", batch);
-    FLASHLAB_CHECK(opt.max_seqlen_q >= 0 && opt.max_seqlen_q <= INT_MAX / 2, kOp,
+    FLASHLAB_CHECK(batch <= kMaxGridYZ, op, ": argument 'cu_seqlens_q': expected at most ", kMaxGridYZ, " sequences, got ", batch);
+    FLASHLAB_CHECK(opt.max_seqlen_q >= 0 && opt.max_seqlen_q <= INT_MAX / 2, op,
                    ": argument 'max_seqlen_q': expected 0 .. 2^30 - 1, got ", opt.max_seqlen_q);
-    FLASHLAB_CHECK(opt.max_seqlen_k >= 0 && opt.max_seqlen_k <= INT_MAX / 2, kOp,
+    FLASHLAB_CHECK(opt.max_seqlen_k >= 0 && opt.max_seqlen_k <= INT_MAX / 2, op,
                    ": argument 'max_seqlen_k': expected 0 .. 2^30 - 1, got ", opt.max_seqlen_k);
     check_cu_seqlens_tensor(CQ, Q, batch);
     check_cu_seqlens_tensor(CK, K, batch);
-    FLASHLAB_CHECK(q.shape[0] <= INT_MAX, kOp, ": argument 'q': expected at most 2^31 - 1 packed rows, got ", q.shape[0]);
-    FLASHLAB_CHECK(k.shape[0] <= INT_MAX, kOp, ": argument 'k': expected at most 2^31 - 1 packed rows, got ", k.shape[0]);
+    FLASHLAB_CHECK(q.shape[0] <= INT_MAX, op, ": argument 'q': expected at most 2^31 - 1 packed rows, got ", q.shape[0]);
+    FLASHLAB_CHECK(k.shape[0] <= INT_MAX, op, ": argument 'k': expected at most 2^31 - 1 packed rows, got ", k.shape[0]);
     max_sq = opt.max_seqlen_q, max_sk = opt.max_seqlen_k;
     p.cu_seqlens_q = static_cast<const int*>(opt.cu_seqlens_q->data);
     p.cu_seqlens_k = static_cast<const int*>(opt.cu_seqlens_k->data);
@@ -188,8 +196,8 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     for (const check::Arg* x : {&Q, &K}) check::nonempty(*x);
     batch = q.shape[0], max_sq = q.shape[1], max_sk = k.shape[1];
     if (k.shape[0] != batch) check::fail(K, detail::concat("batch ", batch, " (as 'q')"), detail::concat(k.shape[0]));
-    FLASHLAB_CHECK(batch <= kMaxGridYZ, kOp, ": argument 'q': expected batch <= ", kMaxGridYZ, ", got ", batch);
-    FLASHLAB_CHECK(max_sq <= INT_MAX / 2 && max_sk <= INT_MAX / 2, kOp,
+    FLASHLAB_CHECK(batch <= kMaxGridYZ, op, ": argument 'q': expected batch <= ", kMaxGridYZ, ", got ", batch);
+    FLASHLAB_CHECK(max_sq <= INT_MAX / 2 && max_sk <= INT_MAX / 2, op,
                    ": arguments 'q', 'k': expected sequence lengths < 2^30, got ", max_sq, " and ", max_sk);
     p.q_batch_stride = q.strides[0], p.q_row_stride = q.strides[1], p.q_head_stride = q.strides[2];
     p.k_batch_stride = k.strides[0], p.k_row_stride = k.strides[1], p.k_head_stride = k.strides[2];
@@ -202,19 +210,19 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
 
   // Scalars.
   const float scale = opt.softmax_scale;
-  FLASHLAB_CHECK(std::isnan(scale) || (std::isfinite(scale)), kOp, ": argument 'softmax_scale': expected a finite value, got ", scale);
+  FLASHLAB_CHECK(std::isnan(scale) || (std::isfinite(scale)), op, ": argument 'softmax_scale': expected a finite value, got ", scale);
   p.scale = std::isnan(scale) || scale <= 0.f ? 1.f / std::sqrt(static_cast<float>(d)) : scale;
-  FLASHLAB_CHECK(std::isfinite(opt.softcap) && opt.softcap >= 0.f, kOp, ": argument 'softcap': expected a finite value >= 0, got ", opt.softcap);
+  FLASHLAB_CHECK(std::isfinite(opt.softcap) && opt.softcap >= 0.f, op, ": argument 'softcap': expected a finite value >= 0, got ", opt.softcap);
   p.softcap = opt.softcap;
-  FLASHLAB_CHECK(opt.window_left >= -1, kOp, ": argument 'window_left': expected >= -1 (-1: unbounded), got ", opt.window_left);
-  FLASHLAB_CHECK(opt.window_right >= -1, kOp, ": argument 'window_right': expected >= -1 (-1: unbounded), got ", opt.window_right);
+  FLASHLAB_CHECK(opt.window_left >= -1, op, ": argument 'window_left': expected >= -1 (-1: unbounded), got ", opt.window_left);
+  FLASHLAB_CHECK(opt.window_right >= -1, op, ": argument 'window_right': expected >= -1 (-1: unbounded), got ", opt.window_right);
   // A window past both sequence lengths is unbounded (and keeps the kernels' int arithmetic small).
   const auto window = [&](int64_t w) { return w > max_sq + max_sk ? -1 : static_cast<int>(w); };
   p.window_left = window(opt.window_left);
   p.window_right = opt.causal ? 0 : window(opt.window_right);
 
   if (opt.alibi_slopes != nullptr) {
-    const check::Arg A{kOp, "alibi_slopes", *opt.alibi_slopes};
+    const check::Arg A{op, "alibi_slopes", *opt.alibi_slopes};
     check_f32_aux(A, Q);
     const auto& s = opt.alibi_slopes->shape;
     if (!((s.size() == 1 && s[0] == nheads) || (s.size() == 2 && s[0] == batch && s[1] == nheads)))
@@ -223,7 +231,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     p.alibi_batch_stride = s.size() == 2 ? nheads : 0;
   }
   if (opt.softmax_lse != nullptr) {
-    const check::Arg L{kOp, "softmax_lse", *opt.softmax_lse};
+    const check::Arg L{op, "softmax_lse", *opt.softmax_lse};
     check_f32_aux(L, Q);
     if (varlen) check::shape(L, {nheads, q.shape[0]});
     else check::shape(L, {batch, nheads, max_sq});
@@ -244,7 +252,7 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
   int given = 0, per_head_given = 0;
   for (const auto& x : descales) {
     if (x.t == nullptr) continue;
-    const check::Arg D{kOp, x.name, *x.t};
+    const check::Arg D{op, x.name, *x.t};
     if (!fp8) check::fail(D, "no descale factor for fp16 / bf16 inputs (FP8 e4m3 only)", "a tensor");
     check_f32_aux(D, Q);
     const auto& s = x.t->shape;
@@ -254,19 +262,19 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     ++given, per_head_given += one ? 0 : 1;
     *x.dst = static_cast<const float*>(x.t->data);
   }
-  FLASHLAB_CHECK(per_head_given == 0 || per_head_given == given, kOp,
+  FLASHLAB_CHECK(per_head_given == 0 || per_head_given == given, op,
                  ": arguments 'q_descale', 'k_descale', 'v_descale': expected all per tensor (one element) or all per "
                  "(batch, nheads_kv), got a mix");
   if (per_head_given > 0) p.descale_batch_stride = nheads_kv, p.descale_head_stride = 1;
   if (fp8) {  // TMA + 8-bit wgmma: rung 4 on sm_90a, head dim 128
-    FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 4, kOp, ": argument 'rung': expected 4 or ", kAttnFwdRungAuto,
+    FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 4, op, ": argument 'rung': expected 4 or ", kAttnFwdRungAuto,
                    " (auto) for e4m3 inputs (FP8 runs on the Hopper rung only), got ", rung);
     if (d != 128) check::fail(Q, "head dim (last dim) 128 for e4m3 inputs", detail::concat(d));
-    FLASHLAB_CHECK(opt.attn_probs == nullptr, kOp, ": argument 'attn_probs': expected none for e4m3 inputs, got a tensor");
+    FLASHLAB_CHECK(opt.attn_probs == nullptr, op, ": argument 'attn_probs': expected none for e4m3 inputs, got a tensor");
   }
   if (opt.attn_probs != nullptr) {
-    const check::Arg P{kOp, "attn_probs", *opt.attn_probs};
-    FLASHLAB_CHECK(opt.softmax_lse != nullptr, kOp,
+    const check::Arg P{op, "attn_probs", *opt.attn_probs};
+    FLASHLAB_CHECK(opt.softmax_lse != nullptr, op,
                    ": argument 'attn_probs': expected together with 'softmax_lse' (P is computed from it), got no softmax_lse");
     check::cuda(P);
     check::same_device(P, Q);
@@ -275,16 +283,16 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     check::aligned(P, dtype_size(q.dtype));
     check::shape(P, {batch, nheads, max_sq, max_sk});
     for (const check::Arg* x : {&Q, &K, &V, &O}) disjoint(P, *x);
-    disjoint(P, check::Arg{kOp, "softmax_lse", *opt.softmax_lse});
+    disjoint(P, check::Arg{op, "softmax_lse", *opt.softmax_lse});
   }
   // What the kernels read (cu_seqlens, slopes) must not lie inside what they write.
   {
     std::vector<check::Arg> reads, writes{O};
-    if (opt.cu_seqlens_q != nullptr) reads.push_back({kOp, "cu_seqlens_q", *opt.cu_seqlens_q});
-    if (opt.cu_seqlens_k != nullptr) reads.push_back({kOp, "cu_seqlens_k", *opt.cu_seqlens_k});
-    if (opt.alibi_slopes != nullptr) reads.push_back({kOp, "alibi_slopes", *opt.alibi_slopes});
-    if (opt.softmax_lse != nullptr) writes.push_back({kOp, "softmax_lse", *opt.softmax_lse});
-    if (opt.attn_probs != nullptr) writes.push_back({kOp, "attn_probs", *opt.attn_probs});
+    if (opt.cu_seqlens_q != nullptr) reads.push_back({op, "cu_seqlens_q", *opt.cu_seqlens_q});
+    if (opt.cu_seqlens_k != nullptr) reads.push_back({op, "cu_seqlens_k", *opt.cu_seqlens_k});
+    if (opt.alibi_slopes != nullptr) reads.push_back({op, "alibi_slopes", *opt.alibi_slopes});
+    if (opt.softmax_lse != nullptr) writes.push_back({op, "softmax_lse", *opt.softmax_lse});
+    if (opt.attn_probs != nullptr) writes.push_back({op, "attn_probs", *opt.attn_probs});
     for (const check::Arg& r : reads)
       for (const check::Arg& w : writes) disjoint(r, w);
   }
@@ -308,11 +316,15 @@ AttnFwdParams validated_params(const TensorView& q, const TensorView& k, const T
     FLASHLAB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   }
   if (varlen && capture == cudaStreamCaptureStatusNone) {
-    check_cu_seqlens_values(check::Arg{kOp, "cu_seqlens_q", *opt.cu_seqlens_q}, Q, batch, q.shape[0], max_sq, "max_seqlen_q", stream);
-    check_cu_seqlens_values(check::Arg{kOp, "cu_seqlens_k", *opt.cu_seqlens_k}, K, batch, k.shape[0], max_sk, "max_seqlen_k", stream);
+    check_cu_seqlens_values(check::Arg{op, "cu_seqlens_q", *opt.cu_seqlens_q}, Q, batch, q.shape[0], max_sq, "max_seqlen_q", stream);
+    check_cu_seqlens_values(check::Arg{op, "cu_seqlens_k", *opt.cu_seqlens_k}, K, batch, k.shape[0], max_sk, "max_seqlen_k", stream);
   }
   return p;
 }
+
+}  // namespace detail
+
+namespace {
 
 template <typename T>
 void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t stream) {
@@ -373,7 +385,7 @@ int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
 
 void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                    cudaStream_t stream, int rung, const AttnFwdOptions& options) {
-  const AttnFwdParams p = validated_params(q, k, v, out, rung, options, stream);
+  const AttnFwdParams p = detail::attention_validated_params(kOp, q, k, v, out, rung, options, stream);
   detail::DeviceGuard guard(q.device.index);
   rung = resolved_rung(rung, q, k, v, out);
   if (p.seqlen_q == 0) return;  // varlen with no query rows: nothing to write

@@ -105,4 +105,41 @@ void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v
 int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
                                       int64_t headdim);
 
+// --- Backward --------------------------------------------------------------------------------
+// Gradients of L = sum(dout * out) with respect to q, k, v, for out = attention_fwd(q, k, v) with
+// the same options. Recomputes the probabilities p_ij = exp(s_ij - lse_i) from the forward's
+// softmax_lse instead of storing them; with D_i = dout_i . out_i,
+//   dv_j = sum_i p_ij dout_i,  ds_ij = p_ij (dout_i . v_j - D_i),
+//   dq_i = sum_j ds_ij g_ij k_j,  dk_j = sum_i ds_ij g_ij q_i,
+// g_ij = d s_ij / d (q_i . k_j) (the scale; times 1 - tanh^2 with softcap). GQA/MQA: a KV head's
+// dk and dv are summed over the query heads that share it. Masked entries and rows that see no
+// key contribute nothing. Ladder (kernels/attention/backward/, doc: docs/ladder/attention.md):
+//   1 naive: P and dS materialised in global memory, one thread per element of each product
+//     (deterministic: no atomics) (top, for now)
+inline constexpr int kAttnBwdRungs = 1;
+inline constexpr int kAttnBwdRungAuto = -1;  // the top rung
+
+// The forward's options, plus:
+struct AttnBwdOptions : AttnFwdOptions {
+  // Bit-identical gradients from run to run (flash-attn's `deterministic`): every rung so far is.
+  bool deterministic = false;
+};
+
+// q, k, v, out and the options as given to (and returned by) attention_fwd: the same shapes,
+// layouts, dtypes (fp16 / bf16; not FP8) and restrictions. options.softmax_lse is required here
+// and read (the forward's lse); options.attn_probs and the FP8 descale factors must be absent.
+// dout: like out (the gradient of the output); dq: like q; dk, dv: like k (written, not
+// accumulated; any strides with a contiguous head dim, 16-byte aligned). The outputs must not
+// overlap each other, themselves or any input. Enqueued on `stream`; throws flashlab::Error
+// (nothing launched) on invalid arguments.
+void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                   const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                   cudaStream_t stream = nullptr, int rung = kAttnBwdRungAuto, const AttnBwdOptions& options = {});
+
+// Bytes of device workspace the backward rung needs (rung 1: the fp32 P and dS matrices,
+// batch x nheads x seqlen_q x seqlen_k each, and D, batch x nheads x seqlen_q; for varlen the
+// max lengths). attention_bwd allocates it itself (stream-ordered, on `stream`).
+int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
+                                      int64_t headdim);
+
 }  // namespace flashlab

@@ -26,16 +26,22 @@ __device__ __forceinline__ float* attn_naive_s_row(float* s, const AttnFwdParams
   return s + ((static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i) * p.seqlen_k;
 }
 
-// The logit s_ij of (batch b, head h): the dot product over the head dim straight from global
-// memory, then attn_logit. Also what the probs pass (probs.cuh) recomputes.
+// q_i . k_j of (batch b, head h) over the head dim, straight from global memory.
 template <typename T>
-__device__ __forceinline__ float attn_naive_logit(const AttnFwdParams& p, int b, int h, const AttnBatch& sb, int i, int j) {
+__device__ __forceinline__ float attn_naive_dot(const AttnFwdParams& p, int b, int h, const AttnBatch& sb, int i, int j) {
   const int hk = h / (p.nheads / p.nheads_kv);
   const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, i, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
   const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, j, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   float dot = 0.f;
   for (int c = 0; c < p.headdim; ++c) dot += to_float(q[c]) * to_float(k[c]);
-  return attn_logit(dot, i, j, attn_score_mod(p, b, h, sb));
+  return dot;
+}
+
+// The logit s_ij of (batch b, head h): attn_naive_dot, then attn_logit. Also what the probs pass
+// (probs.cuh) and the naive backward recompute.
+template <typename T>
+__device__ __forceinline__ float attn_naive_logit(const AttnFwdParams& p, int b, int h, const AttnBatch& sb, int i, int j) {
+  return attn_logit(attn_naive_dot<T>(p, b, h, sb, i, j), i, j, attn_score_mod(p, b, h, sb));
 }
 
 // Step 1. Grid (ceil(max_sk / 32) * ceil(max_sq / 8), nheads, batch), block (32, 8).
@@ -49,8 +55,10 @@ __global__ void attn_naive_scores_kernel(const __grid_constant__ AttnFwdParams p
   attn_naive_s_row(s, p, b, h, i)[j] = attn_naive_logit<T>(p, b, h, sb, i, j);
 }
 
-// Step 2. One thread per (batch, head, row): grid (ceil(max_sq / 128), nheads, batch).
-__global__ void attn_naive_softmax_kernel(const __grid_constant__ AttnFwdParams p, float* s) {
+// Step 2. One thread per (batch, head, row): grid (ceil(max_sq / 128), nheads, batch). static:
+// this header is included by the forward and the naive backward (one copy per translation unit
+// of this non-template kernel, each launched only by its own).
+static __global__ void attn_naive_softmax_kernel(const __grid_constant__ AttnFwdParams p, float* s) {
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
   const AttnBatch sb = attn_batch(p, b);
   if (i >= sb.sq) return;

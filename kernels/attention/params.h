@@ -47,4 +47,21 @@ struct AttnFwdParams {
   int64_t descale_batch_stride, descale_head_stride;
 };
 
+// The backward (include/flashlab/attention.h, attention_bwd) reads everything above (lse is the
+// forward's, read here) plus the output's gradient, and writes dq, dk, dv.
+struct AttnBwdParams : AttnFwdParams {
+  // dout: like o; dq: like q; dk, dv: like k (each its own strides, head dim contiguous).
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  int64_t dout_batch_stride, dout_row_stride, dout_head_stride;
+  int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+  int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+  int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+  // fp32 workspace: D_i = sum_c dout_ic o_ic of every row, (batch, nheads, seqlen_q) (varlen:
+  // seqlen_q the max, rows past a batch's length unused).
+  float* dsum;
+};
+
 }  // namespace flashlab

@@ -11,7 +11,7 @@ from typing import Any
 
 from . import _alloc, _loader
 
-__all__ = ["ACTIVATION_RUNGS", "ATTN_FWD_RUNGS", "attention_fwd", "flash_attn_func", "flash_attn_kvpacked_func",
+__all__ = ["ACTIVATION_RUNGS", "ATTN_BWD_RUNGS", "ATTN_FWD_RUNGS", "attention_bwd", "attention_fwd", "flash_attn_func", "flash_attn_kvpacked_func",
            "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
            "flash_attn_varlen_qkvpacked_func", "ROPE_RUNGS", "apply_llama31_rope_pos_ids",
            "apply_llama31_rope_pos_ids_inplace", "apply_rope_pos_ids", "apply_rope_pos_ids_inplace",
@@ -112,6 +112,6 @@ from .quant import QUANT_RUNGS, dequantize, quantize_fp8, quantize_int8  # noqa:
 from .rope import (ROPE_RUNGS, apply_llama31_rope_pos_ids, apply_llama31_rope_pos_ids_inplace,  # noqa: E402
                    apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache)
 from .gemm import GEMM_RUNGS, gemm  # noqa: E402
-from .flash_attn_interface import (ATTN_FWD_RUNGS, attention_fwd, flash_attn_func,  # noqa: E402
+from .flash_attn_interface import (ATTN_BWD_RUNGS, ATTN_FWD_RUNGS, attention_bwd, attention_fwd, flash_attn_func,  # noqa: E402
                                    flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_func,
                                    flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)

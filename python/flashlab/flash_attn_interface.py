@@ -5,9 +5,9 @@ and return conventions; each adds the keyword ``impl`` (the rung, 1..ATTN_FWD_RU
 top rung that runs here: 4 on Hopper (sm_90) for head dims 64..256, else 3). What differs from
 flash-attn:
 
-* forward only: dropout (``dropout_p != 0``) and paged KV (``block_table``) raise
-  NotImplementedError; with torch autograd recording (an input that requires grad), the outputs
-  are differentiable and their backward raises NotImplementedError;
+* differentiable: with torch autograd recording (an input that requires grad) the backward runs
+  ``attention_bwd`` (backward rung 1, naive, for now; deterministic); not for FP8 inputs;
+* dropout (``dropout_p != 0``) and paged KV (``block_table``) raise NotImplementedError;
 * head dims are 32, 64, 96, 128, 192 or 256 (flash-attn pads others; flashlab refuses them);
 * with ``return_attn_probs`` the third value ``S_dmask`` is the normalised probabilities
   exp(s_ij - lse_i) in q's dtype, (batch, nheads, seqlen_q, seqlen_k) (varlen: padded to
@@ -41,9 +41,11 @@ from . import _ffi  # set by __init__ before this module is imported
 ATTN_FWD_RUNGS = 4
 _RUNG_AUTO = -1  # C++ kAttnFwdRungAuto: 4 where it runs, else 3
 
-_NO_BACKWARD = ("flashlab: attention backward is not implemented yet (forward only; the backward "
-                "lands with the attention backward issue). Call with inputs that do not require "
-                "grad, or under torch.no_grad(), to use the forward.")
+# 1 naive (P and dS materialised in global memory) (top, for now)
+ATTN_BWD_RUNGS = 1
+
+_NO_FP8_BACKWARD = ("flashlab: no backward for FP8 (e4m3) attention (forward only). Call with inputs that "
+                    "do not require grad, or under torch.no_grad().")
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -76,6 +78,26 @@ def attention_fwd(q: Any, k: Any, v: Any, out: Any = None, *, softmax_lse: Any =
                        window_right, float(softcap), q_descale, k_descale, v_descale,
                        _RUNG_AUTO if rung is None else rung)
     return out
+
+
+def attention_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, softmax_lse: Any, dq: Any = None, dk: Any = None,
+                  dv: Any = None, *, alibi_slopes: Any = None, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+                  max_seqlen_q: int = 0, max_seqlen_k: int = 0, softmax_scale: float | None = None,
+                  causal: bool = False, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                  deterministic: bool = False, rung: int | None = None) -> tuple[Any, Any, Any]:
+    """The C++ ``flashlab::attention_bwd``: gradients of ``sum(dout * out)`` for ``out =
+    attention_fwd(q, k, v, ...)`` with the same options, from the forward's ``softmax_lse``.
+
+    ``dq`` / ``dk`` / ``dv`` default to new tensors like ``q`` / ``k`` / ``v``. Returns ``(dq, dk, dv)``.
+    """
+    dq = _alloc.empty(q, _shape(q)) if dq is None else dq
+    dk = _alloc.empty(k, _shape(k)) if dk is None else dk
+    dv = _alloc.empty(v, _shape(v)) if dv is None else dv
+    q, k, v, out, dout = _plain(q), _plain(k), _plain(v), _plain(out), _plain(dout)
+    _ffi.attention_bwd(q, k, v, out, dout, dq, dk, dv, softmax_lse, _plain(alibi_slopes), cu_seqlens_q, cu_seqlens_k,
+                       int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal), window_left, window_right,
+                       float(softcap), bool(deterministic), _RUNG_AUTO if rung is None else rung)
+    return dq, dk, dv
 
 
 def _is_e4m3(x: Any) -> bool:
@@ -122,12 +144,10 @@ def _batch(cu_seqlens_q: Any) -> int:
     return max(shape[0] - 1, 0) if len(shape) == 1 else 0
 
 
-def _outputs(q: Any, return_attn_probs: bool, varlen: bool, batch: int, seqlen_k: int,
+def _outputs(q: Any, want_lse: bool, return_attn_probs: bool, varlen: bool, batch: int, seqlen_k: int,
              max_seqlen_q: int, max_seqlen_k: int) -> tuple[Any, Any]:
-    """(softmax_lse, attn_probs) to allocate, or (None, None) when not returned. Shapes that
-    cannot be read off a wrongly shaped q are left to C++ to reject (it checks q first)."""
-    if not return_attn_probs:
-        return None, None
+    """(softmax_lse, attn_probs) to allocate, each None when not wanted. Shapes that cannot be
+    read off a wrongly shaped q are left to C++ to reject (it checks q first)."""
     s = _shape(q)
     if varlen:
         total_q, nheads = (s[0], s[1]) if len(s) == 3 else (0, 0)
@@ -137,11 +157,13 @@ def _outputs(q: Any, return_attn_probs: bool, varlen: bool, batch: int, seqlen_k
         b, sq, nheads = (s[0], s[1], s[2]) if len(s) == 4 else (0, 0, 0)
         lse_shape = (b, nheads, sq)
         probs_shape = (b, nheads, sq, seqlen_k)
-    return _alloc.empty(q, lse_shape, "float32"), _alloc.empty(q, probs_shape)
+    lse = _alloc.empty(q, lse_shape, "float32") if want_lse or return_attn_probs else None
+    return lse, _alloc.empty(q, probs_shape) if return_attn_probs else None
 
 
 # ---------------------------------------------------------------------------------------------
-# Autograd: differentiable outputs whose backward says it is not there yet.
+# Autograd: the forward through attention_fwd (keeping out and lse), the backward through
+# attention_bwd.
 
 _FUNCTION = None
 
@@ -154,59 +176,71 @@ def _torch_tracking(tensors: tuple[Any, ...]) -> bool:
     return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-def _forward_only_function() -> Any:
+def _function() -> Any:
     global _FUNCTION
     if _FUNCTION is None:
         torch = sys.modules["torch"]
 
-        class FlashAttnForwardOnly(torch.autograd.Function):
-            """``run(*inputs)`` -> (out, [softmax_lse, attn_probs]); the backward raises."""
+        class FlashAttnFunction(torch.autograd.Function):
+            """``run(q, k, v, want_lse=True)`` -> (out, softmax_lse, attn_probs); ``bwd(q, k, v, out,
+            dout, softmax_lse)`` -> (dq, dk, dv). Returns out, or all three with return_attn_probs."""
 
             @staticmethod
-            def forward(ctx, run, *inputs):  # noqa: ARG004
-                outs = run(*inputs)
-                if len(outs) == 1:
-                    return outs[0]
-                ctx.mark_non_differentiable(*outs[1:])
-                return outs
+            def forward(ctx, run, bwd, return_attn_probs, q, k, v):
+                out, lse, probs = run(q, k, v, want_lse=True)
+                ctx.save_for_backward(q, k, v, out, lse)
+                ctx.bwd = bwd
+                ctx.mark_non_differentiable(lse)
+                if not return_attn_probs:
+                    return out
+                ctx.mark_non_differentiable(probs)
+                return out, lse, probs
 
             @staticmethod
-            def backward(ctx, *grads):  # noqa: ARG004
-                raise NotImplementedError(_NO_BACKWARD)
+            def backward(ctx, dout, *_):
+                q, k, v, out, lse = ctx.saved_tensors
+                if _is_e4m3(q):
+                    raise NotImplementedError(_NO_FP8_BACKWARD)
+                # The kernels read dout with 16-byte aligned rows and a unit head-dim stride; autograd
+                # may hand over an expanded or otherwise strided gradient.
+                dq, dk, dv = ctx.bwd(q, k, v, out, dout.contiguous(), lse)
+                return None, None, None, dq, dk, dv
 
-        _FUNCTION = FlashAttnForwardOnly
+        _FUNCTION = FlashAttnFunction
     return _FUNCTION
 
 
-def _apply(run: Any, inputs: tuple[Any, ...], return_attn_probs: bool) -> Any:
-    """outs = run(*inputs) through autograd when torch records, else directly; flash-attn's return."""
+def _apply(run: Any, bwd: Any, inputs: tuple[Any, ...], return_attn_probs: bool) -> Any:
+    """run(*inputs) through autograd when torch records, else directly; flash-attn's return."""
     if _torch_tracking(inputs):
-        outs = _forward_only_function().apply(run, *inputs)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-    else:
-        outs = run(*inputs)
-    return tuple(outs) if return_attn_probs else outs[0]
+        return _function().apply(run, bwd, return_attn_probs, *inputs)
+    out, lse, probs = run(*inputs)
+    return (out, lse, probs) if return_attn_probs else out
 
 
 def _runner(*, varlen: bool, return_attn_probs: bool, softmax_scale: Any, causal: bool, window: tuple[Any, Any],
             softcap: float, alibi_slopes: Any, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
             max_seqlen_q: int = 0, max_seqlen_k: int = 0, impl: int | None = None,
-            descales: tuple[Any, Any, Any] = (None, None, None)) -> Any:
-    """run(q, k, v) -> (out,) or (out, softmax_lse, attn_probs) with these options."""
+            descales: tuple[Any, Any, Any] = (None, None, None), deterministic: bool = False) -> tuple[Any, Any]:
+    """(run, bwd) with these options: run(q, k, v, want_lse=False) -> (out, softmax_lse, attn_probs)
+    (None where not asked for); bwd(q, k, v, out, dout, softmax_lse) -> (dq, dk, dv)."""
     batch = _batch(cu_seqlens_q) if varlen and cu_seqlens_q is not None else 0
+    options = dict(alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                   window_left=window[0], window_right=window[1], softcap=softcap)
 
-    def run(q: Any, k: Any, v: Any) -> tuple[Any, ...]:
+    def run(q: Any, k: Any, v: Any, want_lse: bool = False) -> tuple[Any, Any, Any]:
         sk = _shape(k)
-        lse, probs = _outputs(q, return_attn_probs, varlen, batch, sk[1] if len(sk) == 4 else 0,
+        lse, probs = _outputs(q, want_lse, return_attn_probs, varlen, batch, sk[1] if len(sk) == 4 else 0,
                               max_seqlen_q, max_seqlen_k)
-        out = attention_fwd(q, k, v, softmax_lse=lse, attn_probs=probs, alibi_slopes=alibi_slopes,
-                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                            max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
-                            window_left=window[0], window_right=window[1], softcap=softcap,
-                            q_descale=descales[0], k_descale=descales[1], v_descale=descales[2], rung=impl)
-        return (out, lse, probs) if return_attn_probs else (out,)
+        out = attention_fwd(q, k, v, softmax_lse=lse, attn_probs=probs, q_descale=descales[0],
+                            k_descale=descales[1], v_descale=descales[2], rung=impl, **options)
+        return out, lse, probs
 
-    return run
+    def bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any) -> tuple[Any, Any, Any]:
+        return attention_bwd(q, k, v, out, dout, lse, deterministic=deterministic, **options)
+
+    return run, bwd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +254,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_kv, headdim), nheads a
     multiple of nheads_kv (GQA / MQA); fp16 or bf16; any batch/row/head strides with a contiguous
     head dim (multiples of 8 elements, 16-byte aligned). alibi_slopes: fp32 (nheads,) or (batch,
-    nheads). ``deterministic`` only concerns the backward (ignored). FP8: e4m3 q, k, v (head dim
+    nheads). ``deterministic``: bit-identical gradients run to run (the backward rungs so far always are). FP8: e4m3 q, k, v (head dim
     128, Hopper) with optional fp32 descale factors (one element or (batch, nheads_kv)); out bf16.
 
     Returns out (batch, seqlen_q, nheads, headdim), or with ``return_attn_probs``
@@ -229,10 +263,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """
     fn = "flash_attn_func"
     _check_forward_only(fn, dropout_p)
-    run = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                  window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
-                  descales=(q_descale, k_descale, v_descale))
-    return _apply(run, (q, k, v), return_attn_probs)
+    run, bwd = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                       window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
+                       descales=(q_descale, k_descale, v_descale), deterministic=deterministic)
+    return _apply(run, bwd, (q, k, v), return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -251,11 +285,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """
     fn = "flash_attn_varlen_func"
     _check_forward_only(fn, dropout_p, block_table)
-    run = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                  window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
-                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                  max_seqlen_k=max_seqlen_k, impl=impl, descales=(q_descale, k_descale, v_descale))
-    return _apply(run, (q, k, v), return_attn_probs)
+    run, bwd = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
+                       window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
+                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                       max_seqlen_k=max_seqlen_k, impl=impl, descales=(q_descale, k_descale, v_descale),
+                       deterministic=deterministic)
+    return _apply(run, bwd, (q, k, v), return_attn_probs)
 
 
 def _packed(fn: str, name: str, packed: Any, layout: str, dim: int, count: int, q: Any, dropout_p: float,
@@ -265,10 +300,10 @@ def _packed(fn: str, name: str, packed: Any, layout: str, dim: int, count: int, 
     _check_forward_only(fn, dropout_p)
     window = _window(fn, window_size)
     _check_packed(fn, name, packed, layout, dim, count)
-    run = _runner(return_attn_probs=return_attn_probs, window=window, **options)
-    if count == 3:
-        return _apply(lambda t: run(*_split(t, dim, 3)), (packed,), return_attn_probs)
-    return _apply(lambda q_, t: run(q_, *_split(t, dim, 2)), (q, packed), return_attn_probs)
+    run, bwd = _runner(return_attn_probs=return_attn_probs, window=window, **options)
+    # Views of `packed`: autograd takes the gradients of q, k, v back into it.
+    inputs = _split(packed, dim, 3) if count == 3 else (q, *_split(packed, dim, 2))
+    return _apply(run, bwd, inputs, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -277,7 +312,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     """:func:`flash_attn_func` with q, k, v packed: qkv (batch, seqlen, 3, nheads, headdim)."""
     return _packed("flash_attn_qkvpacked_func", "qkv", qkv, "(batch, seqlen, 3, nheads, headdim)", 2, 3, None,
                    dropout_p, window_size, return_attn_probs, varlen=False, softmax_scale=softmax_scale,
-                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
+                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
+                   deterministic=deterministic)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -286,7 +322,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """:func:`flash_attn_func` with k, v packed: kv (batch, seqlen_k, 2, nheads_kv, headdim)."""
     return _packed("flash_attn_kvpacked_func", "kv", kv, "(batch, seqlen_k, 2, nheads_kv, headdim)", 2, 2, q,
                    dropout_p, window_size, return_attn_probs, varlen=False, softmax_scale=softmax_scale,
-                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl)
+                   causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
+                   deterministic=deterministic)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -297,7 +334,8 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     return _packed("flash_attn_varlen_qkvpacked_func", "qkv", qkv, "(total, 3, nheads, headdim)", 1, 3, None,
                    dropout_p, window_size, return_attn_probs, varlen=True, softmax_scale=softmax_scale,
                    causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens,
-                   cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, impl=impl)
+                   cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, impl=impl,
+                   deterministic=deterministic)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -307,4 +345,5 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     return _packed("flash_attn_varlen_kvpacked_func", "kv", kv, "(total_k, 2, nheads_kv, headdim)", 1, 2, q,
                    dropout_p, window_size, return_attn_probs, varlen=True, softmax_scale=softmax_scale,
                    causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, impl=impl)
+                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, impl=impl,
+                   deterministic=deterministic)

@@ -20,6 +20,7 @@
 #include "flashlab/attention.h"
 #include "src/reference/attention.h"
 #include "src/reference/quant.h"
+#include "tests/common/attention_cases.h"
 #include "tests/common/attention_naive.h"
 #include "tests/common/gpu_utils.h"
 #include "tests/common/test_utils.h"
@@ -28,131 +29,6 @@ namespace flashlab {
 namespace {
 
 using namespace flashlab::testing;
-
-// Memory order of a fixed-length (batch, seq, heads, d) tensor: contiguous; heads padded by 8
-// elements; or head-major storage (batch, heads, seq, d) seen as (batch, seq, heads, d).
-enum class Layout { kContig, kPadded, kHeadMajor };
-
-struct Case {
-  int64_t batch = 1, h = 1, hk = 1, d = 64;
-  std::vector<int64_t> lq, lk;  // per-batch lengths (all equal unless varlen)
-  bool varlen = false, causal = false;
-  int64_t wl = -1, wr = -1;
-  float softcap = 0.f;
-  int alibi = 0;  // 0 none, 1 (nheads,), 2 (batch, nheads)
-  Layout layout = Layout::kContig;
-  double range = 2.0;  // inputs uniform in [-range, range]
-  bool probs = false;
-};
-
-Case fixed(int64_t batch, int64_t sq, int64_t sk, int64_t h, int64_t hk, int64_t d) {
-  Case c;
-  c.batch = batch, c.h = h, c.hk = hk, c.d = d;
-  c.lq.assign(batch, sq);
-  c.lk.assign(batch, sk);
-  return c;
-}
-
-::testing::Message describe(const Case& c, DType dt, int rung) {
-  ::testing::Message m;
-  m << dtype_name(dt) << " rung " << rung << " batch " << c.batch << " heads " << c.h << "/" << c.hk << " d " << c.d
-    << " lq";
-  for (int64_t x : c.lq) m << " " << x;
-  m << " lk";
-  for (int64_t x : c.lk) m << " " << x;
-  m << (c.varlen ? " varlen" : "") << (c.causal ? " causal" : "") << " window (" << c.wl << ", " << c.wr << ")";
-  if (c.softcap > 0) m << " softcap " << c.softcap;
-  if (c.alibi) m << " alibi " << c.alibi;
-  m << " layout " << static_cast<int>(c.layout);
-  return m;
-}
-
-// A device tensor of `rows` packed rows (total, heads, d) or fixed (batch, seq, heads, d) in the
-// case's layout: its view and the element offset of (batch b, packed row r = cu[b] + i, head,
-// column c).
-struct DevTensor {
-  std::vector<int64_t> shape, strides;
-  int64_t elems = 0;  // storage size in elements
-  int64_t offset(int64_t b, int64_t i, int64_t packed_row, int64_t head, int64_t c, bool varlen) const {
-    if (varlen) return packed_row * strides[0] + head * strides[1] + c;
-    return b * strides[0] + i * strides[1] + head * strides[2] + c;
-  }
-};
-
-// es: bytes per element (the padding is 16 bytes).
-DevTensor make_layout(const Case& c, int64_t total, int64_t seq, int64_t heads, int64_t es = 2) {
-  DevTensor t;
-  const int64_t dp = c.layout == Layout::kPadded ? c.d + 16 / es : c.d;
-  if (c.varlen) {
-    t.shape = {total, heads, c.d};
-    t.strides = {heads * dp, dp, 1};
-    t.elems = total * heads * dp;
-  } else if (c.layout == Layout::kHeadMajor) {
-    t.shape = {c.batch, seq, heads, c.d};
-    t.strides = {heads * seq * c.d, c.d, seq * c.d, 1};
-    t.elems = c.batch * heads * seq * c.d;
-  } else {
-    t.shape = {c.batch, seq, heads, c.d};
-    t.strides = {seq * heads * dp, heads * dp, dp, 1};
-    t.elems = c.batch * seq * heads * dp;
-  }
-  return t;
-}
-
-std::vector<int64_t> prefix(const std::vector<int64_t>& lens) {
-  std::vector<int64_t> cu{0};
-  for (int64_t x : lens) cu.push_back(cu.back() + x);
-  return cu;
-}
-
-// Bytes of a device tensor from packed host values (total, heads, d); padding poisoned.
-std::vector<uint8_t> scatter(const HostTensor& packed, const DevTensor& t, const Case& c, const std::vector<int64_t>& cu,
-                             int64_t heads) {
-  const int64_t es = dtype_size(packed.dtype);
-  std::vector<uint8_t> out(static_cast<size_t>(std::max<int64_t>(t.elems, 1) * es), 0xff);
-  for (int64_t b = 0; b < c.batch; ++b)
-    for (int64_t i = 0; i < cu[b + 1] - cu[b]; ++i)
-      for (int64_t hh = 0; hh < heads; ++hh)
-        std::memcpy(out.data() + t.offset(b, i, cu[b] + i, hh, 0, c.varlen) * es,
-                    packed.bytes.data() + ((cu[b] + i) * heads + hh) * c.d * es, static_cast<size_t>(c.d * es));
-  return out;
-}
-
-std::vector<double> gather(const std::vector<double>& dev, const DevTensor& t, const Case& c, const std::vector<int64_t>& cu,
-                           int64_t heads) {
-  std::vector<double> out(static_cast<size_t>(cu.back() * heads * c.d));
-  for (int64_t b = 0; b < c.batch; ++b)
-    for (int64_t i = 0; i < cu[b + 1] - cu[b]; ++i)
-      for (int64_t hh = 0; hh < heads; ++hh)
-        for (int64_t x = 0; x < c.d; ++x)
-          out[((cu[b] + i) * heads + hh) * c.d + x] = dev[t.offset(b, i, cu[b] + i, hh, x, c.varlen)];
-  return out;
-}
-
-// A case's cu_seqlens (int32, batch + 1) and ALiBi slopes (fp32, (nheads,) or (batch, nheads)) on
-// the device, and their views.
-struct CaseAux {
-  const Case& c;
-  DeviceBuffer cuq, cuk, slopes;
-  CaseAux(const Case& c_, const std::vector<int64_t>& cu_q32, const std::vector<int64_t>& cu_k32, const std::vector<double>& s)
-      : c(c_), cuq(cu_q32.size() * 4), cuk(cu_k32.size() * 4), slopes(std::max<size_t>(s.size(), 1) * 4) {
-    const std::vector<int> q32(cu_q32.begin(), cu_q32.end()), k32(cu_k32.begin(), cu_k32.end());
-    const std::vector<float> f32(s.begin(), s.end());
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(cuq.ptr, q32.data(), q32.size() * 4, cudaMemcpyHostToDevice));
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(cuk.ptr, k32.data(), k32.size() * 4, cudaMemcpyHostToDevice));
-    if (!f32.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpy(slopes.ptr, f32.data(), f32.size() * 4, cudaMemcpyHostToDevice));
-  }
-  TensorView cu_q() const { return device_view(cuq.ptr, DType::kI32, {c.batch + 1}); }
-  TensorView cu_k() const { return device_view(cuk.ptr, DType::kI32, {c.batch + 1}); }
-  TensorView alibi_slopes() const {
-    return c.alibi == 2 ? device_view(slopes.ptr, DType::kF32, {c.batch, c.h}) : device_view(slopes.ptr, DType::kF32, {c.h});
-  }
-};
-
-void expect_no_nan(const std::vector<double>& v, const ::testing::Message& what) {
-  const auto n = std::count_if(v.begin(), v.end(), [](double x) { return std::isnan(x); });
-  EXPECT_EQ(n, 0) << what << ": NaN in the output";
-}
 
 // Runs the case on each of `rungs_asked` and checks out, lse (and probs) against the reference.
 // Wherever rung 3 runs, rung 4 (Hopper) runs too if it can here (an sm_90 device, head dim >= 64):

@@ -1,0 +1,142 @@
+// Host side of the attention backward ladder: the forward's checks on q, k, v, out and the
+// options (src/attention_validate.h), the backward's own on dout, dq, dk, dv and the lse, then
+// dispatch to a rung.
+#include <climits>
+#include <cstdint>
+
+#include "flashlab/attention.h"
+#include "flashlab/validate.h"
+#include "kernels/attention/backward/01_naive.cuh"
+#include "src/attention_validate.h"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+
+namespace flashlab {
+
+namespace {
+
+constexpr const char* kOp = "attention_bwd";
+
+// Element strides of a (batch, seq, heads, d) or packed (total, heads, d) tensor as the kernels
+// take them: (batch, row, head), batch 0 for packed.
+struct Strides3 {
+  int64_t batch, row, head;
+};
+Strides3 strides_of(const TensorView& t, bool varlen) {
+  return varlen ? Strides3{0, t.strides[0], t.strides[1]} : Strides3{t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// The forward's checks, then the backward's; the kernel parameters.
+AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                               const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                               int rung, const AttnBwdOptions& opt, cudaStream_t stream) {
+  if (rung != kAttnBwdRungAuto) check::rung(kOp, rung, kAttnBwdRungs);
+  const check::Arg Q{kOp, "q", q}, K{kOp, "k", k}, V{kOp, "v", v}, O{kOp, "out", out}, dO{kOp, "dout", dout},
+      dQ{kOp, "dq", dq}, dK{kOp, "dk", dk}, dV{kOp, "dv", dv};
+  check::dtype_in(Q, {DType::kF16, DType::kBF16});  // no FP8 backward
+  FLASHLAB_CHECK(opt.softmax_lse != nullptr, kOp,
+                 ": argument 'softmax_lse': expected the forward's log-sum-exp (the backward recomputes P from it), got none");
+  FLASHLAB_CHECK(opt.attn_probs == nullptr, kOp, ": argument 'attn_probs': expected none (a forward output), got a tensor");
+  // q, k, v, out, the options and the lse's shape: exactly the forward's rules.
+  AttnBwdParams p{};
+  static_cast<AttnFwdParams&>(p) = detail::attention_validated_params(kOp, q, k, v, out, kAttnFwdRungAuto, opt, stream);
+  const bool varlen = opt.cu_seqlens_q != nullptr;
+  const int rank = varlen ? 3 : 4;
+  for (const check::Arg* x : {&dO, &dQ, &dK, &dV}) {
+    check::cuda(*x);
+    check::same_device(*x, Q);
+    check::ndim(*x, rank);
+    check::last_dim_contiguous(*x);
+    check::dtype_eq(*x, Q);
+    check::aligned(*x, 16);
+    const int per16 = 16 / dtype_size(x->t.dtype);
+    for (int dim = 0; dim + 1 < rank; ++dim)
+      if (x->t.shape[dim] > 1 && x->t.strides[dim] % per16 != 0)
+        check::fail(*x, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
+                    detail::concat("strides ", shape_str(x->t.strides)));
+  }
+  check::shape_eq(dO, O);
+  check::shape_eq(dQ, Q);
+  check::shape_eq(dK, K);
+  check::shape_eq(dV, K);
+  // The outputs: disjoint from every input, each other and themselves.
+  const check::Arg L{kOp, "softmax_lse", *opt.softmax_lse};
+  std::vector<check::Arg> reads{Q, K, V, O, dO, L};
+  if (varlen) reads.push_back({kOp, "cu_seqlens_q", *opt.cu_seqlens_q}), reads.push_back({kOp, "cu_seqlens_k", *opt.cu_seqlens_k});
+  if (opt.alibi_slopes != nullptr) reads.push_back({kOp, "alibi_slopes", *opt.alibi_slopes});
+  const check::Arg* writes[] = {&dQ, &dK, &dV};
+  for (const check::Arg* w : writes) {
+    detail::attention_no_self_overlap(*w);
+    for (const check::Arg& r : reads) detail::attention_disjoint(*w, r);
+  }
+  detail::attention_disjoint(dQ, dK);
+  detail::attention_disjoint(dQ, dV);
+  detail::attention_disjoint(dK, dV);
+
+  p.dout = dout.data, p.dq = dq.data, p.dk = dk.data, p.dv = dv.data;
+  const Strides3 so = strides_of(dout, varlen), sq = strides_of(dq, varlen), sk = strides_of(dk, varlen),
+                 sv = strides_of(dv, varlen);
+  p.dout_batch_stride = so.batch, p.dout_row_stride = so.row, p.dout_head_stride = so.head;
+  p.dq_batch_stride = sq.batch, p.dq_row_stride = sq.row, p.dq_head_stride = sq.head;
+  p.dk_batch_stride = sk.batch, p.dk_row_stride = sk.row, p.dk_head_stride = sk.head;
+  p.dv_batch_stride = sv.batch, p.dv_row_stride = sv.row, p.dv_head_stride = sv.head;
+  return p;
+}
+
+template <typename T>
+void launch_naive(AttnBwdParams p, cudaStream_t stream) {
+  const int64_t mat = static_cast<int64_t>(p.batch) * p.nheads * p.seqlen_q * p.seqlen_k;
+  auto* ws = static_cast<float*>(
+      detail::workspace(stream, attention_bwd_workspace_bytes(1, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim)));
+  float* prob = ws;
+  float* dsg = ws + mat;
+  p.dsum = ws + 2 * mat;
+  const dim3 tile(32, 8);
+  // Varlen max lengths may be 0 (no rows, or no keys, in any sequence): those grids are empty.
+  // dq is still written (0) without keys, dk and dv (0) without rows.
+  if (p.seqlen_q > 0) {
+    const dim3 rows_grid(static_cast<unsigned>(detail::ceil_div(p.seqlen_q, 128)), p.nheads, p.batch);
+    FLASHLAB_LAUNCH(kernels::attn_bwd_naive_dsum_kernel<T>, rows_grid, 128, 0, stream, p);
+    if (p.seqlen_k > 0) {
+      const dim3 ds_grid(static_cast<unsigned>(detail::ceil_div(p.seqlen_k, 32) * detail::ceil_div(p.seqlen_q, 8)), p.nheads,
+                         p.batch);
+      FLASHLAB_LAUNCH(kernels::attn_bwd_naive_ds_kernel<T>, ds_grid, tile, 0, stream, p, prob, dsg);
+    }
+    const dim3 dq_grid(static_cast<unsigned>(detail::ceil_div(p.headdim, 32) * detail::ceil_div(p.seqlen_q, 8)), p.nheads,
+                       p.batch);
+    FLASHLAB_LAUNCH(kernels::attn_bwd_naive_dq_kernel<T>, dq_grid, tile, 0, stream, p, dsg);
+  }
+  if (p.seqlen_k > 0) {
+    const dim3 dkdv_grid(static_cast<unsigned>(detail::ceil_div(p.headdim, 32) * detail::ceil_div(p.seqlen_k, 8)),
+                         p.nheads_kv, p.batch);
+    FLASHLAB_LAUNCH(kernels::attn_bwd_naive_dkdv_kernel<T>, dkdv_grid, tile, 0, stream, p, prob, dsg);
+  }
+}
+
+}  // namespace
+
+int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
+                                      int64_t headdim) {
+  constexpr const char* op = "attention_bwd_workspace_bytes";
+  if (rung != kAttnBwdRungAuto) check::rung(op, rung, kAttnBwdRungs);
+  FLASHLAB_CHECK(batch >= 0 && nheads >= 0 && seqlen_q >= 0 && seqlen_k >= 0 && headdim >= 0, op,
+                 ": expected sizes >= 0, got batch ", batch, ", nheads ", nheads, ", seqlen_q ", seqlen_q, ", seqlen_k ",
+                 seqlen_k, ", headdim ", headdim);
+  int64_t rows = 1;  // batch x nheads x seqlen_q
+  for (int64_t x : {batch, nheads, seqlen_q}) {
+    FLASHLAB_CHECK(x == 0 || rows <= INT64_MAX / x, op, ": the size overflows int64");
+    rows *= x;
+  }
+  FLASHLAB_CHECK(seqlen_k == 0 || rows <= (INT64_MAX / 8 - 1) / seqlen_k, op, ": the size overflows int64");
+  return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));  // P, dS g, D
+}
+
+void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                   const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                   cudaStream_t stream, int rung, const AttnBwdOptions& options) {
+  const AttnBwdParams p = validated_params(q, k, v, out, dout, dq, dk, dv, rung, options, stream);
+  detail::DeviceGuard guard(q.device.index);
+  HALF_DTYPE_SWITCH(q.dtype, T, [&] { launch_naive<T>(p, stream); });
+}
+
+}  // namespace flashlab

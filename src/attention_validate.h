@@ -1,0 +1,26 @@
+// The attention forward's argument checks (src/attention.cu), shared with the backward
+// (src/attention_bwd.cu), which takes the same inputs and options.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "flashlab/attention.h"
+#include "flashlab/validate.h"
+#include "kernels/attention/params.h"
+
+namespace flashlab::detail {
+
+// Every check of attention_fwd() on q, k, v, out and the options, messages naming `op`; throws
+// flashlab::Error on the first that fails (nothing launched), else the kernel parameters
+// (window and scale resolved). Reads cu_seqlens from the device (waiting on `stream`) unless
+// the stream is capturing.
+AttnFwdParams attention_validated_params(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                                         const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream);
+
+// a and b share no element (identical views included).
+void attention_disjoint(const check::Arg& a, const check::Arg& b);
+
+// No two elements of the output a at one address.
+void attention_no_self_overlap(const check::Arg& a);
+
+}  // namespace flashlab::detail

@@ -1,0 +1,213 @@
+// attention_bwd, every rung, against the float64 reference's gradients (src/reference/attention.h,
+// attention_bwd) on fresh random inputs and output gradients. The backward is fed what it gets in
+// training: out and softmax_lse from attention_fwd (the automatic rung) on the device. dq, dk, dv
+// are poisoned with NaN before each launch. Tolerance (DESIGN.md, flash-attn's rule): each
+// gradient's error <= 2x the error of the same computation done by autograd in the input dtype
+// (tests/common/attention_naive.h, attention_bwd_naive) + one unit roundoff of its max |ref|.
+// Cases: every head dim and dtype; seqlen_q != seqlen_k both ways, 1 included; causal with rows
+// that see no key (their dq must be 0); sliding windows; softcap; ALiBi; GQA/MQA (dk, dv summed
+// over the group); varlen with empty sequences (no rows: dk = dv = 0; no keys: dq = 0); strided
+// layouts; and bit-identical gradients from run to run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "flashlab/attention.h"
+#include "src/reference/attention.h"
+#include "tests/common/attention_cases.h"
+#include "tests/common/attention_naive.h"
+#include "tests/common/gpu_utils.h"
+#include "tests/common/test_utils.h"
+
+namespace flashlab {
+namespace {
+
+using namespace flashlab::testing;
+
+// Runs the case's forward (automatic rung) then the backward on `rung`, `repeats` times (the
+// gradients of every run bit-identical to the first), and checks dq, dk, dv.
+void check_bwd_case(DType dt, const Case& c, int rung, std::mt19937_64& rng, int repeats = 1) {
+  const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
+  const int64_t total_q = cuq.back(), total_k = cuk.back();
+  const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
+  const HostTensor q = random_tensor(dt, total_q * c.h * c.d, rng, -c.range, c.range);
+  const HostTensor k = random_tensor(dt, total_k * c.hk * c.d, rng, -c.range, c.range);
+  const HostTensor v = random_tensor(dt, total_k * c.hk * c.d, rng, -1.0, 1.0);
+  const HostTensor dout = random_tensor(dt, total_q * c.h * c.d, rng, -1.0, 1.0);
+  std::vector<double> slopes;
+  std::uniform_real_distribution<double> slope(0.01, 0.5);
+  for (int64_t n = 0; n < (c.alibi == 2 ? c.batch * c.h : c.alibi == 1 ? c.h : 0); ++n)
+    slopes.push_back(static_cast<float>(slope(rng)));
+
+  reference::AttnRefArgs args;
+  args.batch = c.batch, args.nheads = c.h, args.nheads_kv = c.hk, args.headdim = c.d;
+  args.cu_seqlens_q = cuq, args.cu_seqlens_k = cuk;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));  // the float the kernels use
+  args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
+  args.alibi_slopes = slopes;
+  const reference::AttnBwdRefResult ref = reference::attention_bwd(q.values, k.values, v.values, dout.values, args);
+  const reference::AttnBwdRefResult naive = attention_bwd_naive(q.values, k.values, v.values, dout.values, args, dt);
+
+  const DevTensor lq = make_layout(c, total_q, max_sq, c.h), lk = make_layout(c, total_k, max_sk, c.hk);
+  const int64_t es = dtype_size(dt);
+  const auto q_bytes = std::max<int64_t>(lq.elems, 1) * es, k_bytes = std::max<int64_t>(lk.elems, 1) * es;
+  DeviceBuffer bq(q_bytes), bk(k_bytes), bv(k_bytes), bo(q_bytes), bdo(q_bytes), bdq(q_bytes), bdk(k_bytes), bdv(k_bytes);
+  upload(bq.ptr, scatter(q, lq, c, cuq, c.h));
+  upload(bk.ptr, scatter(k, lk, c, cuk, c.hk));
+  upload(bv.ptr, scatter(v, lk, c, cuk, c.hk));
+  upload(bdo.ptr, scatter(dout, lq, c, cuq, c.h));
+  const int64_t lse_n = c.varlen ? c.h * total_q : c.batch * c.h * max_sq;
+  DeviceBuffer blse(std::max<int64_t>(lse_n, 1) * 4);
+  const CaseAux aux(c, cuq, cuk, slopes);
+
+  const Device gpu{DeviceType::kCUDA, 0};
+  const auto view_q = [&](const DeviceBuffer& b) { return TensorView(b.ptr, dt, lq.shape, lq.strides, gpu); };
+  const auto view_k = [&](const DeviceBuffer& b) { return TensorView(b.ptr, dt, lk.shape, lk.strides, gpu); };
+  const TensorView cuq_v = aux.cu_q(), cuk_v = aux.cu_k(), slopes_v = aux.alibi_slopes();
+  const TensorView lse_v = c.varlen ? device_view(blse.ptr, DType::kF32, {c.h, total_q})
+                                    : device_view(blse.ptr, DType::kF32, {c.batch, c.h, max_sq});
+  AttnBwdOptions opt;
+  opt.causal = c.causal, opt.window_left = c.wl, opt.window_right = c.wr, opt.softcap = c.softcap;
+  if (c.alibi) opt.alibi_slopes = &slopes_v;
+  if (c.varlen) opt.cu_seqlens_q = &cuq_v, opt.cu_seqlens_k = &cuk_v, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
+  opt.softmax_lse = &lse_v;
+  opt.deterministic = repeats > 1;
+  attention_fwd(view_q(bq), view_k(bk), view_k(bv), view_q(bo), nullptr, kAttnFwdRungAuto, opt);
+
+  const ::testing::Message what = describe(c, dt, rung);
+  std::vector<uint8_t> first_dq, first_dk, first_dv;
+  for (int run = 0; run < repeats; ++run) {
+    bdq.poison();
+    bdk.poison();
+    bdv.poison();
+    attention_bwd(view_q(bq), view_k(bk), view_k(bv), view_q(bo), view_q(bdo), view_q(bdq), view_k(bdk), view_k(bdv), nullptr,
+                  rung, opt);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> raw_dq = download(bdq.ptr, bdq.bytes), raw_dk = download(bdk.ptr, bdk.bytes),
+                         raw_dv = download(bdv.ptr, bdv.bytes);
+    if (run > 0) {
+      EXPECT_TRUE(raw_dq == first_dq && raw_dk == first_dk && raw_dv == first_dv)
+          << what << ": run " << run << "'s gradients differ from the first run's";
+      continue;
+    }
+    const struct {
+      const char* name;
+      const std::vector<uint8_t>& raw;
+      const DevTensor& layout;
+      const std::vector<int64_t>& cu;
+      int64_t heads;
+      const std::vector<double>& ref;
+      const std::vector<double>& naive;
+    } grads[] = {{"dq", raw_dq, lq, cuq, c.h, ref.dq, naive.dq},
+                 {"dk", raw_dk, lk, cuk, c.hk, ref.dk, naive.dk},
+                 {"dv", raw_dv, lk, cuk, c.hk, ref.dv, naive.dv}};
+    for (const auto& g : grads) {
+      const std::vector<double> got = gather(decode(dt, g.raw), g.layout, c, g.cu, g.heads);
+      const ::testing::Message gw = ::testing::Message(what) << " (" << g.name << ")";
+      expect_no_nan(got, gw);
+      double max_ref = 0;
+      for (double x : g.ref) max_ref = std::max(max_ref, std::fabs(x));
+      expect_within_tolerance(got, g.naive, g.ref, unit_roundoff(dt) * max_ref, gw);
+      // Rows / keys that take part in no visible pair have a gradient of exactly 0.
+      int64_t nonzero = 0;
+      for (size_t x = 0; x < got.size(); ++x) nonzero += g.ref[x] == 0 && got[x] != 0;
+      EXPECT_EQ(nonzero, 0) << gw << ": nonzero where the reference is exactly 0";
+    }
+    first_dq = std::move(raw_dq), first_dk = std::move(raw_dk), first_dv = std::move(raw_dv);
+  }
+}
+
+const DType kDtypes[] = {DType::kF16, DType::kBF16};
+
+TEST(AttentionBwd, EveryHeadDimDtype) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(71);
+  for (DType dt : kDtypes)
+    for (int64_t d : kAttnHeadDims) check_bwd_case(dt, fixed(2, 37, 53, 4, 2, d), 1, rng);
+}
+
+TEST(AttentionBwd, SequenceLengthsAndMasks) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(72);
+  const int64_t lens[][2] = {{1, 1}, {1, 77}, {77, 1}, {64, 64}, {129, 63}, {63, 129}};
+  for (const auto& l : lens)
+    for (bool causal : {false, true}) {
+      Case c = fixed(1, l[0], l[1], 2, 2, 64);
+      c.causal = causal;  // sq > sk: the first sq - sk rows see no key
+      check_bwd_case(DType::kBF16, c, 1, rng);
+    }
+  const int64_t windows[][2] = {{0, 0}, {16, 0}, {-1, 5}, {7, 9}, {200, -1}};
+  for (const auto& w : windows) {
+    Case c = fixed(2, 96, 80, 2, 1, 128);
+    c.wl = w[0], c.wr = w[1];
+    check_bwd_case(DType::kF16, c, 1, rng);
+  }
+}
+
+TEST(AttentionBwd, SoftcapAndAlibi) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(73);
+  Case c = fixed(2, 70, 90, 4, 2, 64);
+  c.softcap = 5.f, c.range = 3.0;  // logits past the cap's knee
+  check_bwd_case(DType::kBF16, c, 1, rng);
+  c.softcap = 0.f, c.range = 2.0, c.alibi = 1, c.causal = true;
+  check_bwd_case(DType::kF16, c, 1, rng);
+  c.softcap = 10.f, c.alibi = 2;
+  check_bwd_case(DType::kBF16, c, 1, rng);
+}
+
+TEST(AttentionBwd, GroupedQueryAttention) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(74);
+  for (int64_t hk : {1, 2, 8}) {
+    Case c = fixed(1, 65, 65, 8, hk, 64);
+    c.causal = hk == 2;
+    check_bwd_case(DType::kBF16, c, 1, rng);
+  }
+}
+
+TEST(AttentionBwd, VariableLengths) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(75);
+  Case v;
+  v.batch = 4, v.h = 4, v.hk = 2, v.d = 128, v.varlen = true;
+  v.lq = {17, 0, 64, 33};  // a batch without rows: its keys get dk = dv = 0
+  v.lk = {40, 9, 0, 33};   // one without keys: its rows get dq = 0
+  check_bwd_case(DType::kF16, v, 1, rng);
+  v.causal = true, v.alibi = 2;
+  check_bwd_case(DType::kBF16, v, 1, rng);
+}
+
+TEST(AttentionBwd, StridedLayouts) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(76);
+  for (Layout layout : {Layout::kPadded, Layout::kHeadMajor}) {
+    Case c = fixed(2, 50, 70, 4, 2, 96);
+    c.layout = layout, c.causal = true;
+    check_bwd_case(DType::kBF16, c, 1, rng);
+  }
+}
+
+TEST(AttentionBwd, LongerSequences) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(77);
+  Case c = fixed(1, 300, 513, 2, 1, 128);
+  c.causal = true;
+  check_bwd_case(DType::kBF16, c, 1, rng);
+  c = fixed(1, 513, 300, 2, 2, 256);
+  check_bwd_case(DType::kF16, c, 1, rng);
+}
+
+TEST(AttentionBwd, Deterministic) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(78);
+  Case c = fixed(2, 200, 150, 4, 1, 64);
+  c.causal = true;
+  check_bwd_case(DType::kBF16, c, 1, rng, 10);
+}
+
+}  // namespace
+}  // namespace flashlab
