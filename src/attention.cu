@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -123,7 +124,8 @@ void attention_no_self_overlap(const check::Arg& a) { no_self_overlap(a); }
 // Every check of attention_fwd() (messages naming `op`); throws flashlab::Error on the first that
 // fails, else the kernel parameters (window and scale resolved).
 AttnFwdParams attention_validated_params(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
-                                         const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream) {
+                                         const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream,
+                                         const std::function<void()>& more_host_checks) {
   const check::Arg Q{op, "q", q}, K{op, "k", k}, V{op, "v", v}, O{op, "out", out};
   FLASHLAB_CHECK(rung == kAttnFwdRungAuto || (rung >= 1 && rung <= kAttnFwdRungs), op, ": argument 'rung': expected 1..",
                  kAttnFwdRungs, " or ", kAttnFwdRungAuto, " (auto), got ", rung);
@@ -307,6 +309,7 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
                          : "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 4",
                   detail::concat("compute capability ", detail::cc_major(), ".x"));
   }
+  if (more_host_checks) more_host_checks();
   // Last: the only checks that read device memory (and wait for `stream`). Skipped while the
   // stream is being captured into a CUDA graph (a device-to-host copy cannot be captured); the
   // kernels then trust cu_seqlens as given.

@@ -3,6 +3,7 @@
 // dispatch to a rung.
 #include <climits>
 #include <cstdint>
+#include <vector>
 
 #include "flashlab/attention.h"
 #include "flashlab/validate.h"
@@ -30,48 +31,53 @@ Strides3 strides_of(const TensorView& t, bool varlen) {
 AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                                const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
                                int rung, const AttnBwdOptions& opt, cudaStream_t stream) {
-  if (rung != kAttnBwdRungAuto) check::rung(kOp, rung, kAttnBwdRungs);
+  FLASHLAB_CHECK(rung == kAttnBwdRungAuto || (rung >= 1 && rung <= kAttnBwdRungs), kOp, ": argument 'rung': expected 1..",
+                 kAttnBwdRungs, " or ", kAttnBwdRungAuto, " (auto), got ", rung);
   const check::Arg Q{kOp, "q", q}, K{kOp, "k", k}, V{kOp, "v", v}, O{kOp, "out", out}, dO{kOp, "dout", dout},
       dQ{kOp, "dq", dq}, dK{kOp, "dk", dk}, dV{kOp, "dv", dv};
   check::dtype_in(Q, {DType::kF16, DType::kBF16});  // no FP8 backward
   FLASHLAB_CHECK(opt.softmax_lse != nullptr, kOp,
                  ": argument 'softmax_lse': expected the forward's log-sum-exp (the backward recomputes P from it), got none");
   FLASHLAB_CHECK(opt.attn_probs == nullptr, kOp, ": argument 'attn_probs': expected none (a forward output), got a tensor");
+  const bool varlen = opt.cu_seqlens_q != nullptr;
+  // The gradients' checks: host-side, run by the shared validation after its own host checks and
+  // before it reads cu_seqlens from the device.
+  const auto gradient_checks = [&] {
+    const int rank = varlen ? 3 : 4;
+    for (const check::Arg* x : {&dO, &dQ, &dK, &dV}) {
+      check::cuda(*x);
+      check::same_device(*x, Q);
+      check::ndim(*x, rank);
+      check::last_dim_contiguous(*x);
+      check::dtype_eq(*x, Q);
+      check::aligned(*x, 16);
+      const int per16 = 16 / dtype_size(x->t.dtype);
+      for (int dim = 0; dim + 1 < rank; ++dim)
+        if (x->t.shape[dim] > 1 && x->t.strides[dim] % per16 != 0)
+          check::fail(*x, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
+                      detail::concat("strides ", shape_str(x->t.strides)));
+    }
+    check::shape_eq(dO, O);
+    check::shape_eq(dQ, Q);
+    check::shape_eq(dK, K);
+    check::shape_eq(dV, K);
+    // The outputs: disjoint from every input, each other and themselves.
+    const check::Arg L{kOp, "softmax_lse", *opt.softmax_lse};
+    std::vector<check::Arg> reads{Q, K, V, O, dO, L};
+    if (varlen) reads.push_back({kOp, "cu_seqlens_q", *opt.cu_seqlens_q}), reads.push_back({kOp, "cu_seqlens_k", *opt.cu_seqlens_k});
+    if (opt.alibi_slopes != nullptr) reads.push_back({kOp, "alibi_slopes", *opt.alibi_slopes});
+    for (const check::Arg* w : {&dQ, &dK, &dV}) {
+      detail::attention_no_self_overlap(*w);
+      for (const check::Arg& r : reads) detail::attention_disjoint(*w, r);
+    }
+    detail::attention_disjoint(dQ, dK);
+    detail::attention_disjoint(dQ, dV);
+    detail::attention_disjoint(dK, dV);
+  };
   // q, k, v, out, the options and the lse's shape: exactly the forward's rules.
   AttnBwdParams p{};
-  static_cast<AttnFwdParams&>(p) = detail::attention_validated_params(kOp, q, k, v, out, kAttnFwdRungAuto, opt, stream);
-  const bool varlen = opt.cu_seqlens_q != nullptr;
-  const int rank = varlen ? 3 : 4;
-  for (const check::Arg* x : {&dO, &dQ, &dK, &dV}) {
-    check::cuda(*x);
-    check::same_device(*x, Q);
-    check::ndim(*x, rank);
-    check::last_dim_contiguous(*x);
-    check::dtype_eq(*x, Q);
-    check::aligned(*x, 16);
-    const int per16 = 16 / dtype_size(x->t.dtype);
-    for (int dim = 0; dim + 1 < rank; ++dim)
-      if (x->t.shape[dim] > 1 && x->t.strides[dim] % per16 != 0)
-        check::fail(*x, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
-                    detail::concat("strides ", shape_str(x->t.strides)));
-  }
-  check::shape_eq(dO, O);
-  check::shape_eq(dQ, Q);
-  check::shape_eq(dK, K);
-  check::shape_eq(dV, K);
-  // The outputs: disjoint from every input, each other and themselves.
-  const check::Arg L{kOp, "softmax_lse", *opt.softmax_lse};
-  std::vector<check::Arg> reads{Q, K, V, O, dO, L};
-  if (varlen) reads.push_back({kOp, "cu_seqlens_q", *opt.cu_seqlens_q}), reads.push_back({kOp, "cu_seqlens_k", *opt.cu_seqlens_k});
-  if (opt.alibi_slopes != nullptr) reads.push_back({kOp, "alibi_slopes", *opt.alibi_slopes});
-  const check::Arg* writes[] = {&dQ, &dK, &dV};
-  for (const check::Arg* w : writes) {
-    detail::attention_no_self_overlap(*w);
-    for (const check::Arg& r : reads) detail::attention_disjoint(*w, r);
-  }
-  detail::attention_disjoint(dQ, dK);
-  detail::attention_disjoint(dQ, dV);
-  detail::attention_disjoint(dK, dV);
+  static_cast<AttnFwdParams&>(p) =
+      detail::attention_validated_params(kOp, q, k, v, out, kAttnFwdRungAuto, opt, stream, gradient_checks);
 
   p.dout = dout.data, p.dq = dq.data, p.dk = dk.data, p.dv = dv.data;
   const Strides3 so = strides_of(dout, varlen), sq = strides_of(dq, varlen), sk = strides_of(dk, varlen),
@@ -122,13 +128,15 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
   FLASHLAB_CHECK(batch >= 0 && nheads >= 0 && seqlen_q >= 0 && seqlen_k >= 0 && headdim >= 0, op,
                  ": expected sizes >= 0, got batch ", batch, ", nheads ", nheads, ", seqlen_q ", seqlen_q, ", seqlen_k ",
                  seqlen_k, ", headdim ", headdim);
-  int64_t rows = 1;  // batch x nheads x seqlen_q
+  // 2 rows seqlen_k + rows floats (P, dS g, D), rows = batch x nheads x seqlen_q.
+  constexpr int64_t kMaxFloats = INT64_MAX / static_cast<int64_t>(sizeof(float));
+  int64_t rows = 1;
   for (int64_t x : {batch, nheads, seqlen_q}) {
-    FLASHLAB_CHECK(x == 0 || rows <= INT64_MAX / x, op, ": the size overflows int64");
+    FLASHLAB_CHECK(x == 0 || rows <= kMaxFloats / x, op, ": the size overflows int64");
     rows *= x;
   }
-  FLASHLAB_CHECK(seqlen_k == 0 || rows <= (INT64_MAX / 8 - 1) / seqlen_k, op, ": the size overflows int64");
-  return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));  // P, dS g, D
+  FLASHLAB_CHECK(seqlen_k == 0 || rows <= (kMaxFloats - rows) / 2 / seqlen_k, op, ": the size overflows int64");
+  return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));
 }
 
 void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -2,6 +2,8 @@
 // (src/attention_bwd.cu), which takes the same inputs and options.
 #pragma once
 
+#include <functional>
+
 #include <cuda_runtime_api.h>
 
 #include "flashlab/attention.h"
@@ -13,9 +15,11 @@ namespace flashlab::detail {
 // Every check of attention_fwd() on q, k, v, out and the options, messages naming `op`; throws
 // flashlab::Error on the first that fails (nothing launched), else the kernel parameters
 // (window and scale resolved). Reads cu_seqlens from the device (waiting on `stream`) unless
-// the stream is capturing.
+// the stream is capturing; more_host_checks (a caller's own, e.g. the backward's on its
+// gradients) runs just before that read, after every host-side check here.
 AttnFwdParams attention_validated_params(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
-                                         const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream);
+                                         const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream,
+                                         const std::function<void()>& more_host_checks = {});
 
 // a and b share no element (identical views included).
 void attention_disjoint(const check::Arg& a, const check::Arg& b);

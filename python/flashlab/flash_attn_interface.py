@@ -190,10 +190,10 @@ def _function() -> Any:
                 out, lse, probs = run(q, k, v, want_lse=True)
                 ctx.save_for_backward(q, k, v, out, lse)
                 ctx.bwd = bwd
-                ctx.mark_non_differentiable(lse)
                 if not return_attn_probs:
+                    ctx.mark_non_differentiable(lse)
                     return out
-                ctx.mark_non_differentiable(probs)
+                ctx.mark_non_differentiable(lse, probs)  # one call: each call replaces the set
                 return out, lse, probs
 
             @staticmethod
@@ -202,8 +202,10 @@ def _function() -> Any:
                 if _is_e4m3(q):
                     raise NotImplementedError(_NO_FP8_BACKWARD)
                 # The kernels read dout with 16-byte aligned rows and a unit head-dim stride; autograd
-                # may hand over an expanded or otherwise strided gradient.
-                dq, dk, dv = ctx.bwd(q, k, v, out, dout.contiguous(), lse)
+                # may hand over an expanded, strided or misaligned (a view at an odd offset) gradient.
+                if not dout.is_contiguous() or dout.data_ptr() % 16 != 0:
+                    dout = dout.clone(memory_format=sys.modules["torch"].contiguous_format)
+                dq, dk, dv = ctx.bwd(q, k, v, out, dout, lse)
                 return None, None, None, dq, dk, dv
 
         _FUNCTION = FlashAttnFunction
