@@ -25,7 +25,7 @@ namespace {
 
 const char* const kAttnRungNames[] = {"", "naive", "flash1_cuda_cores", "flash2_mma_sync", "hopper_wgmma_ws"};
 static_assert(sizeof(kAttnRungNames) / sizeof(kAttnRungNames[0]) == kAttnFwdRungs + 1, "one name per rung");
-const char* const kAttnBwdRungNames[] = {"", "naive"};
+const char* const kAttnBwdRungNames[] = {"", "naive", "flash2_mma_sync"};
 static_assert(sizeof(kAttnBwdRungNames) / sizeof(kAttnBwdRungNames[0]) == kAttnBwdRungs + 1, "one name per rung");
 
 struct AttnCase {
@@ -113,53 +113,52 @@ void bench_attention(Harness& h, DType dt) {
   }
 }
 
-// Backward (op "attn_bwd"): the same 16k-token shapes, head dim 128, causal and not; rung 1 (naive:
-// the fp32 P and dS matrices, 2 x batch x nheads x seqlen^2 x 4 bytes) up to seqlen 2k. The forward
-// (automatic rung) runs once per shape for out and lse; the timed call is attention_bwd alone.
+// Backward (op "attn_bwd"): the forward's 16k-token shapes (head dim 128 at seqlen 512 .. 16k, head
+// dims 64 and 256 at 512 .. 2k), causal and not; rung 1 (naive: the fp32 P and dS matrices, 2 x
+// batch x nheads x seqlen^2 x 4 bytes) at head dim 128 up to seqlen 2k. The forward (automatic
+// rung) runs once per shape for out and lse; the timed call is attention_bwd alone.
 // FLOPs: 2.5x the forward's (DESIGN.md); bytes: q, k, v, out, dout read and dq, dk, dv written
 // once. Rung 0 is torch SDPA's backward (bench/peers.py, the same shapes).
 void bench_attention_bwd(Harness& h, DType dt) {
   const int64_t es = dtype_size(dt);
-  const std::vector<int64_t> seqlens = h.options().quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{512, 1024, 2048};
-  for (bool causal : {false, true})
-    for (int64_t s : seqlens) {
-      const AttnCase c{16384 / s, s, 2048 / 128, 128, causal};
-      const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
-      DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), dout(n * es), dq(n * es), dk(n * es), dv(n * es),
-          lse(c.batch * c.nheads * c.seqlen * 4);
-      fill_random(q.p, n, dt == DType::kBF16, 71, h.stream());
-      fill_random(k.p, n, dt == DType::kBF16, 72, h.stream());
-      fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
-      fill_random(dout.p, n, dt == DType::kBF16, 74, h.stream());
-      const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
-      const TensorView lse_v = view(lse.p, DType::kF32, {c.batch, c.nheads, c.seqlen});
-      AttnBwdOptions opt;
-      opt.causal = c.causal;
-      opt.softmax_lse = &lse_v;
-      attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(),
-                    kAttnFwdRungAuto, opt);
-      for (int rung = kAttnBwdRungs; rung >= 1; --rung) {
-        const double ms = h.time_ms([&] {
-          attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
-                        view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),
-                        h.stream(), rung, opt);
-        });
-        Row r;
-        r.op = "attn_bwd";
-        r.impl = "flashlab";
-        r.rung_name = kAttnBwdRungNames[rung];
-        r.rung = rung;
-        r.dtype = dtype_name(dt);
-        r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
-                   {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
-        r.ms = ms;
-        r.bytes = 8.0 * n * es;
-        r.flops = 2.5 * 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-        r.extra["workspace_MB"] =
-            attention_bwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0;
-        h.add(r);
-      }
+  for (const AttnCase& c : attn_cases(h.options().quick)) {
+    const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
+    DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), dout(n * es), dq(n * es), dk(n * es), dv(n * es),
+        lse(c.batch * c.nheads * c.seqlen * 4);
+    fill_random(q.p, n, dt == DType::kBF16, 71, h.stream());
+    fill_random(k.p, n, dt == DType::kBF16, 72, h.stream());
+    fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
+    fill_random(dout.p, n, dt == DType::kBF16, 74, h.stream());
+    const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
+    const TensorView lse_v = view(lse.p, DType::kF32, {c.batch, c.nheads, c.seqlen});
+    AttnBwdOptions opt;
+    opt.causal = c.causal;
+    opt.softmax_lse = &lse_v;
+    attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(),
+                  kAttnFwdRungAuto, opt);
+    for (int rung = kAttnBwdRungs; rung >= 1; --rung) {
+      if (rung == 1 && (c.seqlen > 2048 || c.headdim != 128)) continue;
+      const double ms = h.time_ms([&] {
+        attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
+                      view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),
+                      h.stream(), rung, opt);
+      });
+      Row r;
+      r.op = "attn_bwd";
+      r.impl = "flashlab";
+      r.rung_name = kAttnBwdRungNames[rung];
+      r.rung = rung;
+      r.dtype = dtype_name(dt);
+      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
+                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
+      r.ms = ms;
+      r.bytes = 8.0 * n * es;
+      r.flops = 2.5 * 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+      r.extra["workspace_MB"] =
+          attention_bwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0;
+      h.add(r);
     }
+  }
 }
 
 }  // namespace flashlab::bench

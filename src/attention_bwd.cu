@@ -8,6 +8,7 @@
 #include "flashlab/attention.h"
 #include "flashlab/validate.h"
 #include "kernels/attention/backward/01_naive.cuh"
+#include "src/attention_launch.h"
 #include "src/attention_validate.h"
 #include "src/core/launch.h"
 #include "src/core/static_switch.h"
@@ -33,6 +34,9 @@ AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const T
                                int rung, const AttnBwdOptions& opt, cudaStream_t stream) {
   FLASHLAB_CHECK(rung == kAttnBwdRungAuto || (rung >= 1 && rung <= kAttnBwdRungs), kOp, ": argument 'rung': expected 1..",
                  kAttnBwdRungs, " or ", kAttnBwdRungAuto, " (auto), got ", rung);
+  FLASHLAB_CHECK(!(opt.deterministic && rung == 2), kOp,
+                 ": argument 'deterministic': expected false for rung 2 (its dQ atomics add in a varying order; rung 1 or "
+                 "auto is deterministic), got true");
   const check::Arg Q{kOp, "q", q}, K{kOp, "k", k}, V{kOp, "v", v}, O{kOp, "out", out}, dO{kOp, "dout", dout},
       dQ{kOp, "dq", dq}, dK{kOp, "dk", dk}, dV{kOp, "dv", dv};
   check::dtype_in(Q, {DType::kF16, DType::kBF16});  // no FP8 backward
@@ -128,23 +132,33 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
   FLASHLAB_CHECK(batch >= 0 && nheads >= 0 && seqlen_q >= 0 && seqlen_k >= 0 && headdim >= 0, op,
                  ": expected sizes >= 0, got batch ", batch, ", nheads ", nheads, ", seqlen_q ", seqlen_q, ", seqlen_k ",
                  seqlen_k, ", headdim ", headdim);
-  // 2 rows seqlen_k + rows floats (P, dS g, D), rows = batch x nheads x seqlen_q.
   constexpr int64_t kMaxFloats = INT64_MAX / static_cast<int64_t>(sizeof(float));
-  int64_t rows = 1;
+  int64_t rows = 1;  // batch x nheads x seqlen_q
   for (int64_t x : {batch, nheads, seqlen_q}) {
     FLASHLAB_CHECK(x == 0 || rows <= kMaxFloats / x, op, ": the size overflows int64");
     rows *= x;
   }
-  FLASHLAB_CHECK(seqlen_k == 0 || rows <= (kMaxFloats - rows) / 2 / seqlen_k, op, ": the size overflows int64");
-  return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));
+  if (rung == 1) {  // 2 rows seqlen_k + rows floats: P, dS g, D
+    FLASHLAB_CHECK(seqlen_k == 0 || rows <= (kMaxFloats - rows) / 2 / seqlen_k, op, ": the size overflows int64");
+    return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));
+  }
+  // rows (headdim + 1) floats: the dq accumulator and D
+  FLASHLAB_CHECK(rows <= kMaxFloats / (headdim + 1), op, ": the size overflows int64");
+  return rows * (headdim + 1) * static_cast<int64_t>(sizeof(float));
 }
 
 void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                    const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
                    cudaStream_t stream, int rung, const AttnBwdOptions& options) {
-  const AttnBwdParams p = validated_params(q, k, v, out, dout, dq, dk, dv, rung, options, stream);
+  AttnBwdParams p = validated_params(q, k, v, out, dout, dq, dk, dv, rung, options, stream);
   detail::DeviceGuard guard(q.device.index);
-  HALF_DTYPE_SWITCH(q.dtype, T, [&] { launch_naive<T>(p, stream); });
+  if (rung == kAttnBwdRungAuto) rung = options.deterministic ? 1 : kAttnBwdRungs;
+  if (rung == 1) return HALF_DTYPE_SWITCH(q.dtype, T, [&] { launch_naive<T>(p, stream); });
+  auto* ws = static_cast<float*>(
+      detail::workspace(stream, attention_bwd_workspace_bytes(2, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim)));
+  p.dq_accum = ws;  // batch x seqlen_q x nheads x headdim (varlen: total_q <= batch x max_seqlen_q rows)
+  p.dsum = ws + static_cast<int64_t>(p.batch) * p.seqlen_q * p.nheads * p.headdim;
+  detail::launch_attn_bwd_flash2(p, q.dtype, stream);
 }
 
 }  // namespace flashlab

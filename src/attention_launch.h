@@ -40,4 +40,8 @@ void launch_attn_hopper(const AttnFwdParams& p, DType dtype, cudaStream_t stream
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
 
+// Backward rung 2 (src/attention_bwd_flash2.cu): p.dsum and p.dq_accum point into its workspace
+// (attention_bwd_workspace_bytes).
+void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
+
 }  // namespace flashlab::detail

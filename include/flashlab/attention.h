@@ -115,13 +115,18 @@ int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
 // dk and dv are summed over the query heads that share it. Masked entries and rows that see no
 // key contribute nothing. Ladder (kernels/attention/backward/, doc: docs/ladder/attention.md):
 //   1 naive: P and dS materialised in global memory, one thread per element of each product
-//     (deterministic: no atomics) (top, for now)
-inline constexpr int kAttnBwdRungs = 1;
-inline constexpr int kAttnBwdRungAuto = -1;  // the top rung
+//     (deterministic: no atomics)
+//   2 FlashAttention-2 style: a thread block per (key block, KV head, batch), mma.sync, P and dS
+//     recomputed per block in shared memory, dK and dV in registers, dQ by fp32 atomics (top)
+inline constexpr int kAttnBwdRungs = 2;
+// The top rung; with options.deterministic, the top rung that is deterministic (rung 1 for now:
+// rung 2's dQ atomics add in an order that varies from run to run).
+inline constexpr int kAttnBwdRungAuto = -1;
 
 // The forward's options, plus:
 struct AttnBwdOptions : AttnFwdOptions {
-  // Bit-identical gradients from run to run (flash-attn's `deterministic`): every rung so far is.
+  // Bit-identical gradients from run to run (flash-attn's `deterministic`): rung 1 always; rung 2
+  // never (rejected with deterministic = true); the automatic choice takes rung 1 then.
   bool deterministic = false;
 };
 
@@ -137,8 +142,10 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
                    cudaStream_t stream = nullptr, int rung = kAttnBwdRungAuto, const AttnBwdOptions& options = {});
 
 // Bytes of device workspace the backward rung needs (rung 1: the fp32 P and dS matrices,
-// batch x nheads x seqlen_q x seqlen_k each, and D, batch x nheads x seqlen_q; for varlen the
-// max lengths). attention_bwd allocates it itself (stream-ordered, on `stream`).
+// batch x nheads x seqlen_q x seqlen_k each, and D, batch x nheads x seqlen_q; rung 2: the fp32
+// dq accumulator, batch x seqlen_q x nheads x headdim, and D; kAttnBwdRungAuto: rung 2's; for
+// varlen the max lengths, with batch x max_seqlen_q >= total_q). attention_bwd allocates it
+// itself (stream-ordered, on `stream`).
 int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,
                                       int64_t headdim);
 

@@ -94,4 +94,21 @@ FLASHLAB_HD inline AttnKeyRange attn_key_range(int row_lo, int row_hi, int sk, i
   return {lo, hi};
 }
 
+// Rows [lo, hi) of [0, sq) that can see any key of [key_lo, key_hi) (the backward walks the rows
+// of a key block): key j is visible to row i iff i >= j - diag - window_right (window_right >= 0)
+// and i <= j - diag + window_left (window_left >= 0). Empty (lo >= hi) when none.
+struct AttnRowRange {
+  int lo, hi;
+};
+FLASHLAB_HD inline AttnRowRange attn_row_range(int key_lo, int key_hi, int sq, int diag, int window_left,
+                                               int window_right) {
+  int lo = 0, hi = sq;
+  if (window_right >= 0) lo = key_lo - diag - window_right > 0 ? key_lo - diag - window_right : 0;
+  if (window_left >= 0) {
+    const int last = key_hi - 1 - diag + window_left;  // last row that sees the last key
+    hi = last + 1 < sq ? last + 1 : sq;
+  }
+  return {lo, hi};
+}
+
 }  // namespace flashlab::kernels

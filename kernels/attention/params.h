@@ -62,6 +62,9 @@ struct AttnBwdParams : AttnFwdParams {
   // fp32 workspace: D_i = sum_c dout_ic o_ic of every row, (batch, nheads, seqlen_q) (varlen:
   // seqlen_q the max, rows past a batch's length unused).
   float* dsum;
+  // fp32 workspace of the tiled rungs: dq accumulated over key blocks, (batch x seqlen_q, nheads, d)
+  // dense for fixed lengths, (total_q, nheads, d) for varlen; row r = attn_dq_accum_row(b, i).
+  float* dq_accum;
 };
 
 }  // namespace flashlab

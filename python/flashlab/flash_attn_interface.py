@@ -6,7 +6,8 @@ top rung that runs here: 4 on Hopper (sm_90) for head dims 64..256, else 3). Wha
 flash-attn:
 
 * differentiable: with torch autograd recording (an input that requires grad) the backward runs
-  ``attention_bwd`` (backward rung 1, naive, for now; deterministic); not for FP8 inputs;
+  ``attention_bwd`` (backward rung 2, FlashAttention-2 style; with ``deterministic=True`` rung 1, the
+  naive one: slow); not for FP8 inputs;
 * dropout (``dropout_p != 0``) and paged KV (``block_table``) raise NotImplementedError;
 * head dims are 32, 64, 96, 128, 192 or 256 (flash-attn pads others; flashlab refuses them);
 * with ``return_attn_probs`` the third value ``S_dmask`` is the normalised probabilities
@@ -41,8 +42,9 @@ from . import _ffi  # set by __init__ before this module is imported
 ATTN_FWD_RUNGS = 4
 _RUNG_AUTO = -1  # C++ kAttnFwdRungAuto: 4 where it runs, else 3
 
-# 1 naive (P and dS materialised in global memory) (top, for now)
-ATTN_BWD_RUNGS = 1
+# 1 naive (P and dS materialised in global memory; deterministic), 2 FlashAttention-2 style (mma.sync,
+# P recomputed per block, dQ by fp32 atomics) (top; ``deterministic=True`` takes rung 1)
+ATTN_BWD_RUNGS = 2
 
 _NO_FP8_BACKWARD = ("flashlab: no backward for FP8 (e4m3) attention (forward only). Call with inputs that "
                     "do not require grad, or under torch.no_grad().")
@@ -256,7 +258,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_kv, headdim), nheads a
     multiple of nheads_kv (GQA / MQA); fp16 or bf16; any batch/row/head strides with a contiguous
     head dim (multiples of 8 elements, 16-byte aligned). alibi_slopes: fp32 (nheads,) or (batch,
-    nheads). ``deterministic``: bit-identical gradients run to run (the backward rungs so far always are). FP8: e4m3 q, k, v (head dim
+    nheads). ``deterministic``: bit-identical gradients run to run (the backward then takes its naive rung). FP8: e4m3 q, k, v (head dim
     128, Hopper) with optional fp32 descale factors (one element or (batch, nheads_kv)); out bf16.
 
     Returns out (batch, seqlen_q, nheads, headdim), or with ``return_attn_probs``

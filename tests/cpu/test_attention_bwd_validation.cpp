@@ -39,7 +39,7 @@ using testing::kGpu;
 
 constexpr DType kBf = DType::kBF16;
 const Device kGpu1{DeviceType::kCUDA, 1};
-static_assert(kAttnBwdRungs == 1, "the backward rung list of include/flashlab/attention.h changed: update this test");
+static_assert(kAttnBwdRungs == 2, "the backward rung list of include/flashlab/attention.h changed: update this test");
 
 // Slots of tests/common/validation_utils.h: 4 GiB apart, so distinct tensors never overlap.
 enum Slot { kQ = 1, kK, kV, kO, kCuQ, kCuK, kAlibi, kLse, kDout, kDq, kDk, kDv };
@@ -95,7 +95,7 @@ Call with(Call c, TensorView Call::*member, TensorView t) {
 // "attention_bwd: argument", never names the forward, and contains every piece, before any
 // CUDA call, launching nothing.
 void expect_rejected(const Call& c, const std::vector<std::string>& pieces, const AttnBwdOptions& opt,
-                     const std::vector<int>& rungs = {1, kAttnBwdRungAuto}) {
+                     const std::vector<int>& rungs = {1, 2, kAttnBwdRungAuto}) {
   for (int rung : rungs) {
     SCOPED_TRACE("rung " + std::to_string(rung));
     testing::expect_rejected(
@@ -155,13 +155,17 @@ const Grad kGrads[] = {{&Call::dout, "dout", {2, 16, 4, 64}, kDout},
 
 TEST(AttentionBwdValidation, RungOutOfRange) {
   const Call c = fixed();
-  for (int rung : {0, 2, -2, 100})
-    expect_rejected(c, {"argument 'rung'", "expected 1..1", "got " + std::to_string(rung)}, c.opt(), {rung});
+  for (int rung : {0, 3, -2, 100})
+    expect_rejected(c, {"argument 'rung'", "expected 1..2 or -1 (auto)", "got " + std::to_string(rung)}, c.opt(), {rung});
   // The rung is checked first: with a CPU q and no lse, a bad rung names the rung.
   const Call cpu_q = with(c, &Call::q, TensorView(fake(0, kQ), kBf, {2, 16, 4, 64}, kCpu));
   expect_rejected(cpu_q, {"argument 'rung'", "got 0"}, AttnBwdOptions{}, {0});
   const Call vl = varlen();
-  expect_rejected(vl, {"argument 'rung'", "got 2"}, vl.opt(), {2});
+  expect_rejected(vl, {"argument 'rung'", "got 3"}, vl.opt(), {3});
+  // Rung 2 adds dQ with atomics: never deterministic (rung 1 and the automatic choice are).
+  AttnBwdOptions det = c.opt();
+  det.deterministic = true;
+  expect_rejected(c, {"argument 'deterministic'", "expected false for rung 2", "got true"}, det, {2});
 }
 
 // fp16 / bf16 only: no FP8 backward (e4m3 is a forward-only input), no fp32 or integer inputs.
@@ -436,7 +440,7 @@ TEST(AttentionBwdValidation, OutputOverlapsItself) {
 
 TEST(AttentionBwdValidation, ValidCallsPassTheHostChecks) {
   if (has_gpu()) GTEST_SKIP() << "a GPU is present: the fake pointers would reach it";
-  for (int rung : {1, kAttnBwdRungAuto}) {
+  for (int rung : {1, 2, kAttnBwdRungAuto}) {
     expect_host_checks_pass(fixed(), rung);
     expect_host_checks_pass(fixed(DType::kF16), rung);
   }
@@ -502,8 +506,11 @@ TEST(AttentionBwdWorkspace, ClosedForms) {
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 7, 0, 64), 3 * 5 * 7 * 4);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 0, 7, 64), 0);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 0, 5, 7, 9, 64), 0);
-  // The automatic choice is the top rung, rung 1.
-  EXPECT_EQ(attention_bwd_workspace_bytes(kAttnBwdRungAuto, 2, 4, 16, 32, 64), attention_bwd_workspace_bytes(1, 2, 4, 16, 32, 64));
+  // Rung 2: the fp32 dq accumulator, batch x seqlen_q x nheads x headdim, and D; the automatic
+  // choice is rung 2's.
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64), 2 * 4 * 16 * (64 + 1) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 0, 128), 2 * 4 * 16 * (128 + 1) * 4);  // no keys: the same
+  EXPECT_EQ(attention_bwd_workspace_bytes(kAttnBwdRungAuto, 2, 4, 16, 32, 64), attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64));
   // Twice the forward's rung 1 (its S/P matrix) plus D.
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 2, 4, 16, 32, 64),
             2 * attention_fwd_workspace_bytes(1, 2, 4, 16, 32, 64) + 2 * 4 * 16 * 4);
@@ -517,7 +524,7 @@ TEST(AttentionBwdWorkspace, Errors) {
     pieces.push_back("attention_bwd_workspace_bytes: ");
     testing::expect_rejected([&] { attention_bwd_workspace_bytes(rung, b, h, sq, sk, d); }, pieces);
   };
-  for (int rung : {0, 2, -2}) expect_error({"argument 'rung'", "expected 1..1", "got " + std::to_string(rung)}, rung, 2, 4, 16, 32, 64);
+  for (int rung : {0, 3, -2}) expect_error({"argument 'rung'", "expected 1..2", "got " + std::to_string(rung)}, rung, 2, 4, 16, 32, 64);
   const std::string sizes = "expected sizes >= 0";
   expect_error({sizes, "got batch -1, nheads 4, seqlen_q 16, seqlen_k 32, headdim 64"}, 1, -1, 4, 16, 32, 64);
   expect_error({sizes, "nheads -4"}, 1, 2, -4, 16, 32, 64);
@@ -529,6 +536,7 @@ TEST(AttentionBwdWorkspace, Errors) {
   expect_error({overflow}, 1, max, 2, 1, 1, 64);                              // batch x nheads
   expect_error({overflow}, 1, 65535, 65535, int64_t{1} << 30, 1 << 30, 256);  // x seqlen_k
   expect_error({overflow}, 1, 1, 1, 1, (int64_t{1} << 60), 64);               // 2 x P x 4 bytes
+  expect_error({overflow}, 2, 1, 1, int64_t{1} << 54, 1, 256);                // rung 2: rows x (d + 1) x 4 bytes
 }
 
 // ---- the varlen gradient checks run before the shared validation's only device work (the read

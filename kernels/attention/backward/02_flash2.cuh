@@ -1,0 +1,323 @@
+// Backward rung 2 — FlashAttention-2 style: one thread block per (key block, KV head, batch),
+// tensor cores, P recomputed block by block and never stored in global memory.
+//
+// Changes from rung 1 (naive, P and dS materialised in global memory):
+//   - Loop order: a thread block owns kBlockN keys of one KV head; K and V stay in shared memory
+//     while it walks the query blocks that can see them (attn_row_range: causal and window skip
+//     the others) of every query head of its group (GQA: dK, dV summed in registers, no extra
+//     pass). dK and dV accumulate in registers (fp32) and are written once.
+//   - Per query block (kBlockM rows): Q and dO by cp.async, with lse (as a base-2 offset) and
+//     D = rowsum(dO * O) (preprocess kernel); then on mma.sync m16n8k16 with ldmatrix operands:
+//       S = Q K^T and dP = dO V^T        (warp tile 16 rows x kBlockN / 2 keys)
+//       P = 2^(S log2(e) - lse log2(e)), dS = P (dP - D) g   (g: scale; times 1 - tanh^2 with
+//       softcap), both rounded to 16 bits into shared memory
+//       dV += P^T dO and dK += dS^T Q     (warp tile 16 keys x d / (8 / (kBlockN / 16)) columns;
+//       P^T and dS^T read by ldmatrix.trans)
+//       dQ += dS K: fp32 atomics (red.global.add.v2.f32) into a workspace, converted to dq's
+//       dtype by a last kernel; so the result depends on the order of the adds (not
+//       deterministic; `deterministic` takes rung 1).
+// Shared memory: Q, dO (kBlockM x d), K, V (kBlockN x d), P, dS (kBlockM x kBlockN), 16-bit, rows
+// padded by 8 elements (an odd number of 16-byte chunks: conflict-free ldmatrix); lse, D.
+// Limits: no pipelining across query blocks (each waits for its Q and dO), the score path
+// (softcap, ALiBi, mask) per element in every block, dQ by atomics.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/attention/03_flash2.cuh"
+#include "kernels/attention/common.cuh"
+#include "kernels/attention/params.h"
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/mma.cuh"
+
+namespace flashlab::kernels {
+
+template <int kHeadDim_>
+struct Flash2BwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockM = 64;                        // query rows per step
+  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;  // keys per thread block
+  // S and dP: 4 warps along the rows (16 each) x 2 along the keys.
+  static constexpr int kSNTiles = kBlockN / 2 / 8;  // n8 tiles of a warp's S / dP
+  // dK and dV: kBlockN / 16 warps along the keys x the rest along the head dim.
+  static constexpr int kKVWarpsN = kBlockN / 16, kKVWarpsD = kWarps / kKVWarpsN;
+  static constexpr int kKVCols = kHeadDim / kKVWarpsD;  // head-dim columns of a warp's dK / dV
+  static constexpr int kKVTiles = kKVCols / 8;
+  // dQ: 4 warps along the rows x 2 along the head dim, in chunks of kDqChunk columns.
+  static constexpr int kDqCols = kHeadDim / 2;
+  static constexpr int kDqChunk = kDqCols <= 64 ? kDqCols : kDqCols % 64 == 0 ? 64 : 48;
+  static constexpr int kStride = kHeadDim + 8;  // shared row strides in elements (padded)
+  static constexpr int kPStride = kBlockN + 8;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (flash2_load_tile)
+  static constexpr int kSmemElems = (2 * kBlockM + 2 * kBlockN) * kStride + 2 * kBlockM * kPStride;
+  static constexpr int kSmemBytes = kSmemElems * 2 + 2 * kBlockM * 4;  // + lse, D
+  static_assert(kSNTiles % 2 == 0 && kKVTiles % 2 == 0 && (kDqChunk / 8) % 2 == 0 && kDqCols % kDqChunk == 0,
+                "ldmatrix.x4 loads two n8 tiles at a time");
+  static_assert((kStride / 8) % 2 == 1 && (kPStride / 8) % 2 == 1, "an odd number of 16-byte chunks per shared row");
+};
+
+// Packed row of dq_accum for (batch b, row i): dense (batch x seqlen_q) rows, or the packed row.
+__device__ __forceinline__ int64_t attn_dq_accum_row(const AttnBwdParams& p, int b, const AttnBatch& sb, int i) {
+  return p.cu_seqlens_q != nullptr ? sb.q_row0 + i : static_cast<int64_t>(b) * p.seqlen_q + i;
+}
+
+// Preprocess: D_i = dO_i . O_i (fp32) and the row's dq_accum zeroed. A warp per (batch, head,
+// row), lane c on 16-byte chunk c of the head dim (d / 8 <= 32 chunks). Grid (ceil(max_sq / 4),
+// nheads, batch), 128 threads.
+template <typename T>
+__global__ void attn_bwd_dsum_kernel(const __grid_constant__ AttnBwdParams p) {
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
+  const AttnBatch sb = attn_batch(p, b);
+  if (i >= sb.sq) return;
+  const int chunks = p.headdim / 8;
+  float acc = 0.f;
+  if (lane < chunks) {
+    const T* o = static_cast<const T*>(p.o) + attn_offset(p, b, sb.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+    const T* dout = static_cast<const T*>(p.dout) +
+                    attn_offset(p, b, sb.q_row0, i, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + lane * 8), dv = *reinterpret_cast<const uint4*>(dout + lane * 8);
+    const T* oe = reinterpret_cast<const T*>(&ov);
+    const T* de = reinterpret_cast<const T*>(&dv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc += to_float(oe[e]) * to_float(de[e]);
+    float4* accum = reinterpret_cast<float4*>(p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim + lane * 8);
+    accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i] = acc;
+}
+
+// Postprocess: dq = dq_accum in dq's dtype. Same grid as attn_bwd_dsum_kernel.
+template <typename T>
+__global__ void attn_bwd_dq_convert_kernel(const __grid_constant__ AttnBwdParams p) {
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
+  const AttnBatch sb = attn_batch(p, b);
+  if (i >= sb.sq || lane >= p.headdim / 8) return;
+  const float4* accum =
+      reinterpret_cast<const float4*>(p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim + lane * 8);
+  const float4 a = accum[0], c = accum[1];
+  const uint4 out = make_uint4(pack2<T>(a.x, a.y), pack2<T>(a.z, a.w), pack2<T>(c.x, c.y), pack2<T>(c.z, c.w));
+  T* dq = static_cast<T*>(p.dq) + attn_offset(p, b, sb.q_row0, i, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  *reinterpret_cast<uint4*>(dq + lane * 8) = out;
+}
+
+// fp32 pair added to global memory without reading it back (sm_90: one vector reduction).
+__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
+// Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
+// shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_kernel first.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
+    attn_bwd_flash2_kernel(const __grid_constant__ AttnBwdParams p) {
+  using Tr = Flash2BwdTraits<kHeadDim>;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* qs = reinterpret_cast<T*>(smem_raw);  // (kM, kS)
+  T* dos = qs + kM * kS;                   // (kM, kS)
+  T* ks = dos + kM * kS;                   // (kN, kS)
+  T* vs = ks + kN * kS;                    // (kN, kS)
+  T* ps = vs + kN * kS;                    // (kM, kPS): P
+  T* dss = ps + kM * kPS;                  // (kM, kPS): dS g
+  float* lse_s = reinterpret_cast<float*>(dss + kM * kPS);  // (kM): lse log2(e), +inf for rows without P
+  float* dsum_s = lse_s + kM;                                // (kM): D
+
+  const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
+  const AttnBatch sb = attn_batch(p, b);
+  if (n0 >= sb.sk) return;  // varlen: this batch has fewer keys
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int group = p.nheads / p.nheads_kv;
+  const auto smem_addr = [](const T* ptr) { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); };
+  // ldmatrix lane addresses (03_flash2.cuh): A of a row-major tile; B from rows that are the n
+  // index (non-trans); B from rows that are the k index (.trans); A^T from a row-major tile
+  // whose rows are the k index (.trans) takes the B-non-trans pattern.
+  const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
+  const int kb_row = (lane % 8) + 8 * (lane / 16), kb_col = 8 * ((lane / 8) % 2);
+
+  const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  flash2_load_tile<T, Tr, kN>(ks, k, p.k_row_stride, n0, sb.sk);
+  flash2_load_tile<T, Tr, kN>(vs, v, p.v_row_stride, n0, sb.sk);
+  cp_async_commit();
+
+  // This warp's tiles: S / dP rows 16 sm.. x keys 16 kSNTiles sn..; dK / dV keys 16 kvn.. x
+  // columns kKVCols kvd..; dQ rows 16 sm.. x columns kDqCols qd...
+  const int sm = warp % 4, sn = warp / 4;
+  const int kvn = warp % Tr::kKVWarpsN, kvd = warp / Tr::kKVWarpsN;
+  const int qd = warp / 4;
+  float dk_acc[Tr::kKVTiles][4], dv_acc[Tr::kKVTiles][4];
+#pragma unroll
+  for (int j = 0; j < Tr::kKVTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[j][e] = dv_acc[j][e] = 0.f;
+
+  const int key_hi = sb.sk - n0 < kN ? sb.sk : n0 + kN;
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
+    const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
+    const float cap_inv = mod.softcap > 0.f ? mod.scale / mod.softcap : 0.f, cap_log2 = mod.softcap * kLog2e;
+    const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, mod.diag, mod.window_left, mod.window_right);
+    const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+    const T* dout = static_cast<const T*>(p.dout) +
+                    attn_offset(p, b, sb.q_row0, 0, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
+    for (int m0 = rr.lo - rr.lo % kM; m0 < rr.hi; m0 += kM) {
+      __syncthreads();  // the previous step's readers of qs, dos, ps, dss are done
+      flash2_load_tile<T, Tr, kM>(qs, q, p.q_row_stride, m0, sb.sq);
+      flash2_load_tile<T, Tr, kM>(dos, dout, p.dout_row_stride, m0, sb.sq);
+      cp_async_commit();
+      if (threadIdx.x < kM) {
+        const int i = m0 + threadIdx.x;
+        float l = INFINITY, dsum = 0.f;  // rows past the end: P = 2^(x - inf) = 0
+        if (i < sb.sq) {
+          const float lse = p.lse[attn_lse_offset(p, b, h, sb, i)];
+          l = lse == -INFINITY ? INFINITY : lse * kLog2e;  // a row that sees no key: P = 0
+          dsum = p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i];
+        }
+        lse_s[threadIdx.x] = l;
+        dsum_s[threadIdx.x] = dsum;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+
+      // S = Q K^T and dP = dO V^T: rows 16 sm + (g, g + 8), keys 16 kSNTiles sn + 8 j + 2 t + {0, 1}.
+      float s[Tr::kSNTiles][4], dp[Tr::kSNTiles][4];
+#pragma unroll
+      for (int j = 0; j < Tr::kSNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
+      const int key_w = sn * Tr::kSNTiles * 8;  // first key of this warp in the block
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t aq[4], ado[4];
+        ldmatrix_x4(aq, smem_addr(qs + (16 * sm + a_row) * kS + kk * 16 + a_col));
+        ldmatrix_x4(ado, smem_addr(dos + (16 * sm + a_row) * kS + kk * 16 + a_col));
+#pragma unroll
+        for (int j = 0; j < Tr::kSNTiles; j += 2) {
+          uint32_t bk[4], bv[4];
+          ldmatrix_x4(bk, smem_addr(ks + (key_w + j * 8 + kb_row) * kS + kk * 16 + kb_col));
+          ldmatrix_x4(bv, smem_addr(vs + (key_w + j * 8 + kb_row) * kS + kk * 16 + kb_col));
+          const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]}, bv0[2] = {bv[0], bv[1]}, bv1[2] = {bv[2], bv[3]};
+          mma_m16n8k16<T>(s[j], aq, bk0);
+          mma_m16n8k16<T>(s[j + 1], aq, bk1);
+          mma_m16n8k16<T>(dp[j], ado, bv0);
+          mma_m16n8k16<T>(dp[j + 1], ado, bv1);
+        }
+      }
+      // P and dS g, element by element, rounded into shared memory.
+#pragma unroll
+      for (int j = 0; j < Tr::kSNTiles; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 16 * sm + g + 8 * r, i = m0 + row;
+          float pr[2], ds[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int key_l = key_w + j * 8 + 2 * t + c, key = n0 + key_l;
+            const float dot = s[j][2 * r + c];
+            float x, grad = mod.scale;
+            if (mod.softcap > 0.f) {
+              const float th = tanhf(dot * cap_inv);
+              x = cap_log2 * th;
+              grad *= 1.f - th * th;
+            } else {
+              x = dot * scale_log2;
+            }
+            if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
+            const bool visible = key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right);
+            pr[c] = visible ? exp2f(x - lse_s[row]) : 0.f;
+            ds[c] = pr[c] * (dp[j][2 * r + c] - dsum_s[row]) * grad;
+          }
+          const int at = row * kPS + key_w + j * 8 + 2 * t;
+          *reinterpret_cast<uint32_t*>(ps + at) = pack2<T>(pr[0], pr[1]);
+          *reinterpret_cast<uint32_t*>(dss + at) = pack2<T>(ds[0], ds[1]);
+        }
+      __syncthreads();
+
+      // dV += P^T dO, dK += dS^T Q: keys 16 kvn + (g, g + 8) x columns kKVCols kvd + 8 j + 2 t.
+      const int col_kv = kvd * Tr::kKVCols;
+#pragma unroll
+      for (int kq = 0; kq < kM / 16; ++kq) {
+        uint32_t ap[4], ads[4];
+        ldmatrix_x4_trans(ap, smem_addr(ps + (kq * 16 + kb_row) * kPS + 16 * kvn + kb_col));
+        ldmatrix_x4_trans(ads, smem_addr(dss + (kq * 16 + kb_row) * kPS + 16 * kvn + kb_col));
+#pragma unroll
+        for (int j = 0; j < Tr::kKVTiles; j += 2) {
+          uint32_t bdo[4], bq[4];
+          ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + col_kv + j * 8 + a_col));
+          ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + col_kv + j * 8 + a_col));
+          const uint32_t bdo0[2] = {bdo[0], bdo[1]}, bdo1[2] = {bdo[2], bdo[3]}, bq0[2] = {bq[0], bq[1]}, bq1[2] = {bq[2], bq[3]};
+          mma_m16n8k16<T>(dv_acc[j], ap, bdo0);
+          mma_m16n8k16<T>(dv_acc[j + 1], ap, bdo1);
+          mma_m16n8k16<T>(dk_acc[j], ads, bq0);
+          mma_m16n8k16<T>(dk_acc[j + 1], ads, bq1);
+        }
+      }
+
+      // dQ += dS K: rows 16 sm + (g, g + 8) x columns kDqCols qd + ..., chunk by chunk, added to
+      // dq_accum.
+#pragma unroll
+      for (int c0 = qd * Tr::kDqCols; c0 < (qd + 1) * Tr::kDqCols; c0 += Tr::kDqChunk) {
+        float dq[Tr::kDqChunk / 8][4];
+#pragma unroll
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq[j][e] = 0.f;
+#pragma unroll
+        for (int kn = 0; kn < kN / 16; ++kn) {
+          uint32_t ads[4];
+          ldmatrix_x4(ads, smem_addr(dss + (16 * sm + a_row) * kPS + kn * 16 + a_col));
+#pragma unroll
+          for (int j = 0; j < Tr::kDqChunk / 8; j += 2) {
+            uint32_t bk[4];
+            ldmatrix_x4_trans(bk, smem_addr(ks + (kn * 16 + a_row) * kS + c0 + j * 8 + a_col));
+            const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]};
+            mma_m16n8k16<T>(dq[j], ads, bk0);
+            mma_m16n8k16<T>(dq[j + 1], ads, bk1);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int i = m0 + 16 * sm + g + 8 * r;
+          if (i >= sb.sq) continue;
+          float* row = p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + c0 + 2 * t;
+#pragma unroll
+          for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_f32x2(row + j * 8, dq[j][2 * r], dq[j][2 * r + 1]);
+        }
+      }
+    }
+  }
+
+  // dK, dV of this block's keys, written once.
+  cp_async_wait<0>();  // (K and V landed long ago when any query block ran; not when none did)
+  T* dk = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  T* dv = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = n0 + 16 * kvn + g + 8 * r;
+    if (key >= sb.sk) continue;
+#pragma unroll
+    for (int j = 0; j < Tr::kKVTiles; ++j) {
+      const int col = kvd * Tr::kKVCols + j * 8 + 2 * t;
+      *reinterpret_cast<uint32_t*>(dk + static_cast<int64_t>(key) * p.dk_row_stride + col) = pack2<T>(dk_acc[j][2 * r], dk_acc[j][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv + static_cast<int64_t>(key) * p.dv_row_stride + col) = pack2<T>(dv_acc[j][2 * r], dv_acc[j][2 * r + 1]);
+    }
+  }
+}
+
+}  // namespace flashlab::kernels

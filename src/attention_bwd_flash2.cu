@@ -1,0 +1,27 @@
+// Backward rung 2's launcher (FlashAttention-2 style): preprocess (D, dq_accum zeroed), the main
+// kernel over key blocks, dq converted from the fp32 accumulator.
+#include "kernels/attention/backward/02_flash2.cuh"
+#include "src/attention_launch.h"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+
+namespace flashlab::detail {
+
+void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
+  const dim3 rows_grid(static_cast<unsigned>(ceil_div(p.seqlen_q, 4)), p.nheads, p.batch);
+  HALF_DTYPE_SWITCH(dtype, T, [&] {
+    if (p.seqlen_q > 0) FLASHLAB_LAUNCH(kernels::attn_bwd_dsum_kernel<T>, rows_grid, 128, 0, stream, p);
+    HEADDIM_SWITCH(p.headdim, kD, [&] {
+      using Tr = kernels::Flash2BwdTraits<kD>;
+      const auto kernel = kernels::attn_bwd_flash2_kernel<T, kD>;
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+      if (p.seqlen_k > 0) {
+        const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
+        FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+      }
+    });
+    if (p.seqlen_q > 0) FLASHLAB_LAUNCH(kernels::attn_bwd_dq_convert_kernel<T>, rows_grid, 128, 0, stream, p);
+  });
+}
+
+}  // namespace flashlab::detail
