@@ -34,6 +34,7 @@
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
+#include "kernels/common/online_softmax.cuh"
 
 namespace flashlab::kernels {
 
@@ -56,8 +57,9 @@ struct Flash2BwdTraits {
   static constexpr int kStride = kHeadDim + 8;  // shared row strides in elements (padded)
   static constexpr int kPStride = kBlockN + 8;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (flash2_load_tile)
-  static constexpr int kSmemElems = (2 * kBlockM + 2 * kBlockN) * kStride + 2 * kBlockM * kPStride;
-  static constexpr int kSmemBytes = kSmemElems * 2 + 2 * kBlockM * 4;  // + lse, D
+  // Q and dO twice (the next query block lands while this one is computed), K, V, P, dS.
+  static constexpr int kSmemElems = (4 * kBlockM + 2 * kBlockN) * kStride + 2 * kBlockM * kPStride;
+  static constexpr int kSmemBytes = kSmemElems * 2 + 4 * kBlockM * 4;  // + lse, D (twice)
   static_assert(kSNTiles % 2 == 0 && kKVTiles % 2 == 0 && (kDqChunk / 8) % 2 == 0 && kDqCols % kDqChunk == 0,
                 "ldmatrix.x4 loads two n8 tiles at a time");
   static_assert((kStride / 8) % 2 == 1 && (kPStride / 8) % 2 == 1, "an odd number of 16-byte chunks per shared row");
@@ -128,14 +130,14 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* qs = reinterpret_cast<T*>(smem_raw);  // (kM, kS)
-  T* dos = qs + kM * kS;                   // (kM, kS)
-  T* ks = dos + kM * kS;                   // (kN, kS)
-  T* vs = ks + kN * kS;                    // (kN, kS)
-  T* ps = vs + kN * kS;                    // (kM, kPS): P
-  T* dss = ps + kM * kPS;                  // (kM, kPS): dS g
-  float* lse_s = reinterpret_cast<float*>(dss + kM * kPS);  // (kM): lse log2(e), +inf for rows without P
-  float* dsum_s = lse_s + kM;                                // (kM): D
+  T* qs_buf = reinterpret_cast<T*>(smem_raw);  // (2, kM, kS)
+  T* dos_buf = qs_buf + 2 * kM * kS;           // (2, kM, kS)
+  T* ks = dos_buf + 2 * kM * kS;               // (kN, kS)
+  T* vs = ks + kN * kS;                        // (kN, kS)
+  T* ps = vs + kN * kS;                        // (kM, kPS): P
+  T* dss = ps + kM * kPS;                      // (kM, kPS): dS g
+  float* lse_buf = reinterpret_cast<float*>(dss + kM * kPS);  // (2, kM): lse log2(e), +inf for rows without P
+  float* dsum_buf = lse_buf + 2 * kM;                          // (2, kM): D
 
   const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
   const AttnBatch sb = attn_batch(p, b);
@@ -154,7 +156,6 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
   const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   flash2_load_tile<T, Tr, kN>(ks, k, p.k_row_stride, n0, sb.sk);
   flash2_load_tile<T, Tr, kN>(vs, v, p.v_row_stride, n0, sb.sk);
-  cp_async_commit();
 
   // This warp's tiles: S / dP rows 16 sm.. x keys 16 kSNTiles sn..; dK / dV keys 16 kvn.. x
   // columns kKVCols kvd..; dQ rows 16 sm.. x columns kDqCols qd...
@@ -167,34 +168,56 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk_acc[j][e] = dv_acc[j][e] = 0.f;
 
+  // The steps: (query head h of the group, query block m0), m0 over the blocks that see these
+  // keys (the same rows for every head of a batch).
   const int key_hi = sb.sk - n0 < kN ? sb.sk : n0 + kN;
-  for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
-    const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
-    const float cap_inv = mod.softcap > 0.f ? mod.scale / mod.softcap : 0.f, cap_log2 = mod.softcap * kLog2e;
-    const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, mod.diag, mod.window_left, mod.window_right);
+  const int diag = sb.sk - sb.sq;
+  const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, diag, p.window_left, p.window_right);
+  const int m_first = rr.lo - rr.lo % kM;
+  const int blocks_m = rr.hi > rr.lo ? (rr.hi - m_first + kM - 1) / kM : 0;
+  const int steps = group * blocks_m;
+  // Issues step `st`'s copies into buffer st % 2: Q and dO by cp.async, lse (base 2) and D by
+  // plain loads (visible after the next barrier).
+  const auto load_step = [&](int st) {
+    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % 2;
     const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
     const T* dout = static_cast<const T*>(p.dout) +
                     attn_offset(p, b, sb.q_row0, 0, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
-    for (int m0 = rr.lo - rr.lo % kM; m0 < rr.hi; m0 += kM) {
-      __syncthreads();  // the previous step's readers of qs, dos, ps, dss are done
-      flash2_load_tile<T, Tr, kM>(qs, q, p.q_row_stride, m0, sb.sq);
-      flash2_load_tile<T, Tr, kM>(dos, dout, p.dout_row_stride, m0, sb.sq);
-      cp_async_commit();
-      if (threadIdx.x < kM) {
-        const int i = m0 + threadIdx.x;
-        float l = INFINITY, dsum = 0.f;  // rows past the end: P = 2^(x - inf) = 0
-        if (i < sb.sq) {
-          const float lse = p.lse[attn_lse_offset(p, b, h, sb, i)];
-          l = lse == -INFINITY ? INFINITY : lse * kLog2e;  // a row that sees no key: P = 0
-          dsum = p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i];
-        }
-        lse_s[threadIdx.x] = l;
-        dsum_s[threadIdx.x] = dsum;
+    flash2_load_tile<T, Tr, kM>(qs_buf + buf * kM * kS, q, p.q_row_stride, m0, sb.sq);
+    flash2_load_tile<T, Tr, kM>(dos_buf + buf * kM * kS, dout, p.dout_row_stride, m0, sb.sq);
+    if (threadIdx.x < kM) {
+      const int i = m0 + threadIdx.x;
+      float l = INFINITY, dsum = 0.f;  // rows past the end: P = 2^(x - inf) = 0
+      if (i < sb.sq) {
+        const float lse = p.lse[attn_lse_offset(p, b, h, sb, i)];
+        l = lse == -INFINITY ? INFINITY : lse * kLog2e;  // a row that sees no key: P = 0
+        dsum = p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i];
       }
-      cp_async_wait<0>();
-      __syncthreads();
+      lse_buf[buf * kM + threadIdx.x] = l;
+      dsum_buf[buf * kM + threadIdx.x] = dsum;
+    }
+  };
+  if (steps > 0) load_step(0);
+  cp_async_commit();  // K, V and step 0
 
+  for (int st = 0; st < steps; ++st) {
+    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % 2;
+    const T* qs = qs_buf + buf * kM * kS;
+    const T* dos = dos_buf + buf * kM * kS;
+    const float* lse_s = lse_buf + buf * kM;
+    const float* dsum_s = dsum_buf + buf * kM;
+    const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
+    const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
+    const float cap_inv = mod.softcap > 0.f ? mod.scale / mod.softcap : 0.f, cap_log2 = mod.softcap * kLog2e;
+    __syncthreads();  // step st - 1 is done with buffer (st + 1) % 2, P and dS
+    if (st + 1 < steps) load_step(st + 1);
+    cp_async_commit();  // (possibly empty: one group per step)
+    cp_async_wait<1>();  // step st's copies (and K, V) landed
+    __syncthreads();
+    // Every (row, key) pair of this step visible: no element-wise mask.
+    const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
+                           (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
+    {
       // S = Q K^T and dP = dO V^T: rows 16 sm + (g, g + 8), keys 16 kSNTiles sn + 8 j + 2 t + {0, 1}.
       float s[Tr::kSNTiles][4], dp[Tr::kSNTiles][4];
 #pragma unroll
@@ -239,8 +262,9 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
               x = dot * scale_log2;
             }
             if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-            const bool visible = key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right);
-            pr[c] = visible ? exp2f(x - lse_s[row]) : 0.f;
+            const bool visible =
+                !need_mask || (key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right));
+            pr[c] = visible ? exp2_approx_ftz(x - lse_s[row]) : 0.f;
             ds[c] = pr[c] * (dp[j][2 * r + c] - dsum_s[row]) * grad;
           }
           const int at = row * kPS + key_w + j * 8 + 2 * t;
