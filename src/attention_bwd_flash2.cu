@@ -15,6 +15,9 @@ void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t st
       using Tr = kernels::Flash2BwdTraits<kD>;
       const auto kernel = kernels::attn_bwd_flash2_kernel<T, kD>;
       FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+      // All of the unified L1 as shared memory: two blocks of up to 128 keys' worth of tiles fit.
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared));
       if (p.seqlen_k > 0) {
         const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
         FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);

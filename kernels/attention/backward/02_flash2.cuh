@@ -18,8 +18,13 @@
 //       deterministic; `deterministic` takes rung 1).
 // Shared memory: Q, dO (kBlockM x d), K, V (kBlockN x d), P, dS (kBlockM x kBlockN), 16-bit, rows
 // padded by 8 elements (an odd number of 16-byte chunks: conflict-free ldmatrix); lse, D.
-// Limits: no pipelining across query blocks (each waits for its Q and dO), the score path
-// (softcap, ALiBi, mask) per element in every block, dQ by atomics.
+// Occupancy: head dims up to 128 run two thread blocks (16 warps) per SM, at <= 128 registers a
+// thread and one Q / dO buffer; 192 and 256 one block, with the next query block's Q and dO
+// loaded under the current one (two buffers). The element-wise mask only on blocks that
+// straddle it.
+// Limits: one thread block's phases run in series between barriers (S/dP, then P/dS, then the
+// dK/dV/dQ products), and the dQ atomics (every key block adds the whole dQ of its query blocks:
+// seqlen_k / kBlockN times the size of dQ through L2).
 #pragma once
 
 #include <cmath>
@@ -57,9 +62,13 @@ struct Flash2BwdTraits {
   static constexpr int kStride = kHeadDim + 8;  // shared row strides in elements (padded)
   static constexpr int kPStride = kBlockN + 8;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (flash2_load_tile)
-  // Q and dO twice (the next query block lands while this one is computed), K, V, P, dS.
-  static constexpr int kSmemElems = (4 * kBlockM + 2 * kBlockN) * kStride + 2 * kBlockM * kPStride;
-  static constexpr int kSmemBytes = kSmemElems * 2 + 4 * kBlockM * 4;  // + lse, D (twice)
+  // Head dims up to 128: two thread blocks per SM (<= 128 registers a thread, one Q / dO buffer);
+  // above, one, and Q and dO twice (the next query block lands while this one is computed).
+  static constexpr int kBlocksPerSm = kHeadDim <= 128 ? 2 : 1;
+  static constexpr int kStages = kBlocksPerSm == 2 ? 1 : 2;
+  // Q and dO (kStages each), K, V, P, dS.
+  static constexpr int kSmemElems = (2 * kStages * kBlockM + 2 * kBlockN) * kStride + 2 * kBlockM * kPStride;
+  static constexpr int kSmemBytes = kSmemElems * 2 + 2 * kStages * kBlockM * 4;  // + lse, D
   static_assert(kSNTiles % 2 == 0 && kKVTiles % 2 == 0 && (kDqChunk / 8) % 2 == 0 && kDqCols % kDqChunk == 0,
                 "ldmatrix.x4 loads two n8 tiles at a time");
   static_assert((kStride / 8) % 2 == 1 && (kPStride / 8) % 2 == 1, "an odd number of 16-byte chunks per shared row");
@@ -124,20 +133,21 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
 // shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_kernel first.
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
+__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, Flash2BwdTraits<kHeadDim>::kBlocksPerSm)
     attn_bwd_flash2_kernel(const __grid_constant__ AttnBwdParams p) {
   using Tr = Flash2BwdTraits<kHeadDim>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* qs_buf = reinterpret_cast<T*>(smem_raw);  // (2, kM, kS)
-  T* dos_buf = qs_buf + 2 * kM * kS;           // (2, kM, kS)
-  T* ks = dos_buf + 2 * kM * kS;               // (kN, kS)
+  constexpr int kStages = Tr::kStages;
+  T* qs_buf = reinterpret_cast<T*>(smem_raw);  // (kStages, kM, kS)
+  T* dos_buf = qs_buf + kStages * kM * kS;     // (kStages, kM, kS)
+  T* ks = dos_buf + kStages * kM * kS;         // (kN, kS)
   T* vs = ks + kN * kS;                        // (kN, kS)
   T* ps = vs + kN * kS;                        // (kM, kPS): P
   T* dss = ps + kM * kPS;                      // (kM, kPS): dS g
-  float* lse_buf = reinterpret_cast<float*>(dss + kM * kPS);  // (2, kM): lse log2(e), +inf for rows without P
-  float* dsum_buf = lse_buf + 2 * kM;                          // (2, kM): D
+  float* lse_buf = reinterpret_cast<float*>(dss + kM * kPS);  // (kStages, kM): lse log2(e), +inf for rows without P
+  float* dsum_buf = lse_buf + kStages * kM;                    // (kStages, kM): D
 
   const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
   const AttnBatch sb = attn_batch(p, b);
@@ -176,10 +186,10 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
   const int m_first = rr.lo - rr.lo % kM;
   const int blocks_m = rr.hi > rr.lo ? (rr.hi - m_first + kM - 1) / kM : 0;
   const int steps = group * blocks_m;
-  // Issues step `st`'s copies into buffer st % 2: Q and dO by cp.async, lse (base 2) and D by
-  // plain loads (visible after the next barrier).
+  // Issues step `st`'s copies into buffer st % kStages: Q and dO by cp.async, lse (base 2) and D
+  // by plain loads (visible after the next barrier).
   const auto load_step = [&](int st) {
-    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % 2;
+    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % kStages;
     const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
     const T* dout = static_cast<const T*>(p.dout) +
                     attn_offset(p, b, sb.q_row0, 0, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
@@ -201,7 +211,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
   cp_async_commit();  // K, V and step 0
 
   for (int st = 0; st < steps; ++st) {
-    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % 2;
+    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % kStages;
     const T* qs = qs_buf + buf * kM * kS;
     const T* dos = dos_buf + buf * kM * kS;
     const float* lse_s = lse_buf + buf * kM;
@@ -209,10 +219,15 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads)
     const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
     const float cap_inv = mod.softcap > 0.f ? mod.scale / mod.softcap : 0.f, cap_log2 = mod.softcap * kLog2e;
-    __syncthreads();  // step st - 1 is done with buffer (st + 1) % 2, P and dS
-    if (st + 1 < steps) load_step(st + 1);
-    cp_async_commit();  // (possibly empty: one group per step)
-    cp_async_wait<1>();  // step st's copies (and K, V) landed
+    __syncthreads();  // step st - 1 is done with its buffers, P and dS
+    if constexpr (kStages == 2) {
+      if (st + 1 < steps) load_step(st + 1);  // into the buffer step st - 1 used
+      cp_async_commit();                      // (possibly empty: one group per step)
+      cp_async_wait<1>();                     // step st's copies (and K, V) landed
+    } else {
+      if (st > 0) load_step(st), cp_async_commit();  // (step 0: with K and V)
+      cp_async_wait<0>();
+    }
     __syncthreads();
     // Every (row, key) pair of this step visible: no element-wise mask.
     const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
