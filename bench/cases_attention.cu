@@ -45,6 +45,25 @@ std::vector<AttnCase> attn_cases(bool quick) {
   return cases;
 }
 
+// A result row of `op` for case c (the shape keys of DESIGN.md); FLOPs: `flop_factor` times the
+// forward's 4 batch nheads seqlen^2 headdim, half when causal.
+Row attn_row(const char* op, const char* rung_name, int rung, DType dt, const AttnCase& c, double ms, double bytes,
+             double flop_factor, double workspace_mb) {
+  Row r;
+  r.op = op;
+  r.impl = "flashlab";
+  r.rung_name = rung_name;
+  r.rung = rung;
+  r.dtype = dtype_name(dt);
+  r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
+             {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
+  r.ms = ms;
+  r.bytes = bytes;
+  r.flops = flop_factor * 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+  r.extra["workspace_MB"] = workspace_mb;
+  return r;
+}
+
 }  // namespace
 
 void bench_attention(Harness& h, DType dt) {
@@ -64,19 +83,7 @@ void bench_attention(Harness& h, DType dt) {
     fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
     const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
     const auto add_row = [&](int rung, DType row_dt, double ms, double bytes, double workspace_mb) {
-      Row r;
-      r.op = "attn_fwd";
-      r.impl = "flashlab";
-      r.rung_name = kAttnRungNames[rung];
-      r.rung = rung;
-      r.dtype = dtype_name(row_dt);
-      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
-                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
-      r.ms = ms;
-      r.bytes = bytes;
-      r.flops = 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-      r.extra["workspace_MB"] = workspace_mb;
-      h.add(r);
+      h.add(attn_row("attn_fwd", kAttnRungNames[rung], rung, row_dt, c, ms, bytes, 1.0, workspace_mb));
     };
     AttnFwdOptions opt;
     opt.causal = c.causal;
@@ -143,20 +150,8 @@ void bench_attention_bwd(Harness& h, DType dt) {
                       view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),
                       h.stream(), rung, opt);
       });
-      Row r;
-      r.op = "attn_bwd";
-      r.impl = "flashlab";
-      r.rung_name = kAttnBwdRungNames[rung];
-      r.rung = rung;
-      r.dtype = dtype_name(dt);
-      r.shape = {{"batch", c.batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", c.nheads},
-                 {"nheads_kv", c.nheads}, {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
-      r.ms = ms;
-      r.bytes = 8.0 * n * es;
-      r.flops = 2.5 * 4.0 * c.batch * c.nheads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-      r.extra["workspace_MB"] =
-          attention_bwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0;
-      h.add(r);
+      h.add(attn_row("attn_bwd", kAttnBwdRungNames[rung], rung, dt, c, ms, 8.0 * n * es, 2.5,
+                     attention_bwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0));
     }
   }
 }

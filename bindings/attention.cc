@@ -28,6 +28,25 @@ float to_float(double v) {
   return static_cast<float>(v);
 }
 
+// The options attention_fwd and attention_bwd share, from their Python arguments (optional
+// tensors already converted: nullptr when None).
+void set_shared_options(AttnFwdOptions& o, const tvm::ffi::Optional<double>& softmax_scale, bool causal,
+                        int64_t window_left, int64_t window_right, double softcap, const TensorView* alibi_slopes,
+                        const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k, int64_t max_seqlen_q,
+                        int64_t max_seqlen_k, const TensorView* softmax_lse) {
+  o.softmax_scale = softmax_scale.has_value() ? to_float(softmax_scale.value()) : 0.f;
+  o.causal = causal;
+  o.window_left = window_left;
+  o.window_right = window_right;
+  o.softcap = to_float(softcap);
+  o.alibi_slopes = alibi_slopes;
+  o.cu_seqlens_q = cu_seqlens_q;
+  o.cu_seqlens_k = cu_seqlens_k;
+  o.max_seqlen_q = max_seqlen_q;
+  o.max_seqlen_k = max_seqlen_k;
+  o.softmax_lse = softmax_lse;
+}
+
 }  // namespace
 
 // out = softmax(scale * q k^T (+ softcap, ALiBi, mask)) v on the caller's current stream of q's
@@ -52,17 +71,9 @@ void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::Ten
                      Dq = to_flashlab_opt(q_descale, op, "q_descale"), Dk = to_flashlab_opt(k_descale, op, "k_descale"),
                      Dv = to_flashlab_opt(v_descale, op, "v_descale");
     AttnFwdOptions o;
-    o.softmax_scale = softmax_scale.has_value() ? to_float(softmax_scale.value()) : 0.f;
-    o.causal = causal;
-    o.window_left = window_left;
-    o.window_right = window_right;
-    o.softcap = to_float(softcap);
-    o.alibi_slopes = alibi_slopes.has_value() ? &Alibi : nullptr;
-    o.cu_seqlens_q = cu_seqlens_q.has_value() ? &CuQ : nullptr;
-    o.cu_seqlens_k = cu_seqlens_k.has_value() ? &CuK : nullptr;
-    o.max_seqlen_q = max_seqlen_q;
-    o.max_seqlen_k = max_seqlen_k;
-    o.softmax_lse = softmax_lse.has_value() ? &Lse : nullptr;
+    set_shared_options(o, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes.has_value() ? &Alibi : nullptr,
+                       cu_seqlens_q.has_value() ? &CuQ : nullptr, cu_seqlens_k.has_value() ? &CuK : nullptr,
+                       max_seqlen_q, max_seqlen_k, softmax_lse.has_value() ? &Lse : nullptr);
     o.attn_probs = attn_probs.has_value() ? &Probs : nullptr;
     o.q_descale = q_descale.has_value() ? &Dq : nullptr;
     o.k_descale = k_descale.has_value() ? &Dk : nullptr;
@@ -89,17 +100,9 @@ void attention_bwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::Ten
                      CuQ = to_flashlab_opt(cu_seqlens_q, op, "cu_seqlens_q"),
                      CuK = to_flashlab_opt(cu_seqlens_k, op, "cu_seqlens_k");
     AttnBwdOptions o;
-    o.softmax_scale = softmax_scale.has_value() ? to_float(softmax_scale.value()) : 0.f;
-    o.causal = causal;
-    o.window_left = window_left;
-    o.window_right = window_right;
-    o.softcap = to_float(softcap);
-    o.alibi_slopes = alibi_slopes.has_value() ? &Alibi : nullptr;
-    o.cu_seqlens_q = cu_seqlens_q.has_value() ? &CuQ : nullptr;
-    o.cu_seqlens_k = cu_seqlens_k.has_value() ? &CuK : nullptr;
-    o.max_seqlen_q = max_seqlen_q;
-    o.max_seqlen_k = max_seqlen_k;
-    o.softmax_lse = softmax_lse.has_value() ? &Lse : nullptr;
+    set_shared_options(o, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes.has_value() ? &Alibi : nullptr,
+                       cu_seqlens_q.has_value() ? &CuQ : nullptr, cu_seqlens_k.has_value() ? &CuK : nullptr,
+                       max_seqlen_q, max_seqlen_k, softmax_lse.has_value() ? &Lse : nullptr);
     o.deterministic = deterministic;
     flashlab::attention_bwd(Q, K, V, O, dO, dQ, dK, dV, current_stream(Q), to_rung(op, rung, kAttnBwdRungs), o);
   });
