@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "flashlab/attention.h"
 #include "flashlab/tensor.h"
+#include "src/reference/attention.h"
 #include "tests/common/gpu_utils.h"
 #include "tests/common/test_utils.h"
 
@@ -141,6 +144,37 @@ struct CaseAux {
 inline void expect_no_nan(const std::vector<double>& v, const ::testing::Message& what) {
   const auto n = std::count_if(v.begin(), v.end(), [](double x) { return std::isnan(x); });
   EXPECT_EQ(n, 0) << what << ": NaN in the output";
+}
+
+// The case's ALiBi slopes, fp32 values in [0.01, 0.5): none, (nheads,) or (batch, nheads).
+inline std::vector<double> random_slopes(const Case& c, std::mt19937_64& rng) {
+  std::vector<double> slopes;
+  std::uniform_real_distribution<double> slope(0.01, 0.5);
+  for (int64_t n = 0; n < (c.alibi == 2 ? c.batch * c.h : c.alibi == 1 ? c.h : 0); ++n)
+    slopes.push_back(static_cast<float>(slope(rng)));
+  return slopes;
+}
+
+// The reference's arguments for the case (scale: the float the kernels use for the default).
+inline reference::AttnRefArgs ref_args(const Case& c, const std::vector<int64_t>& cuq, const std::vector<int64_t>& cuk,
+                                       const std::vector<double>& slopes) {
+  reference::AttnRefArgs args;
+  args.batch = c.batch, args.nheads = c.h, args.nheads_kv = c.hk, args.headdim = c.d;
+  args.cu_seqlens_q = cuq, args.cu_seqlens_k = cuk;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
+  args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
+  args.alibi_slopes = slopes;
+  return args;
+}
+
+// The case's options (mask, softcap, slopes when it has them, varlen offsets when varlen) and
+// the lse; the views must outlive `opt`.
+inline void set_case_options(AttnFwdOptions& opt, const Case& c, const TensorView& cu_q, const TensorView& cu_k,
+                             const TensorView& slopes, const TensorView& lse, int64_t max_sq, int64_t max_sk) {
+  opt.causal = c.causal, opt.window_left = c.wl, opt.window_right = c.wr, opt.softcap = c.softcap;
+  if (c.alibi) opt.alibi_slopes = &slopes;
+  if (c.varlen) opt.cu_seqlens_q = &cu_q, opt.cu_seqlens_k = &cu_k, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
+  opt.softmax_lse = &lse;
 }
 
 }  // namespace flashlab::testing

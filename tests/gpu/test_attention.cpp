@@ -42,17 +42,9 @@ void check_case(DType dt, const Case& c, std::initializer_list<int> rungs_asked,
   const HostTensor q = random_tensor(dt, total_q * c.h * c.d, rng, -c.range, c.range);
   const HostTensor k = random_tensor(dt, total_k * c.hk * c.d, rng, -c.range, c.range);
   const HostTensor v = random_tensor(dt, total_k * c.hk * c.d, rng, -1.0, 1.0);
-  std::vector<double> slopes;
-  std::uniform_real_distribution<double> slope(0.01, 0.5);
-  for (int64_t n = 0; n < (c.alibi == 2 ? c.batch * c.h : c.alibi == 1 ? c.h : 0); ++n)
-    slopes.push_back(static_cast<float>(slope(rng)));
+  const std::vector<double> slopes = random_slopes(c, rng);
 
-  reference::AttnRefArgs args;
-  args.batch = c.batch, args.nheads = c.h, args.nheads_kv = c.hk, args.headdim = c.d;
-  args.cu_seqlens_q = cuq, args.cu_seqlens_k = cuk;
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));  // the float the kernel uses
-  args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
-  args.alibi_slopes = slopes;
+  const reference::AttnRefArgs args = ref_args(c, cuq, cuk, slopes);
   const reference::AttnRefResult ref = reference::attention_fwd(q.values, k.values, v.values, args, c.probs);
   const reference::AttnRefResult naive = attention_fwd_naive(q.values, k.values, v.values, args, dt);
 
@@ -75,10 +67,7 @@ void check_case(DType dt, const Case& c, std::initializer_list<int> rungs_asked,
                                     : device_view(dlse.ptr, DType::kF32, {c.batch, c.h, max_sq});
   const TensorView probs_v = device_view(dprobs.ptr, dt, {c.batch, c.h, max_sq, max_sk});
   AttnFwdOptions opt;
-  opt.causal = c.causal, opt.window_left = c.wl, opt.window_right = c.wr, opt.softcap = c.softcap;
-  if (c.alibi) opt.alibi_slopes = &slopes_v;
-  if (c.varlen) opt.cu_seqlens_q = &cuq_v, opt.cu_seqlens_k = &cuk_v, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
-  opt.softmax_lse = &lse_v;
+  set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse_v, max_sq, max_sk);
   if (c.probs) opt.attn_probs = &probs_v;
 
   double max_ref = 0;
@@ -366,9 +355,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
   std::vector<float> desc[3];  // q, k, v
   for (auto& d : desc)
     for (int64_t x = 0; x < n_desc; ++x) d.push_back(static_cast<float>(unit(rng)) / (&d == &desc[2] ? 4.f : 1.f));
-  std::vector<double> slopes;
-  std::uniform_real_distribution<double> slope(0.01, 0.5);
-  for (int64_t n = 0; n < (c.alibi == 2 ? c.batch * c.h : c.alibi == 1 ? c.h : 0); ++n) slopes.push_back(static_cast<float>(slope(rng)));
+  const std::vector<double> slopes = random_slopes(c, rng);
   // Dequantized values (exact in double): x_e4m3 * descale of (batch, kv head).
   const auto dequant = [&](const HostTensor& t, const std::vector<int64_t>& cu, int64_t heads, const std::vector<float>& ds) {
     std::vector<double> out(t.values.size());
@@ -383,12 +370,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
   };
   const std::vector<double> qd = dequant(q, cuq, c.h, desc[0]), kd = dequant(k, cuk, c.hk, desc[1]),
                             vd = dequant(v, cuk, c.hk, desc[2]);
-  reference::AttnRefArgs args;
-  args.batch = c.batch, args.nheads = c.h, args.nheads_kv = c.hk, args.headdim = c.d;
-  args.cu_seqlens_q = cuq, args.cu_seqlens_k = cuk;
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
-  args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
-  args.alibi_slopes = slopes;
+  const reference::AttnRefArgs args = ref_args(c, cuq, cuk, slopes);
   const reference::AttnRefResult ref = reference::attention_fwd(qd, kd, vd, args);
   NaiveFp8 fp8;
   const reference::AttnRefResult naive = attention_fwd_naive(qd, kd, vd, args, DType::kBF16, &fp8);
@@ -417,10 +399,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
   const TensorView lse_v = c.varlen ? device_view(dlse.ptr, DType::kF32, {c.h, total_q})
                                     : device_view(dlse.ptr, DType::kF32, {c.batch, c.h, max_sq});
   AttnFwdOptions opt;
-  opt.causal = c.causal, opt.window_left = c.wl, opt.window_right = c.wr, opt.softcap = c.softcap;
-  if (c.alibi) opt.alibi_slopes = &slopes_v;
-  if (c.varlen) opt.cu_seqlens_q = &cuq_v, opt.cu_seqlens_k = &cuk_v, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
-  opt.softmax_lse = &lse_v;
+  set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse_v, max_sq, max_sk);
   opt.q_descale = &desc_v[0], opt.k_descale = &desc_v[1], opt.v_descale = &desc_v[2];
 
   const ::testing::Message what = ::testing::Message(describe(c, DType::kE4M3, 4)) << (per_head ? " descale per head" : " descale per tensor");

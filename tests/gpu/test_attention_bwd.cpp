@@ -38,17 +38,9 @@ void check_bwd_case_on(DType dt, const Case& c, int rung, std::mt19937_64& rng, 
   const HostTensor k = random_tensor(dt, total_k * c.hk * c.d, rng, -c.range, c.range);
   const HostTensor v = random_tensor(dt, total_k * c.hk * c.d, rng, -1.0, 1.0);
   const HostTensor dout = random_tensor(dt, total_q * c.h * c.d, rng, -1.0, 1.0);
-  std::vector<double> slopes;
-  std::uniform_real_distribution<double> slope(0.01, 0.5);
-  for (int64_t n = 0; n < (c.alibi == 2 ? c.batch * c.h : c.alibi == 1 ? c.h : 0); ++n)
-    slopes.push_back(static_cast<float>(slope(rng)));
+  const std::vector<double> slopes = random_slopes(c, rng);
 
-  reference::AttnRefArgs args;
-  args.batch = c.batch, args.nheads = c.h, args.nheads_kv = c.hk, args.headdim = c.d;
-  args.cu_seqlens_q = cuq, args.cu_seqlens_k = cuk;
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));  // the float the kernels use
-  args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
-  args.alibi_slopes = slopes;
+  const reference::AttnRefArgs args = ref_args(c, cuq, cuk, slopes);
   const reference::AttnBwdRefResult ref = reference::attention_bwd(q.values, k.values, v.values, dout.values, args);
   const reference::AttnBwdRefResult naive = attention_bwd_naive(q.values, k.values, v.values, dout.values, args, dt);
 
@@ -71,10 +63,7 @@ void check_bwd_case_on(DType dt, const Case& c, int rung, std::mt19937_64& rng, 
   const TensorView lse_v = c.varlen ? device_view(blse.ptr, DType::kF32, {c.h, total_q})
                                     : device_view(blse.ptr, DType::kF32, {c.batch, c.h, max_sq});
   AttnBwdOptions opt;
-  opt.causal = c.causal, opt.window_left = c.wl, opt.window_right = c.wr, opt.softcap = c.softcap;
-  if (c.alibi) opt.alibi_slopes = &slopes_v;
-  if (c.varlen) opt.cu_seqlens_q = &cuq_v, opt.cu_seqlens_k = &cuk_v, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
-  opt.softmax_lse = &lse_v;
+  set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse_v, max_sq, max_sk);
   opt.deterministic = repeats > 1;
   attention_fwd(view_q(bq), view_k(bk), view_k(bv), view_q(bo), nullptr, kAttnFwdRungAuto, opt);
 
