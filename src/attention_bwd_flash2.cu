@@ -15,7 +15,7 @@ void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t st
       using Tr = kernels::Flash2BwdTraits<kD>;
       const auto kernel = kernels::attn_bwd_flash2_kernel<T, kD>;
       FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-      // All of the unified L1 as shared memory: two blocks of up to 128 keys' worth of tiles fit.
+      // All of the unified L1 as shared memory (up to 217 KB a block at head dim 256).
       FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                cudaSharedmemCarveoutMaxShared));
       if (p.seqlen_k > 0) {

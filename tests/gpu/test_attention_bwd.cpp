@@ -216,6 +216,10 @@ TEST(AttentionBwd, LongerSequences) {
   check_bwd_case(DType::kBF16, c, rng);
   c = fixed(1, 513, 300, 2, 2, 256);
   check_bwd_case(DType::kF16, c, rng);
+  // A window across several key blocks: blocks inside it, straddling either edge, outside it.
+  c = fixed(1, 400, 333, 2, 1, 64);
+  c.wl = 100, c.wr = 20;
+  check_bwd_case(DType::kF16, c, rng);
 }
 
 TEST(AttentionBwd, Deterministic) {

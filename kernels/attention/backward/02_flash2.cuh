@@ -8,20 +8,23 @@
 //     pass). dK and dV accumulate in registers (fp32) and are written once.
 //   - Per query block (kBlockM rows): Q and dO by cp.async, with lse (as a base-2 offset) and
 //     D = rowsum(dO * O) (preprocess kernel); then on mma.sync m16n8k16 with ldmatrix operands:
-//       S = Q K^T and dP = dO V^T        (warp tile 16 rows x kBlockN / 2 keys)
+//       S = Q K^T and dP = dO V^T        (warp tile 32 rows x kBlockN / 4 keys)
 //       P = 2^(S log2(e) - lse log2(e)), dS = P (dP - D) g   (g: scale; times 1 - tanh^2 with
 //       softcap), both rounded to 16 bits into shared memory
-//       dV += P^T dO and dK += dS^T Q     (warp tile 16 keys x d / (8 / (kBlockN / 16)) columns;
-//       P^T and dS^T read by ldmatrix.trans)
-//       dQ += dS K: fp32 atomics (red.global.add.v2.f32) into a workspace, converted to dq's
-//       dtype by a last kernel; so the result depends on the order of the adds (not
-//       deterministic; `deterministic` takes rung 1).
-// Shared memory: Q, dO (kBlockM x d), K, V (kBlockN x d), P, dS (kBlockM x kBlockN), 16-bit, rows
-// padded by 8 elements (an odd number of 16-byte chunks: conflict-free ldmatrix); lse, D.
-// Occupancy: head dims up to 128 run two thread blocks (16 warps) per SM, at <= 128 registers a
-// thread and one Q / dO buffer; 192 and 256 one block, with the next query block's Q and dO
-// loaded under the current one (two buffers). The element-wise mask only on blocks that
-// straddle it.
+//       dV += P^T dO and dK += dS^T Q     (warp tile kBlockN / 4 keys x d / 2 columns; P^T and
+//       dS^T read by ldmatrix.trans)
+//       dQ += dS K (warp tile 32 rows x d / 4 columns, 16 x d / 2 for d 32 and 96): fp32 atomics
+//       (red.global.add.v2.f32) into a workspace, converted to dq's dtype by a last kernel; so
+//       the result depends on the order of the adds (not deterministic; `deterministic` takes
+//       rung 1).
+// Blocks: 64 query rows x 128 keys for head dims up to 128, 64 keys above: the wider the key
+// block, the fewer times Q, dO, lse and D are loaded and dQ is added per key, and the more
+// MMAs each ldmatrix'd fragment feeds. One thread block (8 warps) per SM: the dK / dV
+// accumulators take 2 x kBlockN x d / 256 fp32 registers a thread (128 at d 128 and 256).
+// Shared memory: Q, dO (two buffers each: the next query block lands while this one is
+// computed), K, V (kBlockN x d), P, dS (kBlockM x kBlockN), 16-bit, rows padded by 8 elements (an
+// odd number of 16-byte chunks: conflict-free ldmatrix); lse, D. The element-wise mask only on
+// blocks that straddle it.
 // Limits: one thread block's phases run in series between barriers (S/dP, then P/dS, then the
 // dK/dV/dQ products), and the dQ atomics (every key block adds the whole dQ of its query blocks:
 // seqlen_k / kBlockN times the size of dQ through L2).
@@ -48,27 +51,33 @@ struct Flash2BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = 64;                        // query rows per step
-  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;  // keys per thread block
-  // S and dP: 4 warps along the rows (16 each) x 2 along the keys.
-  static constexpr int kSNTiles = kBlockN / 2 / 8;  // n8 tiles of a warp's S / dP
-  // dK and dV: kBlockN / 16 warps along the keys x the rest along the head dim.
-  static constexpr int kKVWarpsN = kBlockN / 16, kKVWarpsD = kWarps / kKVWarpsN;
+  static constexpr int kBlockM = 64;                         // query rows per step
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per thread block
+  // S and dP: 2 warps along the rows x 4 along the keys, each warp kSMTiles m16 tiles x
+  // kSNTiles n8 tiles (32 rows x kBlockN / 4 keys).
+  static constexpr int kSWarpsM = 2, kSWarpsN = 4;
+  static constexpr int kSMTiles = kBlockM / kSWarpsM / 16, kSNTiles = kBlockN / kSWarpsN / 8;
+  // dK and dV: 4 warps along the keys x 2 along the head dim (kBlockN / 4 keys x d / 2 columns).
+  static constexpr int kKVWarpsN = 4, kKVWarpsD = kWarps / kKVWarpsN;
+  static constexpr int kKVMTiles = kBlockN / kKVWarpsN / 16;
   static constexpr int kKVCols = kHeadDim / kKVWarpsD;  // head-dim columns of a warp's dK / dV
   static constexpr int kKVTiles = kKVCols / 8;
-  // dQ: 4 warps along the rows x 2 along the head dim, in chunks of kDqChunk columns.
-  static constexpr int kDqCols = kHeadDim / 2;
-  static constexpr int kDqChunk = kDqCols <= 64 ? kDqCols : kDqCols % 64 == 0 ? 64 : 48;
+  // dQ: kQWarpsM warps along the rows x kQWarpsD along the head dim, kQMTiles m16 tiles x
+  // kDqCols columns each, in chunks of kDqChunk columns (accumulators of one chunk live at a time).
+  static constexpr int kQWarpsD = (kHeadDim / 4) % 16 == 0 ? 4 : 2, kQWarpsM = kWarps / kQWarpsD;
+  static constexpr int kQMTiles = kBlockM / kQWarpsM / 16;
+  static constexpr int kDqCols = kHeadDim / kQWarpsD;
+  static constexpr int kDqChunk = kDqCols % 32 == 0 ? 32 : kDqCols;
   static constexpr int kStride = kHeadDim + 8;  // shared row strides in elements (padded)
   static constexpr int kPStride = kBlockN + 8;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (flash2_load_tile)
-  // Head dims up to 128: two thread blocks per SM (<= 128 registers a thread, one Q / dO buffer);
-  // above, one, and Q and dO twice (the next query block lands while this one is computed).
-  static constexpr int kBlocksPerSm = kHeadDim <= 128 ? 2 : 1;
-  static constexpr int kStages = kBlocksPerSm == 2 ? 1 : 2;
+  // One thread block per SM (up to 255 registers a thread for 2 kBlockN x d / 256 fp32 dK / dV
+  // accumulators), Q and dO twice: the next query block lands while this one is computed.
+  static constexpr int kStages = 2;
   // Q and dO (kStages each), K, V, P, dS.
   static constexpr int kSmemElems = (2 * kStages * kBlockM + 2 * kBlockN) * kStride + 2 * kBlockM * kPStride;
   static constexpr int kSmemBytes = kSmemElems * 2 + 2 * kStages * kBlockM * 4;  // + lse, D
+  static_assert(kSMTiles >= 1 && kKVMTiles >= 1 && kQMTiles >= 1, "whole m16 tiles per warp");
   static_assert(kSNTiles % 2 == 0 && kKVTiles % 2 == 0 && (kDqChunk / 8) % 2 == 0 && kDqCols % kDqChunk == 0,
                 "ldmatrix.x4 loads two n8 tiles at a time");
   static_assert((kStride / 8) % 2 == 1 && (kPStride / 8) % 2 == 1, "an odd number of 16-byte chunks per shared row");
@@ -133,7 +142,7 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
 // shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_kernel first.
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, Flash2BwdTraits<kHeadDim>::kBlocksPerSm)
+__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
     attn_bwd_flash2_kernel(const __grid_constant__ AttnBwdParams p) {
   using Tr = Flash2BwdTraits<kHeadDim>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
@@ -167,16 +176,19 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, Flash2Bwd
   flash2_load_tile<T, Tr, kN>(ks, k, p.k_row_stride, n0, sb.sk);
   flash2_load_tile<T, Tr, kN>(vs, v, p.v_row_stride, n0, sb.sk);
 
-  // This warp's tiles: S / dP rows 16 sm.. x keys 16 kSNTiles sn..; dK / dV keys 16 kvn.. x
-  // columns kKVCols kvd..; dQ rows 16 sm.. x columns kDqCols qd...
-  const int sm = warp % 4, sn = warp / 4;
-  const int kvn = warp % Tr::kKVWarpsN, kvd = warp / Tr::kKVWarpsN;
-  const int qd = warp / 4;
-  float dk_acc[Tr::kKVTiles][4], dv_acc[Tr::kKVTiles][4];
+  // This warp's tiles: S / dP rows s_row.. (kSMTiles m16 tiles) x keys s_key.. (kSNTiles n8
+  // tiles); dK / dV keys kv_key.. (kKVMTiles m16 tiles) x columns kv_col.. (kKVTiles n8 tiles);
+  // dQ rows q_row.. (kQMTiles m16 tiles) x columns q_col.. (kDqCols).
+  const int s_row = (warp % Tr::kSWarpsM) * Tr::kSMTiles * 16, s_key = (warp / Tr::kSWarpsM) * Tr::kSNTiles * 8;
+  const int kv_key = (warp % Tr::kKVWarpsN) * Tr::kKVMTiles * 16, kv_col = (warp / Tr::kKVWarpsN) * Tr::kKVCols;
+  const int q_row = (warp % Tr::kQWarpsM) * Tr::kQMTiles * 16, q_col = (warp / Tr::kQWarpsM) * Tr::kDqCols;
+  float dk_acc[Tr::kKVMTiles][Tr::kKVTiles][4], dv_acc[Tr::kKVMTiles][Tr::kKVTiles][4];
 #pragma unroll
-  for (int j = 0; j < Tr::kKVTiles; ++j)
+  for (int mi = 0; mi < Tr::kKVMTiles; ++mi)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk_acc[j][e] = dv_acc[j][e] = 0.f;
+    for (int j = 0; j < Tr::kKVTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk_acc[mi][j][e] = dv_acc[mi][j][e] = 0.f;
 
   // The steps: (query head h of the group, query block m0), m0 over the blocks that see these
   // keys (the same rows for every head of a batch).
@@ -220,125 +232,143 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, Flash2Bwd
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
     const float cap_inv = mod.softcap > 0.f ? mod.scale / mod.softcap : 0.f, cap_log2 = mod.softcap * kLog2e;
     __syncthreads();  // step st - 1 is done with its buffers, P and dS
-    if constexpr (kStages == 2) {
-      if (st + 1 < steps) load_step(st + 1);  // into the buffer step st - 1 used
-      cp_async_commit();                      // (possibly empty: one group per step)
-      cp_async_wait<1>();                     // step st's copies (and K, V) landed
-    } else {
-      if (st > 0) load_step(st), cp_async_commit();  // (step 0: with K and V)
-      cp_async_wait<0>();
-    }
+    if (st + 1 < steps) load_step(st + 1);  // into the buffer step st - 1 used
+    cp_async_commit();                      // (possibly empty: one group per step)
+    cp_async_wait<1>();                     // step st's copies (and K, V) landed
     __syncthreads();
     // Every (row, key) pair of this step visible: no element-wise mask.
     const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
                            (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
     {
-      // S = Q K^T and dP = dO V^T: rows 16 sm + (g, g + 8), keys 16 kSNTiles sn + 8 j + 2 t + {0, 1}.
-      float s[Tr::kSNTiles][4], dp[Tr::kSNTiles][4];
+      // S = Q K^T and dP = dO V^T: rows s_row + 16 mi + (g, g + 8), keys s_key + 8 j + 2 t + {0, 1}.
+      float s[Tr::kSMTiles][Tr::kSNTiles][4], dp[Tr::kSMTiles][Tr::kSNTiles][4];
 #pragma unroll
-      for (int j = 0; j < Tr::kSNTiles; ++j)
+      for (int mi = 0; mi < Tr::kSMTiles; ++mi)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
-      const int key_w = sn * Tr::kSNTiles * 8;  // first key of this warp in the block
+        for (int j = 0; j < Tr::kSNTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mi][j][e] = dp[mi][j][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        uint32_t aq[4], ado[4];
-        ldmatrix_x4(aq, smem_addr(qs + (16 * sm + a_row) * kS + kk * 16 + a_col));
-        ldmatrix_x4(ado, smem_addr(dos + (16 * sm + a_row) * kS + kk * 16 + a_col));
+        uint32_t aq[Tr::kSMTiles][4], ado[Tr::kSMTiles][4];
+#pragma unroll
+        for (int mi = 0; mi < Tr::kSMTiles; ++mi) {
+          ldmatrix_x4(aq[mi], smem_addr(qs + (s_row + 16 * mi + a_row) * kS + kk * 16 + a_col));
+          ldmatrix_x4(ado[mi], smem_addr(dos + (s_row + 16 * mi + a_row) * kS + kk * 16 + a_col));
+        }
 #pragma unroll
         for (int j = 0; j < Tr::kSNTiles; j += 2) {
           uint32_t bk[4], bv[4];
-          ldmatrix_x4(bk, smem_addr(ks + (key_w + j * 8 + kb_row) * kS + kk * 16 + kb_col));
-          ldmatrix_x4(bv, smem_addr(vs + (key_w + j * 8 + kb_row) * kS + kk * 16 + kb_col));
+          ldmatrix_x4(bk, smem_addr(ks + (s_key + j * 8 + kb_row) * kS + kk * 16 + kb_col));
+          ldmatrix_x4(bv, smem_addr(vs + (s_key + j * 8 + kb_row) * kS + kk * 16 + kb_col));
           const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]}, bv0[2] = {bv[0], bv[1]}, bv1[2] = {bv[2], bv[3]};
-          mma_m16n8k16<T>(s[j], aq, bk0);
-          mma_m16n8k16<T>(s[j + 1], aq, bk1);
-          mma_m16n8k16<T>(dp[j], ado, bv0);
-          mma_m16n8k16<T>(dp[j + 1], ado, bv1);
+#pragma unroll
+          for (int mi = 0; mi < Tr::kSMTiles; ++mi) {
+            mma_m16n8k16<T>(s[mi][j], aq[mi], bk0);
+            mma_m16n8k16<T>(s[mi][j + 1], aq[mi], bk1);
+            mma_m16n8k16<T>(dp[mi][j], ado[mi], bv0);
+            mma_m16n8k16<T>(dp[mi][j + 1], ado[mi], bv1);
+          }
         }
       }
       // P and dS g, element by element, rounded into shared memory.
 #pragma unroll
-      for (int j = 0; j < Tr::kSNTiles; ++j)
+      for (int mi = 0; mi < Tr::kSMTiles; ++mi)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 16 * sm + g + 8 * r, i = m0 + row;
-          float pr[2], ds[2];
+        for (int j = 0; j < Tr::kSNTiles; ++j)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int key_l = key_w + j * 8 + 2 * t + c, key = n0 + key_l;
-            const float dot = s[j][2 * r + c];
-            float x, grad = mod.scale;
-            if (mod.softcap > 0.f) {
-              const float th = tanhf(dot * cap_inv);
-              x = cap_log2 * th;
-              grad *= 1.f - th * th;
-            } else {
-              x = dot * scale_log2;
+          for (int r = 0; r < 2; ++r) {
+            const int row = s_row + 16 * mi + g + 8 * r, i = m0 + row;
+            float pr[2], ds[2];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int key_l = s_key + j * 8 + 2 * t + c, key = n0 + key_l;
+              const float dot = s[mi][j][2 * r + c];
+              float x, grad = mod.scale;
+              if (mod.softcap > 0.f) {
+                const float th = tanhf(dot * cap_inv);
+                x = cap_log2 * th;
+                grad *= 1.f - th * th;
+              } else {
+                x = dot * scale_log2;
+              }
+              if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
+              const bool visible =
+                  !need_mask || (key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right));
+              pr[c] = visible ? exp2_approx_ftz(x - lse_s[row]) : 0.f;
+              ds[c] = pr[c] * (dp[mi][j][2 * r + c] - dsum_s[row]) * grad;
             }
-            if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-            const bool visible =
-                !need_mask || (key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right));
-            pr[c] = visible ? exp2_approx_ftz(x - lse_s[row]) : 0.f;
-            ds[c] = pr[c] * (dp[j][2 * r + c] - dsum_s[row]) * grad;
+            const int at = row * kPS + s_key + j * 8 + 2 * t;
+            *reinterpret_cast<uint32_t*>(ps + at) = pack2<T>(pr[0], pr[1]);
+            *reinterpret_cast<uint32_t*>(dss + at) = pack2<T>(ds[0], ds[1]);
           }
-          const int at = row * kPS + key_w + j * 8 + 2 * t;
-          *reinterpret_cast<uint32_t*>(ps + at) = pack2<T>(pr[0], pr[1]);
-          *reinterpret_cast<uint32_t*>(dss + at) = pack2<T>(ds[0], ds[1]);
-        }
-      __syncthreads();
+    }
+    __syncthreads();
 
-      // dV += P^T dO, dK += dS^T Q: keys 16 kvn + (g, g + 8) x columns kKVCols kvd + 8 j + 2 t.
-      const int col_kv = kvd * Tr::kKVCols;
+    // dV += P^T dO, dK += dS^T Q: keys kv_key + 16 mi + (g, g + 8) x columns kv_col + 8 j + 2 t.
 #pragma unroll
-      for (int kq = 0; kq < kM / 16; ++kq) {
-        uint32_t ap[4], ads[4];
-        ldmatrix_x4_trans(ap, smem_addr(ps + (kq * 16 + kb_row) * kPS + 16 * kvn + kb_col));
-        ldmatrix_x4_trans(ads, smem_addr(dss + (kq * 16 + kb_row) * kPS + 16 * kvn + kb_col));
+    for (int kq = 0; kq < kM / 16; ++kq) {
+      uint32_t ap[Tr::kKVMTiles][4], ads[Tr::kKVMTiles][4];
 #pragma unroll
-        for (int j = 0; j < Tr::kKVTiles; j += 2) {
-          uint32_t bdo[4], bq[4];
-          ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + col_kv + j * 8 + a_col));
-          ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + col_kv + j * 8 + a_col));
-          const uint32_t bdo0[2] = {bdo[0], bdo[1]}, bdo1[2] = {bdo[2], bdo[3]}, bq0[2] = {bq[0], bq[1]}, bq1[2] = {bq[2], bq[3]};
-          mma_m16n8k16<T>(dv_acc[j], ap, bdo0);
-          mma_m16n8k16<T>(dv_acc[j + 1], ap, bdo1);
-          mma_m16n8k16<T>(dk_acc[j], ads, bq0);
-          mma_m16n8k16<T>(dk_acc[j + 1], ads, bq1);
+      for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
+        ldmatrix_x4_trans(ap[mi], smem_addr(ps + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
+        ldmatrix_x4_trans(ads[mi], smem_addr(dss + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
+      }
+#pragma unroll
+      for (int j = 0; j < Tr::kKVTiles; j += 2) {
+        uint32_t bdo[4], bq[4];
+        ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
+        ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
+        const uint32_t bdo0[2] = {bdo[0], bdo[1]}, bdo1[2] = {bdo[2], bdo[3]}, bq0[2] = {bq[0], bq[1]}, bq1[2] = {bq[2], bq[3]};
+#pragma unroll
+        for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
+          mma_m16n8k16<T>(dv_acc[mi][j], ap[mi], bdo0);
+          mma_m16n8k16<T>(dv_acc[mi][j + 1], ap[mi], bdo1);
+          mma_m16n8k16<T>(dk_acc[mi][j], ads[mi], bq0);
+          mma_m16n8k16<T>(dk_acc[mi][j + 1], ads[mi], bq1);
         }
       }
+    }
 
-      // dQ += dS K: rows 16 sm + (g, g + 8) x columns kDqCols qd + ..., chunk by chunk, added to
-      // dq_accum.
+    // dQ += dS K: rows q_row + 16 mi + (g, g + 8) x columns q_col + ..., chunk by chunk, added to
+    // dq_accum.
 #pragma unroll
-      for (int c0 = qd * Tr::kDqCols; c0 < (qd + 1) * Tr::kDqCols; c0 += Tr::kDqChunk) {
-        float dq[Tr::kDqChunk / 8][4];
+    for (int c0 = q_col; c0 < q_col + Tr::kDqCols; c0 += Tr::kDqChunk) {
+      float dq[Tr::kQMTiles][Tr::kDqChunk / 8][4];
+#pragma unroll
+      for (int mi = 0; mi < Tr::kQMTiles; ++mi)
 #pragma unroll
         for (int j = 0; j < Tr::kDqChunk / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dq[j][e] = 0.f;
+          for (int e = 0; e < 4; ++e) dq[mi][j][e] = 0.f;
 #pragma unroll
-        for (int kn = 0; kn < kN / 16; ++kn) {
-          uint32_t ads[4];
-          ldmatrix_x4(ads, smem_addr(dss + (16 * sm + a_row) * kPS + kn * 16 + a_col));
+      for (int kn = 0; kn < kN / 16; ++kn) {
+        uint32_t ads[Tr::kQMTiles][4];
 #pragma unroll
-          for (int j = 0; j < Tr::kDqChunk / 8; j += 2) {
-            uint32_t bk[4];
-            ldmatrix_x4_trans(bk, smem_addr(ks + (kn * 16 + a_row) * kS + c0 + j * 8 + a_col));
-            const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]};
-            mma_m16n8k16<T>(dq[j], ads, bk0);
-            mma_m16n8k16<T>(dq[j + 1], ads, bk1);
+        for (int mi = 0; mi < Tr::kQMTiles; ++mi)
+          ldmatrix_x4(ads[mi], smem_addr(dss + (q_row + 16 * mi + a_row) * kPS + kn * 16 + a_col));
+#pragma unroll
+        for (int j = 0; j < Tr::kDqChunk / 8; j += 2) {
+          uint32_t bk[4];
+          ldmatrix_x4_trans(bk, smem_addr(ks + (kn * 16 + a_row) * kS + c0 + j * 8 + a_col));
+          const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]};
+#pragma unroll
+          for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
+            mma_m16n8k16<T>(dq[mi][j], ads[mi], bk0);
+            mma_m16n8k16<T>(dq[mi][j + 1], ads[mi], bk1);
           }
         }
+      }
+#pragma unroll
+      for (int mi = 0; mi < Tr::kQMTiles; ++mi)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int i = m0 + 16 * sm + g + 8 * r;
+          const int i = m0 + q_row + 16 * mi + g + 8 * r;
           if (i >= sb.sq) continue;
           float* row = p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + c0 + 2 * t;
 #pragma unroll
-          for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_f32x2(row + j * 8, dq[j][2 * r], dq[j][2 * r + 1]);
+          for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_f32x2(row + j * 8, dq[mi][j][2 * r], dq[mi][j][2 * r + 1]);
         }
-      }
     }
   }
 
@@ -347,16 +377,20 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, Flash2Bwd
   T* dk = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   T* dv = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = n0 + 16 * kvn + g + 8 * r;
-    if (key >= sb.sk) continue;
+  for (int mi = 0; mi < Tr::kKVMTiles; ++mi)
 #pragma unroll
-    for (int j = 0; j < Tr::kKVTiles; ++j) {
-      const int col = kvd * Tr::kKVCols + j * 8 + 2 * t;
-      *reinterpret_cast<uint32_t*>(dk + static_cast<int64_t>(key) * p.dk_row_stride + col) = pack2<T>(dk_acc[j][2 * r], dk_acc[j][2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dv + static_cast<int64_t>(key) * p.dv_row_stride + col) = pack2<T>(dv_acc[j][2 * r], dv_acc[j][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int key = n0 + kv_key + 16 * mi + g + 8 * r;
+      if (key >= sb.sk) continue;
+#pragma unroll
+      for (int j = 0; j < Tr::kKVTiles; ++j) {
+        const int col = kv_col + j * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(dk + static_cast<int64_t>(key) * p.dk_row_stride + col) =
+            pack2<T>(dk_acc[mi][j][2 * r], dk_acc[mi][j][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv + static_cast<int64_t>(key) * p.dv_row_stride + col) =
+            pack2<T>(dv_acc[mi][j][2 * r], dv_acc[mi][j][2 * r + 1]);
+      }
     }
-  }
 }
 
 }  // namespace flashlab::kernels
