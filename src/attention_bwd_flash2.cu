@@ -12,16 +12,18 @@ void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t st
   HALF_DTYPE_SWITCH(dtype, T, [&] {
     if (p.seqlen_q > 0) FLASHLAB_LAUNCH(kernels::attn_bwd_dsum_kernel<T>, rows_grid, 128, 0, stream, p);
     HEADDIM_SWITCH(p.headdim, kD, [&] {
-      using Tr = kernels::Flash2BwdTraits<kD>;
-      const auto kernel = kernels::attn_bwd_flash2_kernel<T, kD>;
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-      // All of the unified L1 as shared memory (up to 217 KB a block at head dim 256).
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               cudaSharedmemCarveoutMaxShared));
-      if (p.seqlen_k > 0) {
-        const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
-        FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
-      }
+      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+        using Tr = kernels::Flash2BwdTraits<kD>;
+        const auto kernel = kernels::attn_bwd_flash2_kernel<T, kD, kScoreMod>;
+        FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+        // All of the unified L1 as shared memory (up to 217 KB a block at head dim 256).
+        FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 cudaSharedmemCarveoutMaxShared));
+        if (p.seqlen_k > 0) {
+          const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
+          FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+        }
+      });
     });
     if (p.seqlen_q > 0) FLASHLAB_LAUNCH(kernels::attn_bwd_dq_convert_kernel<T>, rows_grid, 128, 0, stream, p);
   });

@@ -8,12 +8,12 @@
 //     pass). dK and dV accumulate in registers (fp32) and are written once.
 //   - Per query block (kBlockM rows): Q and dO by cp.async, with lse (as a base-2 offset) and
 //     D = rowsum(dO * O) (preprocess kernel); then on mma.sync m16n8k16 with ldmatrix operands:
-//       S = Q K^T and dP = dO V^T        (warp tile 32 rows x kBlockN / 4 keys)
+//       S = Q K^T and dP = dO V^T        (warp tile 32 x 32; 16 x 32 with 64-key blocks)
 //       P = 2^(S log2(e) - lse log2(e)), dS = P (dP - D) g   (g: scale; times 1 - tanh^2 with
 //       softcap), both rounded to 16 bits into shared memory
 //       dV += P^T dO and dK += dS^T Q     (warp tile kBlockN / 4 keys x d / 2 columns; P^T and
 //       dS^T read by ldmatrix.trans)
-//       dQ += dS K (warp tile 32 rows x d / 4 columns, 16 x d / 2 for d 32 and 96): fp32 atomics
+//       dQ += dS K (warp tile 32 rows x d / 4 columns at d 64, 128; else 16 x d / 2): fp32 atomics
 //       (red.global.add.v2.f32) into a workspace, converted to dq's dtype by a last kernel; so
 //       the result depends on the order of the adds (not deterministic; `deterministic` takes
 //       rung 1).
@@ -32,6 +32,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -53,9 +54,10 @@ struct Flash2BwdTraits {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockM = 64;                         // query rows per step
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per thread block
-  // S and dP: 2 warps along the rows x 4 along the keys, each warp kSMTiles m16 tiles x
-  // kSNTiles n8 tiles (32 rows x kBlockN / 4 keys).
-  static constexpr int kSWarpsM = 2, kSWarpsN = 4;
+  // S and dP: kSWarpsM warps along the rows x kSWarpsN along the keys, each warp kSMTiles m16
+  // tiles x kSNTiles n8 tiles (128 keys: 32 rows x 32 keys; 64 keys: 16 rows x 32 keys, fewer
+  // fragment registers next to the larger dK / dV accumulators of head dims past 128).
+  static constexpr int kSWarpsM = kBlockN == 128 ? 2 : 4, kSWarpsN = kWarps / kSWarpsM;
   static constexpr int kSMTiles = kBlockM / kSWarpsM / 16, kSNTiles = kBlockN / kSWarpsN / 8;
   // dK and dV: 4 warps along the keys x 2 along the head dim (kBlockN / 4 keys x d / 2 columns).
   static constexpr int kKVWarpsN = 4, kKVWarpsD = kWarps / kKVWarpsN;
@@ -64,7 +66,7 @@ struct Flash2BwdTraits {
   static constexpr int kKVTiles = kKVCols / 8;
   // dQ: kQWarpsM warps along the rows x kQWarpsD along the head dim, kQMTiles m16 tiles x
   // kDqCols columns each, in chunks of kDqChunk columns (accumulators of one chunk live at a time).
-  static constexpr int kQWarpsD = (kHeadDim / 4) % 16 == 0 ? 4 : 2, kQWarpsM = kWarps / kQWarpsD;
+  static constexpr int kQWarpsD = kHeadDim <= 128 && (kHeadDim / 4) % 16 == 0 ? 4 : 2, kQWarpsM = kWarps / kQWarpsD;
   static constexpr int kQMTiles = kBlockM / kQWarpsM / 16;
   static constexpr int kDqCols = kHeadDim / kQWarpsD;
   static constexpr int kDqChunk = kDqCols % 32 == 0 ? 32 : kDqCols;
@@ -141,7 +143,9 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
 // shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_kernel first.
-template <typename T, int kHeadDim>
+// kScoreMod: softcap and/or ALiBi (the generic element-wise path); without them P and dS take
+// one FFMA, one MUFU.EX2, one FFMA and one FMUL per element.
+template <typename T, int kHeadDim, bool kScoreMod>
 __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
     attn_bwd_flash2_kernel(const __grid_constant__ AttnBwdParams p) {
   using Tr = Flash2BwdTraits<kHeadDim>;
@@ -196,12 +200,11 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
   const int diag = sb.sk - sb.sq;
   const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, diag, p.window_left, p.window_right);
   const int m_first = rr.lo - rr.lo % kM;
-  const int blocks_m = rr.hi > rr.lo ? (rr.hi - m_first + kM - 1) / kM : 0;
-  const int steps = group * blocks_m;
-  // Issues step `st`'s copies into buffer st % kStages: Q and dO by cp.async, lse (base 2) and D
-  // by plain loads (visible after the next barrier).
-  const auto load_step = [&](int st) {
-    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % kStages;
+  // Step (h, m0): query head h of the group, rows m0.. in [m_first, m_end), kM at a time.
+  const int m_end = rr.hi > rr.lo ? rr.hi : m_first, h_end = (hk + 1) * group;
+  // Issues the copies of the step on query head h, rows m0.. into buffer buf: Q and dO by
+  // cp.async, lse (base 2) and D by plain loads (visible after the next barrier).
+  const auto load_step = [&](int h, int m0, int buf) {
     const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
     const T* dout = static_cast<const T*>(p.dout) +
                     attn_offset(p, b, sb.q_row0, 0, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
@@ -219,11 +222,14 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
       dsum_buf[buf * kM + threadIdx.x] = dsum;
     }
   };
-  if (steps > 0) load_step(0);
-  cp_async_commit();  // K, V and step 0
+  const bool any_step = m_end > m_first;
+  if (any_step) load_step(hk * group, m_first, 0);
+  cp_async_commit();  // K, V and the first step
 
-  for (int st = 0; st < steps; ++st) {
-    const int h = hk * group + st / blocks_m, m0 = m_first + (st % blocks_m) * kM, buf = st % kStages;
+  for (int h = hk * group, m0 = m_first, buf = 0; any_step && h < h_end; buf ^= 1) {
+    // The next step's (h, m0).
+    const bool last_block = m0 + kM >= m_end;
+    const int h_next = last_block ? h + 1 : h, m_next = last_block ? m_first : m0 + kM;
     const T* qs = qs_buf + buf * kM * kS;
     const T* dos = dos_buf + buf * kM * kS;
     const float* lse_s = lse_buf + buf * kM;
@@ -232,7 +238,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
     const float cap_inv = mod.softcap > 0.f ? mod.scale / mod.softcap : 0.f, cap_log2 = mod.softcap * kLog2e;
     __syncthreads();  // step st - 1 is done with its buffers, P and dS
-    if (st + 1 < steps) load_step(st + 1);  // into the buffer step st - 1 used
+    if (h_next < h_end) load_step(h_next, m_next, buf ^ 1);  // into the buffer step st - 1 used
     cp_async_commit();                      // (possibly empty: one group per step)
     cp_async_wait<1>();                     // step st's copies (and K, V) landed
     __syncthreads();
@@ -271,37 +277,50 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
           }
         }
       }
-      // P and dS g, element by element, rounded into shared memory.
+      // P and dS g, element by element, rounded into shared memory; the mask compiled in only
+      // for blocks that straddle it.
+      const auto p_ds = [&](auto mask_tag) {
+        constexpr bool kMask = decltype(mask_tag)::value;
 #pragma unroll
-      for (int mi = 0; mi < Tr::kSMTiles; ++mi)
-#pragma unroll
-        for (int j = 0; j < Tr::kSNTiles; ++j)
+        for (int mi = 0; mi < Tr::kSMTiles; ++mi)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int row = s_row + 16 * mi + g + 8 * r, i = m0 + row;
-            float pr[2], ds[2];
+            const float lse2 = lse_s[row], dsum = dsum_s[row], dsum_g = dsum * mod.scale;
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const int key_l = s_key + j * 8 + 2 * t + c, key = n0 + key_l;
-              const float dot = s[mi][j][2 * r + c];
-              float x, grad = mod.scale;
-              if (mod.softcap > 0.f) {
-                const float th = tanhf(dot * cap_inv);
-                x = cap_log2 * th;
-                grad *= 1.f - th * th;
-              } else {
-                x = dot * scale_log2;
+            for (int j = 0; j < Tr::kSNTiles; ++j) {
+              float pr[2], ds[2];
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int key = n0 + s_key + j * 8 + 2 * t + c;
+                const float dot = s[mi][j][2 * r + c], dpv = dp[mi][j][2 * r + c];
+                const bool visible =
+                    !kMask || (key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right));
+                if constexpr (kScoreMod) {
+                  float x, grad = mod.scale;
+                  if (mod.softcap > 0.f) {
+                    const float th = tanhf(dot * cap_inv);
+                    x = cap_log2 * th;
+                    grad *= 1.f - th * th;
+                  } else {
+                    x = dot * scale_log2;
+                  }
+                  if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
+                  pr[c] = visible ? exp2_approx_ftz(x - lse2) : 0.f;
+                  ds[c] = pr[c] * (dpv - dsum) * grad;
+                } else {
+                  pr[c] = visible ? exp2_approx_ftz(fmaf(dot, scale_log2, -lse2)) : 0.f;
+                  ds[c] = pr[c] * fmaf(dpv, mod.scale, -dsum_g);
+                }
               }
-              if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-              const bool visible =
-                  !need_mask || (key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right));
-              pr[c] = visible ? exp2_approx_ftz(x - lse_s[row]) : 0.f;
-              ds[c] = pr[c] * (dp[mi][j][2 * r + c] - dsum_s[row]) * grad;
+              const int at = row * kPS + s_key + j * 8 + 2 * t;
+              *reinterpret_cast<uint32_t*>(ps + at) = pack2<T>(pr[0], pr[1]);
+              *reinterpret_cast<uint32_t*>(dss + at) = pack2<T>(ds[0], ds[1]);
             }
-            const int at = row * kPS + s_key + j * 8 + 2 * t;
-            *reinterpret_cast<uint32_t*>(ps + at) = pack2<T>(pr[0], pr[1]);
-            *reinterpret_cast<uint32_t*>(dss + at) = pack2<T>(ds[0], ds[1]);
           }
+      };
+      if (need_mask) p_ds(std::true_type{});
+      else p_ds(std::false_type{});
     }
     __syncthreads();
 
@@ -370,6 +389,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
           for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_f32x2(row + j * 8, dq[mi][j][2 * r], dq[mi][j][2 * r + 1]);
         }
     }
+    h = h_next, m0 = m_next;
   }
 
   // dK, dV of this block's keys, written once.
