@@ -81,9 +81,9 @@ template <typename T, typename Tr, int kRows>
 __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t row_stride, int row0, int nrows) {
   constexpr int kTotal = kRows * Tr::kChunks;
   static_assert(kTotal % Tr::kThreads == 0, "whole chunks per thread");
-  // A compile-time trip count (a loop from threadIdx.x to kTotal is not unrolled cleanly).
   if constexpr (Tr::kThreads % Tr::kChunks == 0) {
-    // Each thread keeps its chunk column and walks rows kThreads / kChunks apart: one address
+    // A compile-time trip count (the loop below from threadIdx.x is not unrolled cleanly): each
+    // thread keeps its chunk column and walks rows kThreads / kChunks apart, one address
     // computed, then a constant stride.
     constexpr int kRowsPerPass = Tr::kThreads / Tr::kChunks;
     const int r0 = threadIdx.x / Tr::kChunks, c = threadIdx.x % Tr::kChunks;
@@ -96,9 +96,10 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
       cp_async_16(smem + r * Tr::kStride + c * 8, in ? src + it * pass_stride : base, in ? 16 : 0);
     }
   } else {
+    // (Head dims 96 and 192. A compile-time trip count here, fully unrolled, spilled rung 3 at
+    // head dim 192.)
 #pragma unroll
-    for (int it = 0; it < kTotal / Tr::kThreads; ++it) {
-      const int e = threadIdx.x + it * Tr::kThreads;
+    for (int e = threadIdx.x; e < kTotal; e += Tr::kThreads) {
       const int r = e / Tr::kChunks, c = e % Tr::kChunks;
       const bool in = row0 + r < nrows;
       const T* src = in ? base + static_cast<int64_t>(row0 + r) * row_stride + c * 8 : base;
