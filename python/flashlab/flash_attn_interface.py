@@ -5,7 +5,9 @@ and return conventions; each adds the keyword ``impl`` (the rung, 1..ATTN_FWD_RU
 top rung that runs here: 4 on Hopper (sm_90) for head dims 64..256, else 3). What differs from
 flash-attn:
 
-* differentiable: with torch autograd recording (an input that requires grad) the backward runs
+* differentiable: torch tensors go through the custom ops ``torch.ops.flashlab.attention_fwd`` /
+  ``attention_bwd`` (``_torch_ops``, registered when the first torch tensors come in), so
+  torch.compile sees one opaque op per call (no graph break) and autograd's backward runs
   ``attention_bwd`` (backward rung 2, FlashAttention-2 style; with ``deterministic=True`` rung 1, the
   naive one: slow); not for FP8 inputs;
 * dropout (``dropout_p != 0``) and paged KV (``block_table``) raise NotImplementedError;
@@ -24,7 +26,8 @@ causal is window_right = 0. A row that sees no key gives 0 output and -inf lse.
 
 Argument checks are in C++ (ValueError naming the op, the argument, what was expected and what
 was given); only what C++ never sees is checked here (window_size, packed tensors, dropout,
-block_table). Tensors are any DLPack producer (torch, CuPy, JAX, ...); torch is never imported.
+block_table). Tensors are any DLPack producer (torch, CuPy, JAX, ...); torch is only looked up once
+the caller has imported it, never imported here.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 def _plain(x: Any) -> Any:
     # torch will not export a tensor that requires grad through DLPack; the kernels record no
-    # autograd of their own (flash_attn_* wrap them in an autograd.Function when torch records).
+    # autograd of their own (for torch tensors, flash_attn_* go through _torch_ops' custom ops, whose
+    # autograd formula calls attention_bwd).
     return x.detach() if getattr(x, "requires_grad", False) else x
 
 
@@ -140,111 +144,60 @@ def _split(x: Any, dim: int, count: int) -> tuple[Any, ...]:
     return tuple(x[index + (i,)] for i in range(count))
 
 
-def _batch(cu_seqlens_q: Any) -> int:
-    # The batch of a varlen call, from cu_seqlens_q's length (C++ checks it is (batch + 1,)).
-    shape = _shape(cu_seqlens_q)
-    return max(shape[0] - 1, 0) if len(shape) == 1 else 0
-
-
-def _outputs(q: Any, want_lse: bool, return_attn_probs: bool, varlen: bool, batch: int, seqlen_k: int,
-             max_seqlen_q: int, max_seqlen_k: int) -> tuple[Any, Any]:
-    """(softmax_lse, attn_probs) to allocate, each None when not wanted. Shapes that cannot be
-    read off a wrongly shaped q are left to C++ to reject (it checks q first)."""
-    s = _shape(q)
+def _output_shapes(q_shape: tuple[Any, ...], k_shape: tuple[Any, ...], cu_seqlens_q_shape: tuple[Any, ...],
+                   varlen: bool, max_seqlen_q: Any, max_seqlen_k: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The shapes of (softmax_lse, attn_probs), for both paths (the torch path's may hold SymInts).
+    Sizes that cannot be read off a wrongly shaped q, k or cu_seqlens_q are 0: C++ rejects those
+    arguments before it looks at the outputs."""
     if varlen:
-        total_q, nheads = (s[0], s[1]) if len(s) == 3 else (0, 0)
-        lse_shape = (nheads, total_q)
-        probs_shape = (batch, nheads, max(int(max_seqlen_q), 0), max(int(max_seqlen_k), 0))
-    else:
-        b, sq, nheads = (s[0], s[1], s[2]) if len(s) == 4 else (0, 0, 0)
-        lse_shape = (b, nheads, sq)
-        probs_shape = (b, nheads, sq, seqlen_k)
-    lse = _alloc.empty(q, lse_shape, "float32") if want_lse or return_attn_probs else None
-    return lse, _alloc.empty(q, probs_shape) if return_attn_probs else None
+        total_q, nheads = (q_shape[0], q_shape[1]) if len(q_shape) == 3 else (0, 0)
+        batch = max(cu_seqlens_q_shape[0] - 1, 0) if len(cu_seqlens_q_shape) == 1 else 0
+        return (nheads, total_q), (batch, nheads, max(max_seqlen_q, 0), max(max_seqlen_k, 0))
+    b, sq, nheads = (q_shape[0], q_shape[1], q_shape[2]) if len(q_shape) == 4 else (0, 0, 0)
+    return (b, nheads, sq), (b, nheads, sq, k_shape[1] if len(k_shape) == 4 else 0)
 
 
 # ---------------------------------------------------------------------------------------------
-# Autograd: the forward through attention_fwd (keeping out and lse), the backward through
-# attention_bwd.
+# One call of the forward: torch tensors through the torch.library custom ops (_torch_ops:
+# autograd, torch.compile), any other DLPack producer straight into attention_fwd.
 
-_FUNCTION = None
-
-
-def _torch_tracking(tensors: tuple[Any, ...]) -> bool:
-    """Whether torch autograd would record this call (torch is only looked up, never imported)."""
+def _custom_ops(tensors: tuple[Any, ...]) -> Any:
+    """The module _torch_ops when tensors[:3] (q, k, v) are torch tensors and the rest torch tensors
+    or None, else None. torch is only looked up, never imported."""
     torch = sys.modules.get("torch")
-    if torch is None or not torch.is_grad_enabled():
-        return False
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    if torch is None or not all(isinstance(t, torch.Tensor) for t in tensors[:3]) or \
+            not all(t is None or isinstance(t, torch.Tensor) for t in tensors[3:]):
+        return None
+    # The first import registers the ops. Under torch.compile, dynamo runs this import for real
+    # while tracing, so a first call inside a compiled function works too.
+    from . import _torch_ops
+    return _torch_ops
 
 
-def _function() -> Any:
-    global _FUNCTION
-    if _FUNCTION is None:
-        torch = sys.modules["torch"]
-
-        class FlashAttnFunction(torch.autograd.Function):
-            """``run(q, k, v, want_lse=True)`` -> (out, softmax_lse, attn_probs); ``bwd(q, k, v, out,
-            dout, softmax_lse)`` -> (dq, dk, dv). Returns out, or all three with return_attn_probs."""
-
-            @staticmethod
-            def forward(ctx, run, bwd, return_attn_probs, q, k, v):
-                out, lse, probs = run(q, k, v, want_lse=True)
-                ctx.save_for_backward(q, k, v, out, lse)
-                ctx.bwd = bwd
-                if not return_attn_probs:
-                    ctx.mark_non_differentiable(lse)
-                    return out
-                ctx.mark_non_differentiable(lse, probs)  # one call: each call replaces the set
-                return out, lse, probs
-
-            @staticmethod
-            def backward(ctx, dout, *_):
-                q, k, v, out, lse = ctx.saved_tensors
-                if _is_e4m3(q):
-                    raise NotImplementedError(_NO_FP8_BACKWARD)
-                # The kernels read dout with 16-byte aligned rows and a unit head-dim stride; autograd
-                # may hand over an expanded, strided or misaligned (a view at an odd offset) gradient.
-                if not dout.is_contiguous() or dout.data_ptr() % 16 != 0:
-                    dout = dout.clone(memory_format=sys.modules["torch"].contiguous_format)
-                dq, dk, dv = ctx.bwd(q, k, v, out, dout, lse)
-                return None, None, None, dq, dk, dv
-
-        _FUNCTION = FlashAttnFunction
-    return _FUNCTION
-
-
-def _apply(run: Any, bwd: Any, inputs: tuple[Any, ...], return_attn_probs: bool) -> Any:
-    """run(*inputs) through autograd when torch records, else directly; flash-attn's return."""
-    if _torch_tracking(inputs):
-        return _function().apply(run, bwd, return_attn_probs, *inputs)
-    out, lse, probs = run(*inputs)
-    return (out, lse, probs) if return_attn_probs else out
-
-
-def _runner(*, varlen: bool, return_attn_probs: bool, softmax_scale: Any, causal: bool, window: tuple[Any, Any],
-            softcap: float, alibi_slopes: Any, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
-            max_seqlen_q: int = 0, max_seqlen_k: int = 0, impl: int | None = None,
-            descales: tuple[Any, Any, Any] = (None, None, None), deterministic: bool = False) -> tuple[Any, Any]:
-    """(run, bwd) with these options: run(q, k, v, want_lse=False) -> (out, softmax_lse, attn_probs)
-    (None where not asked for); bwd(q, k, v, out, dout, softmax_lse) -> (dq, dk, dv)."""
-    batch = _batch(cu_seqlens_q) if varlen and cu_seqlens_q is not None else 0
+def _attend(q: Any, k: Any, v: Any, *, return_attn_probs: bool, softmax_scale: Any, causal: bool,
+            window: tuple[Any, Any], softcap: float, alibi_slopes: Any, cu_seqlens_q: Any = None,
+            cu_seqlens_k: Any = None, max_seqlen_q: int = 0, max_seqlen_k: int = 0, impl: int | None = None,
+            descales: tuple[Any, Any, Any] = (None, None, None), deterministic: bool = False) -> Any:
+    """The forward with these options (varlen when cu_seqlens are given); flash-attn's return: out, or
+    (out, softmax_lse, attn_probs)."""
     options = dict(alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                    window_left=window[0], window_right=window[1], softcap=softcap)
-
-    def run(q: Any, k: Any, v: Any, want_lse: bool = False) -> tuple[Any, Any, Any]:
-        sk = _shape(k)
-        lse, probs = _outputs(q, want_lse, return_attn_probs, varlen, batch, sk[1] if len(sk) == 4 else 0,
-                              max_seqlen_q, max_seqlen_k)
-        out = attention_fwd(q, k, v, softmax_lse=lse, attn_probs=probs, q_descale=descales[0],
-                            k_descale=descales[1], v_descale=descales[2], rung=impl, **options)
-        return out, lse, probs
-
-    def bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any) -> tuple[Any, Any, Any]:
-        return attention_bwd(q, k, v, out, dout, lse, deterministic=deterministic, **options)
-
-    return run, bwd
+    ops = _custom_ops((q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *descales))
+    if ops is not None:
+        out, lse, probs = ops.forward(q, k, v, return_attn_probs=return_attn_probs, descales=descales,
+                                      deterministic=deterministic, rung=impl, **options)
+        return (out, lse, probs) if return_attn_probs else out
+    lse, probs = None, None
+    if return_attn_probs:
+        cu_shape = () if cu_seqlens_q is None else _shape(cu_seqlens_q)
+        varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+        lse_shape, probs_shape = _output_shapes(_shape(q), _shape(k), cu_shape, varlen, int(max_seqlen_q),
+                                                int(max_seqlen_k))
+        lse, probs = _alloc.empty(q, lse_shape, "float32"), _alloc.empty(q, probs_shape)
+    out = attention_fwd(q, k, v, softmax_lse=lse, attn_probs=probs, q_descale=descales[0], k_descale=descales[1],
+                        v_descale=descales[2], rung=impl, **options)
+    return (out, lse, probs) if return_attn_probs else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,10 +220,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """
     fn = "flash_attn_func"
     _check_forward_only(fn, dropout_p)
-    run, bwd = _runner(varlen=False, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                       window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
-                       descales=(q_descale, k_descale, v_descale), deterministic=deterministic)
-    return _apply(run, bwd, (q, k, v), return_attn_probs)
+    return _attend(q, k, v, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale,
+                   causal=causal, window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
+                   impl=impl, descales=(q_descale, k_descale, v_descale), deterministic=deterministic)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -289,25 +241,23 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """
     fn = "flash_attn_varlen_func"
     _check_forward_only(fn, dropout_p, block_table)
-    run, bwd = _runner(varlen=True, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale, causal=causal,
-                       window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
-                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                       max_seqlen_k=max_seqlen_k, impl=impl, descales=(q_descale, k_descale, v_descale),
-                       deterministic=deterministic)
-    return _apply(run, bwd, (q, k, v), return_attn_probs)
+    return _attend(q, k, v, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale,
+                   causal=causal, window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
+                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                   max_seqlen_k=max_seqlen_k, impl=impl, descales=(q_descale, k_descale, v_descale),
+                   deterministic=deterministic)
 
 
 def _packed(fn: str, name: str, packed: Any, layout: str, dim: int, count: int, q: Any, dropout_p: float,
             window_size: Any, return_attn_probs: bool, **options: Any) -> Any:
     """The packed variants: flash-attn's checks, then q, k, v (count 3) or k, v beside q (count 2)
-    split out of ``packed`` along ``dim`` and run like the unpacked functions (``options``: _runner's)."""
+    split out of ``packed`` along ``dim`` and run like the unpacked functions (``options``: _attend's)."""
     _check_forward_only(fn, dropout_p)
     window = _window(fn, window_size)
     _check_packed(fn, name, packed, layout, dim, count)
-    run, bwd = _runner(return_attn_probs=return_attn_probs, window=window, **options)
     # Views of `packed`: autograd takes the gradients of q, k, v back into it.
     inputs = _split(packed, dim, 3) if count == 3 else (q, *_split(packed, dim, 2))
-    return _apply(run, bwd, inputs, return_attn_probs)
+    return _attend(*inputs, return_attn_probs=return_attn_probs, window=window, **options)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -315,7 +265,7 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               impl=None):
     """:func:`flash_attn_func` with q, k, v packed: qkv (batch, seqlen, 3, nheads, headdim)."""
     return _packed("flash_attn_qkvpacked_func", "qkv", qkv, "(batch, seqlen, 3, nheads, headdim)", 2, 3, None,
-                   dropout_p, window_size, return_attn_probs, varlen=False, softmax_scale=softmax_scale,
+                   dropout_p, window_size, return_attn_probs, softmax_scale=softmax_scale,
                    causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
                    deterministic=deterministic)
 
@@ -325,7 +275,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              impl=None):
     """:func:`flash_attn_func` with k, v packed: kv (batch, seqlen_k, 2, nheads_kv, headdim)."""
     return _packed("flash_attn_kvpacked_func", "kv", kv, "(batch, seqlen_k, 2, nheads_kv, headdim)", 2, 2, q,
-                   dropout_p, window_size, return_attn_probs, varlen=False, softmax_scale=softmax_scale,
+                   dropout_p, window_size, return_attn_probs, softmax_scale=softmax_scale,
                    causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, impl=impl,
                    deterministic=deterministic)
 
@@ -336,7 +286,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     """:func:`flash_attn_varlen_func` with q, k, v packed: qkv (total, 3, nheads, headdim), one
     cu_seqlens and max_seqlen for queries and keys."""
     return _packed("flash_attn_varlen_qkvpacked_func", "qkv", qkv, "(total, 3, nheads, headdim)", 1, 3, None,
-                   dropout_p, window_size, return_attn_probs, varlen=True, softmax_scale=softmax_scale,
+                   dropout_p, window_size, return_attn_probs, softmax_scale=softmax_scale,
                    causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens,
                    cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, impl=impl,
                    deterministic=deterministic)
@@ -347,7 +297,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl=None):
     """:func:`flash_attn_varlen_func` with k, v packed: kv (total_k, 2, nheads_kv, headdim)."""
     return _packed("flash_attn_varlen_kvpacked_func", "kv", kv, "(total_k, 2, nheads_kv, headdim)", 1, 2, q,
-                   dropout_p, window_size, return_attn_probs, varlen=True, softmax_scale=softmax_scale,
+                   dropout_p, window_size, return_attn_probs, softmax_scale=softmax_scale,
                    causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, impl=impl,
                    deterministic=deterministic)

@@ -1,0 +1,132 @@
+"""flashlab attention as torch.library custom ops, so that torch.compile sees one opaque op per call
+and torch autograd runs flashlab's backward.
+
+flash_attn_interface imports this module the first time it is handed torch tensors (torch is then
+loaded; flashlab never imports torch itself), and importing it registers, in namespace ``flashlab``:
+
+* ``torch.ops.flashlab.attention_fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, q_descale,
+  k_descale, v_descale, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
+  softcap, return_attn_probs, deterministic, rung) -> (out, softmax_lse, attn_probs)``: the C++
+  ``attention_fwd``. softmax_lse is always written (the backward needs it); attn_probs is a 0-element
+  tensor unless ``return_attn_probs``. ``deterministic`` is the backward's choice, kept for it.
+* ``torch.ops.flashlab.attention_bwd(q, k, v, out, dout, softmax_lse, alibi_slopes, cu_seqlens_q,
+  cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+  deterministic, rung) -> (dq, dk, dv)``: the C++ ``attention_bwd``.
+
+Both allocate their outputs and write into no input (``mutates_args=()``); their fake kernels
+allocate through the same function as the real ones, so shapes and dtypes agree by construction.
+The autograd formula of attention_fwd calls attention_bwd (forward options saved in the context);
+softmax_lse and attn_probs are not differentiable. Needs torch >= 2.4 (``torch.library.custom_op``).
+Varlen is told from cu_seqlens: either given means varlen (C++ then insists on both).
+"""
+
+import operator
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from . import flash_attn_interface as _fa
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"flashlab: torch tensors need torch >= 2.4 (torch.library.custom_op), got torch "
+                      f"{torch.__version__}")
+
+
+def _fwd_outputs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                 max_seqlen_q: int, max_seqlen_k: int, return_attn_probs: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """New (out, softmax_lse, attn_probs) for the forward, real or fake; attn_probs (0,) when not
+    asked for."""
+    lse_shape, probs_shape = _fa._output_shapes(
+        tuple(q.shape), tuple(k.shape), () if cu_seqlens_q is None else tuple(cu_seqlens_q.shape),
+        cu_seqlens_q is not None or cu_seqlens_k is not None, max_seqlen_q, max_seqlen_k)
+    out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+    return (q.new_empty(q.shape, dtype=out_dtype), q.new_empty(lse_shape, dtype=torch.float32),
+            q.new_empty(probs_shape if return_attn_probs else (0,)))
+
+
+@torch.library.custom_op("flashlab::attention_fwd", mutates_args=())
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+                  cu_seqlens_k: Optional[Tensor], q_descale: Optional[Tensor], k_descale: Optional[Tensor],
+                  v_descale: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float],
+                  causal: bool, window_left: int, window_right: int, softcap: float, return_attn_probs: bool,
+                  deterministic: bool, rung: int) -> tuple[Tensor, Tensor, Tensor]:
+    out, lse, probs = _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
+    _fa.attention_fwd(q, k, v, out, softmax_lse=lse, attn_probs=probs if return_attn_probs else None,
+                      alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                      window_left=window_left, window_right=window_right, softcap=softcap, q_descale=q_descale,
+                      k_descale=k_descale, v_descale=v_descale, rung=rung)
+    return out, lse, probs
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
+                        max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+                        return_attn_probs, deterministic, rung):
+    return _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
+
+
+@torch.library.custom_op("flashlab::attention_bwd", mutates_args=())
+def attention_bwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, softmax_lse: Tensor,
+                  alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                  max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
+                  window_right: int, softcap: float, deterministic: bool, rung: int) -> tuple[Tensor, Tensor, Tensor]:
+    # The kernels read dout with 16-byte aligned rows and a unit head-dim stride; autograd may hand
+    # over an expanded, strided or misaligned (a view at an odd offset) gradient. Real tensors only
+    # here: the fake kernel never asks for a data pointer.
+    if not dout.is_contiguous() or dout.data_ptr() % 16 != 0:
+        dout = dout.clone(memory_format=torch.contiguous_format)
+    dq, dk, dv = (x.new_empty(x.shape) for x in (q, k, v))
+    return _fa.attention_bwd(q, k, v, out, dout, softmax_lse, dq, dk, dv, alibi_slopes=alibi_slopes,
+                             cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                             max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                             window_left=window_left, window_right=window_right, softcap=softcap,
+                             deterministic=deterministic, rung=rung)
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(q, k, v, out, dout, softmax_lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic, rung):
+    return tuple(x.new_empty(x.shape) for x in (q, k, v))
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor, Tensor]) -> None:
+    (q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, _q_descale, _k_descale, _v_descale, max_seqlen_q, max_seqlen_k,
+     softmax_scale, causal, window_left, window_right, softcap, _return_attn_probs, deterministic, _rung) = inputs
+    out, lse, probs = output
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+    ctx.options = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
+                       causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
+                       deterministic=deterministic)
+    ctx.mark_non_differentiable(lse, probs)
+
+
+def _backward(ctx: Any, dout: Tensor, _dlse: Any, _dprobs: Any) -> tuple[Optional[Tensor], ...]:
+    q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    if q.dtype == torch.float8_e4m3fn:
+        raise NotImplementedError(_fa._NO_FP8_BACKWARD)
+    # The backward's rung is its own (auto; deterministic=True takes rung 1), not the forward's.
+    dq, dk, dv = torch.ops.flashlab.attention_bwd.default(q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
+                                                          cu_seqlens_k, rung=_fa._RUNG_AUTO, **ctx.options)
+    return (dq, dk, dv) + (None,) * 16  # nothing for the forward's other 16 arguments
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _int(x: Any) -> Any:
+    # A SymInt (torch.compile, dynamic shapes) goes into the op as it is.
+    return x if isinstance(x, (int, torch.SymInt)) else operator.index(x)
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, *, return_attn_probs: bool, alibi_slopes: Optional[Tensor],
+            cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: Any, max_seqlen_k: Any,
+            softmax_scale: Any, causal: Any, window_left: int, window_right: int, softcap: Any,
+            descales: tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]], deterministic: Any,
+            rung: Optional[int]) -> tuple[Tensor, Tensor, Tensor]:
+    """attention_fwd with flash_attn_interface's arguments (Python scalars of any numeric type)."""
+    return torch.ops.flashlab.attention_fwd.default(
+        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *descales, _int(max_seqlen_q), _int(max_seqlen_k),
+        None if softmax_scale is None else float(softmax_scale), bool(causal), int(window_left), int(window_right),
+        float(softcap), bool(return_attn_probs), bool(deterministic), _fa._RUNG_AUTO if rung is None else _int(rung))
