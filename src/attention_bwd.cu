@@ -101,6 +101,7 @@ void launch_naive(AttnBwdParams p, cudaStream_t stream) {
   float* prob = ws;
   float* dsg = ws + mat;
   p.dsum = ws + 2 * mat;
+  p.dsum_rows = p.seqlen_q;
   const dim3 tile(32, 8);
   // Varlen max lengths may be 0 (no rows, or no keys, in any sequence): those grids are empty.
   // dq is still written (0) without keys, dk and dv (0) without rows.
@@ -142,9 +143,14 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
     FLASHLAB_CHECK(seqlen_k == 0 || rows <= (kMaxFloats - rows) / 2 / seqlen_k, op, ": the size overflows int64");
     return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));
   }
-  // rows (headdim + 1) floats: the dq accumulator and D
-  FLASHLAB_CHECK(rows <= kMaxFloats / (headdim + 1), op, ": the size overflows int64");
-  return rows * (headdim + 1) * static_cast<int64_t>(sizeof(float));
+  // rows x headdim floats, the dq accumulator, and D and lse log2(e) for batch x nheads x
+  // seqlen_q rounded up to a query block (rows_padded).
+  const int64_t blocks = seqlen_q / kAttnBwdBlockM + (seqlen_q % kAttnBwdBlockM != 0);
+  const int64_t heads = seqlen_q > 0 ? rows / seqlen_q : 0;  // batch x nheads (fits: rows did)
+  FLASHLAB_CHECK(heads == 0 || blocks <= kMaxFloats / 2 / kAttnBwdBlockM / heads, op, ": the size overflows int64");
+  const int64_t rows_padded = heads * blocks * kAttnBwdBlockM;
+  FLASHLAB_CHECK(headdim == 0 || rows <= (kMaxFloats - 2 * rows_padded) / headdim, op, ": the size overflows int64");
+  return (rows * headdim + 2 * rows_padded) * static_cast<int64_t>(sizeof(float));
 }
 
 void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -157,7 +163,9 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
   auto* ws = static_cast<float*>(
       detail::workspace(stream, attention_bwd_workspace_bytes(2, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim)));
   p.dq_accum = ws;  // batch x seqlen_q x nheads x headdim (varlen: total_q <= batch x max_seqlen_q rows)
+  p.dsum_rows = static_cast<int>(detail::ceil_div(p.seqlen_q, kAttnBwdBlockM) * kAttnBwdBlockM);
   p.dsum = ws + static_cast<int64_t>(p.batch) * p.seqlen_q * p.nheads * p.headdim;
+  p.lse_log2 = p.dsum + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows;
   detail::launch_attn_bwd_flash2(p, q.dtype, stream);
 }
 

@@ -9,8 +9,9 @@ namespace flashlab::detail {
 
 void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   const dim3 rows_grid(static_cast<unsigned>(ceil_div(p.seqlen_q, 4)), p.nheads, p.batch);
+  const dim3 padded_rows_grid(static_cast<unsigned>(p.dsum_rows / 4), p.nheads, p.batch);
   HALF_DTYPE_SWITCH(dtype, T, [&] {
-    if (p.seqlen_q > 0) FLASHLAB_LAUNCH(kernels::attn_bwd_dsum_kernel<T>, rows_grid, 128, 0, stream, p);
+    if (p.seqlen_q > 0) FLASHLAB_LAUNCH(kernels::attn_bwd_dsum_kernel<T>, padded_rows_grid, 128, 0, stream, p);
     HEADDIM_SWITCH(p.headdim, kD, [&] {
       BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
         using Tr = kernels::Flash2BwdTraits<kD>;

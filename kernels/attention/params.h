@@ -49,6 +49,9 @@ struct AttnFwdParams {
 
 // The backward (include/flashlab/attention.h, attention_bwd) reads everything above (lse is the
 // forward's, read here) plus the output's gradient, and writes dq, dk, dv.
+// Query rows per block of the tiled backward (rung 2): dsum_rows rounds seqlen_q up to it.
+inline constexpr int kAttnBwdBlockM = 64;
+
 struct AttnBwdParams : AttnFwdParams {
   // dout: like o; dq: like q; dk, dv: like k (each its own strides, head dim contiguous).
   const void* dout;
@@ -59,9 +62,15 @@ struct AttnBwdParams : AttnFwdParams {
   int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
   int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
   int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
-  // fp32 workspace: D_i = sum_c dout_ic o_ic of every row, (batch, nheads, seqlen_q) (varlen:
-  // seqlen_q the max, rows past a batch's length unused).
+  // fp32 workspace: D_i = sum_c dout_ic o_ic of every row, (batch, nheads, dsum_rows) (varlen:
+  // for the max seqlen_q, rows past a batch's length unused by rung 1; rung 2 writes them).
   float* dsum;
+  // Rows per (batch, head) of dsum and lse_log2: seqlen_q (rung 1), seqlen_q rounded up to the
+  // query block (rung 2: a block's rows are copied whole, past the end included).
+  int dsum_rows;
+  // fp32 workspace of rung 2, laid out as dsum: lse log2(e) per row, +inf for rows that see no
+  // key and for rows past the end (P = 2^(s - inf) = 0 there).
+  float* lse_log2;
   // fp32 workspace of the tiled rungs: dq accumulated over key blocks, (batch x seqlen_q, nheads, d)
   // dense for fixed lengths, (total_q, nheads, d) for varlen; row r = attn_dq_accum_row(b, i).
   float* dq_accum;

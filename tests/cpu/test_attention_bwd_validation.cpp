@@ -506,10 +506,13 @@ TEST(AttentionBwdWorkspace, ClosedForms) {
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 7, 0, 64), 3 * 5 * 7 * 4);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 0, 7, 64), 0);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 0, 5, 7, 9, 64), 0);
-  // Rung 2: the fp32 dq accumulator, batch x seqlen_q x nheads x headdim, and D; the automatic
-  // choice is rung 2's.
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64), 2 * 4 * 16 * (64 + 1) * 4);
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 0, 128), 2 * 4 * 16 * (128 + 1) * 4);  // no keys: the same
+  // Rung 2: the fp32 dq accumulator, batch x seqlen_q x nheads x headdim, and D and lse,
+  // batch x nheads x seqlen_q rounded up to 64, each; the automatic choice is rung 2's.
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 64) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 0, 128), (2 * 4 * 16 * 128 + 2 * 2 * 4 * 64) * 4);  // no keys: the same
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 64, 9, 32), (3 * 5 * 64 * 32 + 2 * 3 * 5 * 64) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 65, 9, 32), (3 * 5 * 65 * 32 + 2 * 3 * 5 * 128) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 0, 9, 32), 0);  // no rows: nothing
   EXPECT_EQ(attention_bwd_workspace_bytes(kAttnBwdRungAuto, 2, 4, 16, 32, 64), attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64));
   // Twice the forward's rung 1 (its S/P matrix) plus D.
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 2, 4, 16, 32, 64),

@@ -41,7 +41,7 @@ __global__ void attn_bwd_naive_dsum_kernel(const __grid_constant__ AttnBwdParams
                   attn_offset(p, b, sb.q_row0, i, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
   float acc = 0.f;
   for (int c = 0; c < p.headdim; ++c) acc += to_float(dout[c]) * to_float(o[c]);
-  p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i] = acc;
+  p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + i] = acc;
 }
 
 // Step 2. One thread per (batch, head, row, key): grid (ceil(max_sk / 32) * ceil(max_sq / 8),
@@ -65,7 +65,7 @@ __global__ void attn_bwd_naive_ds_kernel(const __grid_constant__ AttnBwdParams p
   const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, j, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   float dp = 0.f;
   for (int c = 0; c < p.headdim; ++c) dp += to_float(dout[c]) * to_float(v[c]);
-  const float ds = pij * (dp - p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i]);
+  const float ds = pij * (dp - p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + i]);
   float g = mod.scale;
   if (mod.softcap > 0.f) {
     const float t = tanhf(dot * mod.scale / mod.softcap);

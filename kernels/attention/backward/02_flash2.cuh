@@ -52,7 +52,7 @@ struct Flash2BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = 64;                         // query rows per step
+  static constexpr int kBlockM = kAttnBwdBlockM;             // query rows per step
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per thread block
   // S and dP: kSWarpsM warps along the rows x kSWarpsN along the keys, each warp kSMTiles m16
   // tiles x kSNTiles n8 tiles (128 keys: 32 rows x 32 keys; 64 keys: 16 rows x 32 keys, fewer
@@ -90,14 +90,20 @@ __device__ __forceinline__ int64_t attn_dq_accum_row(const AttnBwdParams& p, int
   return p.cu_seqlens_q != nullptr ? sb.q_row0 + i : static_cast<int64_t>(b) * p.seqlen_q + i;
 }
 
-// Preprocess: D_i = dO_i . O_i (fp32) and the row's dq_accum zeroed. A warp per (batch, head,
-// row), lane c on 16-byte chunk c of the head dim (d / 8 <= 32 chunks). Grid (ceil(max_sq / 4),
-// nheads, batch), 128 threads.
+// Preprocess: D_i = dO_i . O_i (fp32), lse_i log2(e) (+inf for a row that sees no key), the
+// row's dq_accum zeroed; rows from the batch's end to dsum_rows get D = 0, lse +inf. A warp per
+// (batch, head, row), lane c on 16-byte chunk c of the head dim (d / 8 <= 32 chunks). Grid
+// (dsum_rows / 4, nheads, batch), 128 threads.
 template <typename T>
 __global__ void attn_bwd_dsum_kernel(const __grid_constant__ AttnBwdParams p) {
+  constexpr float kLog2e = 1.4426950408889634f;
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
   const AttnBatch sb = attn_batch(p, b);
-  if (i >= sb.sq) return;
+  const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + i;
+  if (i >= sb.sq) {
+    if (lane == 0) p.dsum[at] = 0.f, p.lse_log2[at] = INFINITY;
+    return;
+  }
   const int chunks = p.headdim / 8;
   float acc = 0.f;
   if (lane < chunks) {
@@ -114,10 +120,14 @@ __global__ void attn_bwd_dsum_kernel(const __grid_constant__ AttnBwdParams p) {
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i] = acc;
+  if (lane == 0) {
+    const float lse = p.lse[attn_lse_offset(p, b, h, sb, i)];
+    p.dsum[at] = acc;
+    p.lse_log2[at] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  }
 }
 
-// Postprocess: dq = dq_accum in dq's dtype. Same grid as attn_bwd_dsum_kernel.
+// Postprocess: dq = dq_accum in dq's dtype. Grid (ceil(max_sq / 4), nheads, batch), 128 threads.
 template <typename T>
 __global__ void attn_bwd_dq_convert_kernel(const __grid_constant__ AttnBwdParams p) {
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -131,13 +141,16 @@ __global__ void attn_bwd_dq_convert_kernel(const __grid_constant__ AttnBwdParams
   *reinterpret_cast<uint4*>(dq + lane * 8) = out;
 }
 
-// fp32 pair added to global memory without reading it back (sm_90: one vector reduction).
-__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
+// Four fp32 values added to global memory (16-byte aligned) without reading them back (sm_90: one
+// vector reduction).
+__device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, float c, float d) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+  atomicAdd(reinterpret_cast<float4*>(dst), make_float4(a, b, c, d));
 #else
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
+  atomicAdd(dst + 2, c);
+  atomicAdd(dst + 3, d);
 #endif
 }
 
@@ -161,6 +174,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
   T* dss = ps + kM * kPS;                      // (kM, kPS): dS g
   float* lse_buf = reinterpret_cast<float*>(dss + kM * kPS);  // (kStages, kM): lse log2(e), +inf for rows without P
   float* dsum_buf = lse_buf + kStages * kM;                    // (kStages, kM): D
+  static_assert(kM % 4 == 0 && 2 * kM / 4 <= Tr::kThreads, "lse and D of a block by one 16-byte copy per thread");
 
   const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
   const AttnBatch sb = attn_batch(p, b);
@@ -202,24 +216,20 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
   const int m_first = rr.lo - rr.lo % kM;
   // Step (h, m0): query head h of the group, rows m0.. in [m_first, m_end), kM at a time.
   const int m_end = rr.hi > rr.lo ? rr.hi : m_first, h_end = (hk + 1) * group;
-  // Issues the copies of the step on query head h, rows m0.. into buffer buf: Q and dO by
-  // cp.async, lse (base 2) and D by plain loads (visible after the next barrier).
+  // Issues the copies of the step on query head h, rows m0.. into buffer buf, all by cp.async: Q,
+  // dO, and the block's lse (base 2) and D from the preprocess's arrays (dsum_rows rows a head:
+  // whole blocks, no bounds to check).
   const auto load_step = [&](int h, int m0, int buf) {
     const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
     const T* dout = static_cast<const T*>(p.dout) +
                     attn_offset(p, b, sb.q_row0, 0, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
     flash2_load_tile<T, Tr, kM>(qs_buf + buf * kM * kS, q, p.q_row_stride, m0, sb.sq);
     flash2_load_tile<T, Tr, kM>(dos_buf + buf * kM * kS, dout, p.dout_row_stride, m0, sb.sq);
-    if (threadIdx.x < kM) {
-      const int i = m0 + threadIdx.x;
-      float l = INFINITY, dsum = 0.f;  // rows past the end: P = 2^(x - inf) = 0
-      if (i < sb.sq) {
-        const float lse = p.lse[attn_lse_offset(p, b, h, sb, i)];
-        l = lse == -INFINITY ? INFINITY : lse * kLog2e;  // a row that sees no key: P = 0
-        dsum = p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i];
-      }
-      lse_buf[buf * kM + threadIdx.x] = l;
-      dsum_buf[buf * kM + threadIdx.x] = dsum;
+    if (threadIdx.x < 2 * kM / 4) {
+      const int c = threadIdx.x % (kM / 4);
+      const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0 + 4 * c;
+      const bool is_lse = threadIdx.x < kM / 4;
+      cp_async_16((is_lse ? lse_buf : dsum_buf) + buf * kM + 4 * c, (is_lse ? p.lse_log2 : p.dsum) + at);
     }
   };
   const bool any_step = m_end > m_first;
@@ -286,7 +296,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int row = s_row + 16 * mi + g + 8 * r, i = m0 + row;
-            const float lse2 = lse_s[row], dsum = dsum_s[row], dsum_g = dsum * mod.scale;
+            const float lse2 = lse_s[row], dsum = dsum_s[row];
+            [[maybe_unused]] const float dsum_g = dsum * mod.scale;
 #pragma unroll
             for (int j = 0; j < Tr::kSNTiles; ++j) {
               float pr[2], ds[2];
@@ -378,16 +389,23 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
           }
         }
       }
+      // Lanes t and t ^ 1 trade halves so that each holds four adjacent columns of one row (even
+      // t: row g, its columns and the partner's; odd t: row g + 8): one 16-byte reduction each.
+      const bool even = t % 2 == 0;
 #pragma unroll
-      for (int mi = 0; mi < Tr::kQMTiles; ++mi)
+      for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
+        const int i = m0 + q_row + 16 * mi + g + (even ? 0 : 8);
+        float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + c0 + 2 * (t & ~1) : nullptr;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int i = m0 + q_row + 16 * mi + g + 8 * r;
-          if (i >= sb.sq) continue;
-          float* row = p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + c0 + 2 * t;
-#pragma unroll
-          for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_f32x2(row + j * 8, dq[mi][j][2 * r], dq[mi][j][2 * r + 1]);
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j) {
+          const float* acc = dq[mi][j];
+          const float send0 = even ? acc[2] : acc[0], send1 = even ? acc[3] : acc[1];
+          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          if (row == nullptr) continue;
+          if (even) red_add_f32x4(row + j * 8, acc[0], acc[1], got0, got1);
+          else red_add_f32x4(row + j * 8, got0, got1, acc[2], acc[3]);
         }
+      }
     }
     h = h_next, m0 = m_next;
   }
