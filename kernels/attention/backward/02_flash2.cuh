@@ -70,9 +70,6 @@ struct Flash2BwdTraits {
   static constexpr int kQMTiles = kBlockM / kQWarpsM / 16;
   static constexpr int kDqCols = kHeadDim / kQWarpsD;
   static constexpr int kDqChunk = kDqCols % 32 == 0 ? 32 : kDqCols;
-  // dQ in one chunk, two dQ k16 steps per dK/dV step and an even number of n8 tile pairs per half
-  // of a dK/dV step (head dims 64, 128): the two products interleaved (kFuseDq).
-  static constexpr bool kFuseDq = kDqCols == kDqChunk && kBlockN == 2 * kBlockM && kKVTiles % 4 == 0;
   static constexpr int kStride = kHeadDim + 8;  // shared row strides in elements (padded)
   static constexpr int kPStride = kBlockN + 8;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (flash2_load_tile)
@@ -339,19 +336,16 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
     __syncthreads();
 
     // dV += P^T dO, dK += dS^T Q: keys kv_key + 16 mi + (g, g + 8) x columns kv_col + 8 j + 2 t.
-    // kv_mma(kq, j0, nj, ap, ads): k16 step kq for the n8 tiles j0 .. j0 + nj (ap / ads: this
-    // step's P^T and dS^T fragments, loaded by kv_frags).
-    const auto kv_frags = [&](int kq, uint32_t (&ap)[Tr::kKVMTiles][4], uint32_t (&ads)[Tr::kKVMTiles][4]) {
+#pragma unroll
+    for (int kq = 0; kq < kM / 16; ++kq) {
+      uint32_t ap[Tr::kKVMTiles][4], ads[Tr::kKVMTiles][4];
 #pragma unroll
       for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
         ldmatrix_x4_trans(ap[mi], smem_addr(ps + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
         ldmatrix_x4_trans(ads[mi], smem_addr(dss + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
       }
-    };
-    const auto kv_mma = [&](int kq, int j0, int nj, const uint32_t (&ap)[Tr::kKVMTiles][4],
-                            const uint32_t (&ads)[Tr::kKVMTiles][4]) {
 #pragma unroll
-      for (int j = j0; j < j0 + nj; j += 2) {
+      for (int j = 0; j < Tr::kKVTiles; j += 2) {
         uint32_t bdo[4], bq[4];
         ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
         ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
@@ -364,30 +358,39 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
           mma_m16n8k16<T>(dk_acc[mi][j + 1], ads[mi], bq1);
         }
       }
-    };
-    // dQ += dS K: rows q_row + 16 mi + (g, g + 8) x columns c0 + 8 j + 2 t of a chunk of kDqChunk.
-    using DqAcc = float[Tr::kQMTiles][Tr::kDqChunk / 8][4];
-    const auto dq_mma = [&](int kn, int c0, DqAcc& dq) {
-      uint32_t ads[Tr::kQMTiles][4];
+    }
+
+    // dQ += dS K: rows q_row + 16 mi + (g, g + 8) x columns q_col + ..., chunk by chunk, added to
+    // dq_accum.
+#pragma unroll
+    for (int c0 = q_col; c0 < q_col + Tr::kDqCols; c0 += Tr::kDqChunk) {
+      float dq[Tr::kQMTiles][Tr::kDqChunk / 8][4];
 #pragma unroll
       for (int mi = 0; mi < Tr::kQMTiles; ++mi)
-        ldmatrix_x4(ads[mi], smem_addr(dss + (q_row + 16 * mi + a_row) * kPS + kn * 16 + a_col));
 #pragma unroll
-      for (int j = 0; j < Tr::kDqChunk / 8; j += 2) {
-        uint32_t bk[4];
-        ldmatrix_x4_trans(bk, smem_addr(ks + (kn * 16 + a_row) * kS + c0 + j * 8 + a_col));
-        const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]};
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j)
 #pragma unroll
-        for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
-          mma_m16n8k16<T>(dq[mi][j], ads[mi], bk0);
-          mma_m16n8k16<T>(dq[mi][j + 1], ads[mi], bk1);
+          for (int e = 0; e < 4; ++e) dq[mi][j][e] = 0.f;
+#pragma unroll
+      for (int kn = 0; kn < kN / 16; ++kn) {
+        uint32_t ads[Tr::kQMTiles][4];
+#pragma unroll
+        for (int mi = 0; mi < Tr::kQMTiles; ++mi)
+          ldmatrix_x4(ads[mi], smem_addr(dss + (q_row + 16 * mi + a_row) * kPS + kn * 16 + a_col));
+#pragma unroll
+        for (int j = 0; j < Tr::kDqChunk / 8; j += 2) {
+          uint32_t bk[4];
+          ldmatrix_x4_trans(bk, smem_addr(ks + (kn * 16 + a_row) * kS + c0 + j * 8 + a_col));
+          const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]};
+#pragma unroll
+          for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
+            mma_m16n8k16<T>(dq[mi][j], ads[mi], bk0);
+            mma_m16n8k16<T>(dq[mi][j + 1], ads[mi], bk1);
+          }
         }
       }
-    };
-    // Added to dq_accum: lanes t and t ^ 1 trade halves so that each holds four adjacent columns
-    // of one row (even t: row g, its columns and the partner's; odd t: row g + 8): one 16-byte
-    // reduction each.
-    const auto dq_add = [&](int c0, const DqAcc& dq) {
+      // Lanes t and t ^ 1 trade halves so that each holds four adjacent columns of one row (even
+      // t: row g, its columns and the partner's; odd t: row g + 8): one 16-byte reduction each.
       const bool even = t % 2 == 0;
 #pragma unroll
       for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
@@ -402,44 +405,6 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
           if (even) red_add_f32x4(row + j * 8, acc[0], acc[1], got0, got1);
           else red_add_f32x4(row + j * 8, got0, got1, acc[2], acc[3]);
         }
-      }
-    };
-    const auto dq_zero = [](DqAcc& dq) {
-#pragma unroll
-      for (int mi = 0; mi < Tr::kQMTiles; ++mi)
-#pragma unroll
-        for (int j = 0; j < Tr::kDqChunk / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dq[mi][j][e] = 0.f;
-    };
-    if constexpr (Tr::kFuseDq) {
-      // dQ's k16 steps (kN / 16) interleaved with dK/dV's (kM / 16, half the columns each time):
-      // every accumulator's next MMA is 24 MMAs later instead of 8 (dQ alone), which hides the
-      // MMA latency that a chain of dQ steps waits on.
-      DqAcc dq;
-      dq_zero(dq);
-      uint32_t ap[Tr::kKVMTiles][4], ads[Tr::kKVMTiles][4];
-#pragma unroll
-      for (int kn = 0; kn < kN / 16; ++kn) {
-        if (kn % 2 == 0) kv_frags(kn / 2, ap, ads);
-        dq_mma(kn, q_col, dq);
-        kv_mma(kn / 2, (kn % 2) * (Tr::kKVTiles / 2), Tr::kKVTiles / 2, ap, ads);
-      }
-      dq_add(q_col, dq);
-    } else {
-#pragma unroll
-      for (int kq = 0; kq < kM / 16; ++kq) {
-        uint32_t ap[Tr::kKVMTiles][4], ads[Tr::kKVMTiles][4];
-        kv_frags(kq, ap, ads);
-        kv_mma(kq, 0, Tr::kKVTiles, ap, ads);
-      }
-#pragma unroll
-      for (int c0 = q_col; c0 < q_col + Tr::kDqCols; c0 += Tr::kDqChunk) {
-        DqAcc dq;
-        dq_zero(dq);
-#pragma unroll
-        for (int kn = 0; kn < kN / 16; ++kn) dq_mma(kn, c0, dq);
-        dq_add(c0, dq);
       }
     }
     h = h_next, m0 = m_next;
