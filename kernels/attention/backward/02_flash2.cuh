@@ -53,10 +53,7 @@ struct Flash2BwdTraits {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockM = kAttnBwdBlockM;             // query rows per step
-  // Keys per thread block: 128 for head dims 96 and 128; 64 for 192 and 256 (registers), and for
-  // 32 and 64, whose accumulators then fit two blocks per SM.
-  static constexpr int kBlockN = kHeadDim <= 64 || kHeadDim > 128 ? 64 : 128;
-  static constexpr int kBlocksPerSm = kHeadDim <= 64 ? 2 : 1;
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per thread block
   // S and dP: kSWarpsM warps along the rows x kSWarpsN along the keys, each warp kSMTiles m16
   // tiles x kSNTiles n8 tiles (128 keys: 32 rows x 32 keys; 64 keys: 16 rows x 32 keys, fewer
   // fragment registers next to the larger dK / dV accumulators of head dims past 128).
@@ -162,7 +159,7 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, floa
 // kScoreMod: softcap and/or ALiBi (the generic element-wise path); without them P and dS take
 // one FFMA, one MUFU.EX2, one FFMA and one FMUL per element.
 template <typename T, int kHeadDim, bool kScoreMod>
-__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, Flash2BwdTraits<kHeadDim>::kBlocksPerSm)
+__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
     attn_bwd_flash2_kernel(const __grid_constant__ AttnBwdParams p) {
   using Tr = Flash2BwdTraits<kHeadDim>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
