@@ -268,6 +268,19 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
                  ": arguments 'q_descale', 'k_descale', 'v_descale': expected all per tensor (one element) or all per "
                  "(batch, nheads_kv), got a mix");
   if (per_head_given > 0) p.descale_batch_stride = nheads_kv, p.descale_head_stride = 1;
+  // Dropout: rung 1 only so far (the automatic choice takes it), no FP8.
+  FLASHLAB_CHECK(std::isfinite(opt.dropout_p) && opt.dropout_p >= 0.f && opt.dropout_p < 1.f, op,
+                 ": argument 'dropout_p': expected a finite value in [0, 1), got ", opt.dropout_p);
+  if (opt.dropout_p > 0.f) {
+    FLASHLAB_CHECK(!fp8, op, ": argument 'dropout_p': expected 0 for e4m3 inputs (no FP8 dropout), got ", opt.dropout_p);
+    FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 1, op, ": argument 'rung': expected 1 or ", kAttnFwdRungAuto,
+                   " (auto) with dropout_p > 0 (dropout runs on rung 1 only so far), got ", rung);
+    p.dropout_p = opt.dropout_p;
+    p.dropout_scale = 1.f / (1.f - opt.dropout_p);
+    p.dropout_threshold = kernels::dropout_threshold(opt.dropout_p);
+    p.dropout_seed = opt.dropout_seed;
+    p.dropout_offset = opt.dropout_offset;
+  }
   if (fp8) {  // TMA + 8-bit wgmma: rung 4 on sm_90a, head dim 128
     FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 4, op, ": argument 'rung': expected 4 or ", kAttnFwdRungAuto,
                    " (auto) for e4m3 inputs (FP8 runs on the Hopper rung only), got ", rung);
@@ -356,9 +369,11 @@ void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t str
 }
 
 // kAttnFwdRungAuto: the Hopper rung where it runs (sm_90, head dim >= 64, strides TMA can walk),
-// else FlashAttention-2.
-int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out) {
+// else FlashAttention-2; with dropout the naive rung (the only one that has it so far).
+int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                  const AttnFwdOptions& opt) {
   if (rung != kAttnFwdRungAuto) return rung;
+  if (opt.dropout_p > 0.f) return 1;
   if (q.dtype == DType::kE4M3) return 4;  // FP8: the Hopper rung (validated: sm_90)
   detail::DeviceGuard guard(q.device.index);
   const bool tma = tma_strides(q) && tma_strides(k) && tma_strides(v) && tma_strides(out);
@@ -390,7 +405,7 @@ void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v
                    cudaStream_t stream, int rung, const AttnFwdOptions& options) {
   const AttnFwdParams p = detail::attention_validated_params(kOp, q, k, v, out, rung, options, stream);
   detail::DeviceGuard guard(q.device.index);
-  rung = resolved_rung(rung, q, k, v, out);
+  rung = resolved_rung(rung, q, k, v, out, options);
   if (p.seqlen_q == 0) return;  // varlen with no query rows: nothing to write
   if (q.dtype == DType::kE4M3) return detail::launch_attn_hopper(p, q.dtype, stream);  // rung 4 only (validated)
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {

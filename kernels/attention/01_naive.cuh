@@ -6,7 +6,8 @@
 //      (attn_logit) -> S, (batch, nheads, max_sq, max_sk) fp32 in a workspace;
 //   2. softmax over each row of S, in place (one thread per row: max, sum, then P = exp(s - max)
 //      / sum) and lse = max + log(sum);
-//   3. O = P V: one thread per (batch, head, row, column of the head dim), rounded once.
+//   3. O = P V: one thread per (batch, head, row, column of the head dim), rounded once; with
+//      dropout, P z (z = attn_dropout_weight: 0 or 1 / (1 - p), regenerated from the seed).
 // Memory: the workspace is batch x nheads x sq x sk x 4 bytes: O(N^2) in the sequence length
 // (8 GB for batch 1, 32 heads, 8k x 8k), which is what the next rungs remove. Reads: every
 // score re-reads a row of Q and of K (d values each) from global memory / L2.
@@ -89,7 +90,11 @@ __global__ void attn_naive_pv_kernel(const __grid_constant__ AttnFwdParams p, co
   const float* row = attn_naive_s_row(const_cast<float*>(s), p, b, h, i);
   const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   float acc = 0.f;
-  for (int j = 0; j < sb.sk; ++j) acc += row[j] * to_float(v[j * p.v_row_stride + c]);
+  if (p.dropout_p == 0.f) {
+    for (int j = 0; j < sb.sk; ++j) acc += row[j] * to_float(v[j * p.v_row_stride + c]);
+  } else {
+    for (int j = 0; j < sb.sk; ++j) acc += row[j] * attn_dropout_weight(p, b, h, i, j) * to_float(v[j * p.v_row_stride + c]);
+  }
   T* o = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   o[c] = from_float<T>(acc);
 }

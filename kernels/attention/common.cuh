@@ -8,6 +8,7 @@
 
 #include "kernels/attention/params.h"
 #include "kernels/common/hd.h"
+#include "kernels/common/philox.cuh"
 
 namespace flashlab::kernels {
 
@@ -57,6 +58,14 @@ __device__ __forceinline__ AttnScoreMod attn_score_mod(const AttnFwdParams& p, i
 FLASHLAB_HD inline bool attn_visible(int i, int j, int diag, int window_left, int window_right) {
   const int d = i + diag;
   return (window_left < 0 || j >= d - window_left) && (window_right < 0 || j <= d + window_right);
+}
+
+// The dropout weight z of (batch b, head h, row i, key j): 1 / (1 - p) if kept, 0 if dropped, 1
+// without dropout. i and j are the batch's own row and key (varlen: not the packed rows).
+__device__ __forceinline__ float attn_dropout_weight(const AttnFwdParams& p, int b, int h, int i, int j) {
+  if (p.dropout_p == 0.f) return 1.f;
+  const uint32_t draw = dropout_draw(p.dropout_seed, p.dropout_offset, b, h, p.nheads, i, j);
+  return draw >= p.dropout_threshold ? p.dropout_scale : 0.f;
 }
 
 // The logit of raw dot product `dot` for row i, key j (natural-log units), -inf when masked.

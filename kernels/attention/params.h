@@ -45,6 +45,11 @@ struct AttnFwdParams {
   const float* k_descale;
   const float* v_descale;
   int64_t descale_batch_stride, descale_head_stride;
+  // Dropout (0: none): keep (b, h, i, j) iff dropout_draw(seed, offset, b, h, nheads, i, j) >=
+  // dropout_threshold, a kept p_ij weighed by dropout_scale = 1 / (1 - dropout_p).
+  float dropout_p, dropout_scale;
+  uint32_t dropout_threshold, dropout_offset;
+  uint64_t dropout_seed;
 };
 
 // The backward (include/flashlab/attention.h, attention_bwd) reads everything above (lse is the

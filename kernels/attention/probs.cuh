@@ -14,7 +14,8 @@
 namespace flashlab::kernels {
 
 // probs: (batch, nheads, max_sq, max_sk) in T, every entry written (0 past a batch's lengths,
-// where masked, and on fully masked rows). Grid (ceil(max_sk / 32) * ceil(max_sq / 8), nheads,
+// where masked, and on fully masked rows); with dropout a dropped entry as -p (flash-attn's
+// convention: the sign shows the mask, the magnitude the probability before dropout). Grid (ceil(max_sk / 32) * ceil(max_sq / 8), nheads,
 // batch), block (32, 8).
 template <typename T>
 __global__ void attn_probs_kernel(const __grid_constant__ AttnFwdParams p, T* probs) {
@@ -29,6 +30,7 @@ __global__ void attn_probs_kernel(const __grid_constant__ AttnFwdParams p, T* pr
     const float lse = p.lse[at];
     const float s = attn_naive_logit<T>(p, b, h, sb, i, j);
     value = lse == -INFINITY || s == -INFINITY ? 0.f : expf(s - lse);
+    if (attn_dropout_weight(p, b, h, i, j) == 0.f) value = -value;
   }
   probs[((static_cast<int64_t>(b) * p.nheads + h) * p.seqlen_q + i) * p.seqlen_k + j] = from_float<T>(value);
 }

@@ -15,6 +15,7 @@
 
 #include "flashlab/attention.h"
 #include "flashlab/tensor.h"
+#include "kernels/common/philox.cuh"
 #include "src/reference/attention.h"
 #include "tests/common/gpu_utils.h"
 #include "tests/common/test_utils.h"
@@ -35,6 +36,9 @@ struct Case {
   Layout layout = Layout::kContig;
   double range = 2.0;  // inputs uniform in [-range, range]
   bool probs = false;
+  float dropout_p = 0.f;  // > 0: dropout with this seed and offset
+  uint64_t seed = 0;
+  uint32_t offset = 0;
 };
 
 inline Case fixed(int64_t batch, int64_t sq, int64_t sk, int64_t h, int64_t hk, int64_t d) {
@@ -55,6 +59,7 @@ inline ::testing::Message describe(const Case& c, DType dt, int rung) {
   m << (c.varlen ? " varlen" : "") << (c.causal ? " causal" : "") << " window (" << c.wl << ", " << c.wr << ")";
   if (c.softcap > 0) m << " softcap " << c.softcap;
   if (c.alibi) m << " alibi " << c.alibi;
+  if (c.dropout_p > 0) m << " dropout " << c.dropout_p << " seed " << c.seed << " offset " << c.offset;
   m << " layout " << static_cast<int>(c.layout);
   return m;
 }
@@ -155,6 +160,24 @@ inline std::vector<double> random_slopes(const Case& c, std::mt19937_64& rng) {
   return slopes;
 }
 
+// The case's dropout mask, (batch, nheads, max_sq, max_sk), 1 where kept: the draws the kernels
+// make (kernels/common/philox.cuh, the same functions on the host), on each batch's own rows and
+// keys (0 past its lengths).
+inline std::vector<uint8_t> dropout_keep(const Case& c) {
+  const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
+  std::vector<uint8_t> keep(static_cast<size_t>(c.batch * c.h * max_sq * max_sk), 0);
+  const uint32_t threshold = kernels::dropout_threshold(c.dropout_p);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.h; ++h)
+      for (int64_t i = 0; i < c.lq[b]; ++i)
+        for (int64_t j = 0; j < c.lk[b]; ++j) {
+          const uint32_t draw = kernels::dropout_draw(c.seed, c.offset, static_cast<uint32_t>(b), static_cast<uint32_t>(h),
+                                                      static_cast<uint32_t>(c.h), static_cast<uint32_t>(i), static_cast<uint32_t>(j));
+          keep[((b * c.h + h) * max_sq + i) * max_sk + j] = draw >= threshold;
+        }
+  return keep;
+}
+
 // The reference's arguments for the case (scale: the float the kernels use for the default).
 inline reference::AttnRefArgs ref_args(const Case& c, const std::vector<int64_t>& cuq, const std::vector<int64_t>& cuk,
                                        const std::vector<double>& slopes) {
@@ -164,6 +187,7 @@ inline reference::AttnRefArgs ref_args(const Case& c, const std::vector<int64_t>
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
   args.causal = c.causal, args.window_left = c.wl, args.window_right = c.wr, args.softcap = c.softcap;
   args.alibi_slopes = slopes;
+  if (c.dropout_p > 0) args.dropout_p = c.dropout_p, args.dropout_keep = dropout_keep(c);
   return args;
 }
 
@@ -175,6 +199,7 @@ inline void set_case_options(AttnFwdOptions& opt, const Case& c, const TensorVie
   if (c.alibi) opt.alibi_slopes = &slopes;
   if (c.varlen) opt.cu_seqlens_q = &cu_q, opt.cu_seqlens_k = &cu_k, opt.max_seqlen_q = max_sq, opt.max_seqlen_k = max_sk;
   opt.softmax_lse = &lse;
+  opt.dropout_p = c.dropout_p, opt.dropout_seed = c.seed, opt.dropout_offset = c.offset;
 }
 
 }  // namespace flashlab::testing

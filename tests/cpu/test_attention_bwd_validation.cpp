@@ -166,6 +166,12 @@ TEST(AttentionBwdValidation, RungOutOfRange) {
   AttnBwdOptions det = c.opt();
   det.deterministic = true;
   expect_rejected(c, {"argument 'deterministic'", "expected false for rung 2", "got true"}, det, {2});
+  // Dropout: rung 1 only so far (the automatic choice takes it); its range is the forward's rule.
+  AttnBwdOptions drop = c.opt();
+  drop.dropout_p = 0.2f;
+  expect_rejected(c, {"argument 'rung'", "expected 1 or -1 (auto) with dropout_p > 0", "got 2"}, drop, {2});
+  drop.dropout_p = 1.f;
+  expect_rejected(c, {"argument 'dropout_p'", "expected a finite value in [0, 1)", "got 1"}, drop, {1, kAttnBwdRungAuto});
 }
 
 // fp16 / bf16 only: no FP8 backward (e4m3 is a forward-only input), no fp32 or integer inputs.
@@ -489,6 +495,11 @@ TEST(AttentionBwdValidation, ValidCallsPassTheHostChecks) {
   // Varlen (its first CUDA call comes earlier: see the disabled test at the end of the file).
   expect_host_checks_pass(varlen(), 1);
   expect_host_checks_pass(varlen());
+  // Dropout on rung 1 and auto.
+  AttnBwdOptions drop = c.opt();
+  drop.dropout_p = 0.5f, drop.dropout_seed = 99, drop.dropout_offset = 3;
+  expect_host_checks_pass(c, drop, 1);
+  expect_host_checks_pass(c, drop);
 }
 
 // ---- attention_bwd_workspace_bytes: the closed form of include/flashlab/attention.h

@@ -107,7 +107,12 @@ void check_case(DType dt, const Case& c, std::initializer_list<int> rungs_asked,
       const std::vector<double> p = decode(dt, download(dprobs.ptr, static_cast<size_t>(c.batch * c.h * max_sq * max_sk * es)));
       expect_no_nan(p, what);
       double worst = 0;
-      for (size_t x = 0; x < p.size(); ++x) worst = std::max(worst, std::fabs(p[x] - ref.probs[x]));
+      // With dropout a dropped entry is written -p: the sign is the kernel's mask, which must be
+      // the one regenerated here (args.dropout_keep).
+      for (size_t x = 0; x < p.size(); ++x) {
+        const double want = c.dropout_p > 0 && !args.dropout_keep[x] ? -ref.probs[x] : ref.probs[x];
+        worst = std::max(worst, std::fabs(p[x] - want));
+      }
       // One rounding to dt of a value <= 1, plus the fp32 exponent of a recomputed score.
       EXPECT_LE(worst, 2 * unit_roundoff(dt) + 1e-5) << what << " (probs)";
     }
@@ -500,6 +505,48 @@ TEST(Attention, Deterministic) {
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_EQ(download(d1.ptr, d1.bytes), download(d2.ptr, d2.bytes)) << "rung " << rung;
   }
+}
+
+// Dropout (rung 1, and the automatic choice, which takes it): out and lse against the reference
+// under the mask regenerated on the host from the seed and offset (the same Philox functions),
+// and probs whose signs must be that mask, so the kernel's mask is the host's entry by entry
+// (the host draws' keep rate is tests/cpu/test_philox.cpp's). Masks, softcap, ALiBi, GQA,
+// varlen.
+TEST(AttentionDropout, MatchesTheReferenceUnderItsMask) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(92);
+  Case c = fixed(2, 77, 113, 4, 2, 64);
+  c.causal = true, c.probs = true, c.dropout_p = 0.3f, c.seed = 0x0123456789abcdefull, c.offset = 7;
+  check_case(DType::kBF16, c, {1, kAttnFwdRungAuto}, rng);
+  c.causal = false, c.wl = 20, c.wr = 5, c.softcap = 8.f, c.alibi = 2, c.dropout_p = 0.9f, c.offset = 8;
+  check_case(DType::kF16, c, {1}, rng);
+  Case v;
+  v.batch = 3, v.h = 2, v.hk = 1, v.d = 128, v.varlen = true, v.probs = true;
+  v.lq = {17, 0, 64}, v.lk = {40, 9, 33};
+  v.dropout_p = 0.5f, v.seed = 42, v.offset = 1;
+  check_case(DType::kBF16, v, {1, kAttnFwdRungAuto}, rng);
+}
+
+// The same seed and offset give bit-identical outputs; another offset or seed another mask.
+TEST(AttentionDropout, SeedAndOffsetSelectTheMask) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(93);
+  const int64_t b = 1, s = 96, h = 2, d = 64;
+  const HostTensor q = random_tensor(DType::kBF16, b * s * h * d, rng, -2, 2);
+  DeviceBuffer dq(q.bytes.size()), d1(q.bytes.size()), d2(q.bytes.size());
+  upload(dq.ptr, q.bytes);
+  const TensorView qv = device_view(dq.ptr, DType::kBF16, {b, s, h, d});
+  const auto run = [&](const DeviceBuffer& o, uint64_t seed, uint32_t offset) {
+    AttnFwdOptions opt;
+    opt.dropout_p = 0.5f, opt.dropout_seed = seed, opt.dropout_offset = offset;
+    attention_fwd(qv, qv, qv, device_view(o.ptr, DType::kBF16, {b, s, h, d}), nullptr, kAttnFwdRungAuto, opt);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    return download(o.ptr, o.bytes);
+  };
+  const std::vector<uint8_t> base = run(d1, 5, 10);
+  EXPECT_EQ(run(d2, 5, 10), base) << "same seed and offset";
+  EXPECT_NE(run(d2, 5, 11), base) << "another offset";
+  EXPECT_NE(run(d2, 6, 10), base) << "another seed";
 }
 
 }  // namespace

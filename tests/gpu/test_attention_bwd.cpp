@@ -132,8 +132,13 @@ void check_bwd_case_on(DType dt, const Case& c, int rung, std::mt19937_64& rng, 
   }
 }
 
-// Every rung (rung 2 is not deterministic: repeats only on rung 1).
+// Every rung that takes the case (rung 2 is not deterministic: repeats only on rung 1; dropout:
+// rung 1 and the automatic choice).
 void check_bwd_case(DType dt, const Case& c, std::mt19937_64& rng, int repeats = 1) {
+  if (c.dropout_p > 0) {
+    for (int rung : {1, kAttnBwdRungAuto}) check_bwd_case_on(dt, c, rung, rng, repeats);
+    return;
+  }
   for (int rung = 1; rung <= kAttnBwdRungs; ++rung) check_bwd_case_on(dt, c, rung, rng, rung == 1 ? repeats : 1);
 }
 
@@ -220,6 +225,23 @@ TEST(AttentionBwd, LongerSequences) {
   c = fixed(1, 400, 333, 2, 1, 64);
   c.wl = 100, c.wr = 20;
   check_bwd_case(DType::kF16, c, rng);
+}
+
+// Dropout: the forward (automatic rung: rung 1) and the backward regenerate one mask from the
+// seed and offset; gradients against the reference under that mask (regenerated on the host).
+TEST(AttentionBwd, Dropout) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(79);
+  Case c = fixed(2, 70, 90, 4, 2, 64);
+  c.causal = true, c.dropout_p = 0.25f, c.seed = 0xfeedbeefcafef00dull, c.offset = 3;
+  check_bwd_case(DType::kBF16, c, rng, 3);
+  c.causal = false, c.softcap = 5.f, c.alibi = 1, c.dropout_p = 0.6f, c.offset = 4;
+  check_bwd_case(DType::kF16, c, rng);
+  Case v;
+  v.batch = 3, v.h = 2, v.hk = 2, v.d = 128, v.varlen = true;
+  v.lq = {17, 0, 64}, v.lk = {40, 9, 33};
+  v.dropout_p = 0.5f, v.seed = 7, v.offset = 0;
+  check_bwd_case(DType::kBF16, v, rng);
 }
 
 TEST(AttentionBwd, Deterministic) {

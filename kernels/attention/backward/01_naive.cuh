@@ -1,8 +1,9 @@
 // Backward rung 1 — naive: P and dS materialised in global memory (the GPU reference rung).
 //
 // With L = sum(dout * out) and, per (batch, head), P = softmax(S) of the forward (recomputed from
-// the saved lse: p_ij = exp(s_ij - lse_i)):
-//   dV = P^T dO,   dP = dO V^T,   D_i = sum_j p_ij dp_ij = dO_i . O_i,
+// the saved lse: p_ij = exp(s_ij - lse_i)) and Z its dropout weights (all 1 without dropout;
+// regenerated from the forward's seed and offset):
+//   dV = (P Z)^T dO,   dP = (dO V^T) Z,   D_i = sum_j p_ij dp_ij = dO_i . O_i,
 //   dS = P * (dP - D)  (softmax backward),   dQ = (dS * g) K,   dK = (dS * g)^T Q,
 // g_ij = d s_ij / d (q_i . k_j): the scale, times 1 - tanh^2(scale q.k / softcap) with softcap
 // (ALiBi and the mask add constants: nothing to differentiate). GQA: a KV head's dK and dV sum
@@ -45,7 +46,7 @@ __global__ void attn_bwd_naive_dsum_kernel(const __grid_constant__ AttnBwdParams
 }
 
 // Step 2. One thread per (batch, head, row, key): grid (ceil(max_sk / 32) * ceil(max_sq / 8),
-// nheads, batch), block (32, 8). prob and dsg: (batch, nheads, max_sq, max_sk) fp32.
+// nheads, batch), block (32, 8). prob (p z) and dsg: (batch, nheads, max_sq, max_sk) fp32.
 template <typename T>
 __global__ void attn_bwd_naive_ds_kernel(const __grid_constant__ AttnBwdParams p, float* prob, float* dsg) {
   const int b = blockIdx.z, h = blockIdx.y;
@@ -65,6 +66,8 @@ __global__ void attn_bwd_naive_ds_kernel(const __grid_constant__ AttnBwdParams p
   const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, j, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   float dp = 0.f;
   for (int c = 0; c < p.headdim; ++c) dp += to_float(dout[c]) * to_float(v[c]);
+  const float z = attn_dropout_weight(p, b, h, i, j);
+  dp *= z;
   const float ds = pij * (dp - p.dsum[(static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + i]);
   float g = mod.scale;
   if (mod.softcap > 0.f) {
@@ -72,7 +75,7 @@ __global__ void attn_bwd_naive_ds_kernel(const __grid_constant__ AttnBwdParams p
     g *= 1.f - t * t;
   }
   const int64_t at = attn_naive_s_row(prob, p, b, h, i) - prob + j;
-  prob[at] = pij;
+  prob[at] = pij * z;  // what dV takes
   dsg[at] = ds * g;
 }
 
@@ -94,7 +97,7 @@ __global__ void attn_bwd_naive_dq_kernel(const __grid_constant__ AttnBwdParams p
   dq[c] = from_float<T>(acc);
 }
 
-// Step 4. dK = (dS g)^T Q and dV = P^T dO, summed over the query heads of KV head hk: one thread
+// Step 4. dK = (dS g)^T Q and dV = (P Z)^T dO, summed over the query heads of KV head hk: one thread
 // per (batch, KV head, key, column): grid (ceil(d / 32) * ceil(max_sk / 8), nheads_kv, batch),
 // block (32, 8).
 template <typename T>
