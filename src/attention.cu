@@ -268,13 +268,13 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
                  ": arguments 'q_descale', 'k_descale', 'v_descale': expected all per tensor (one element) or all per "
                  "(batch, nheads_kv), got a mix");
   if (per_head_given > 0) p.descale_batch_stride = nheads_kv, p.descale_head_stride = 1;
-  // Dropout: rung 1 only so far (the automatic choice takes it), no FP8.
+  // Dropout: rungs 1 and 3 so far (the automatic choice takes rung 1), no FP8.
   FLASHLAB_CHECK(std::isfinite(opt.dropout_p) && opt.dropout_p >= 0.f && opt.dropout_p < 1.f, op,
                  ": argument 'dropout_p': expected a finite value in [0, 1), got ", opt.dropout_p);
   if (opt.dropout_p > 0.f) {
     FLASHLAB_CHECK(!fp8, op, ": argument 'dropout_p': expected 0 for e4m3 inputs (no FP8 dropout), got ", opt.dropout_p);
-    FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 1, op, ": argument 'rung': expected 1 or ", kAttnFwdRungAuto,
-                   " (auto) with dropout_p > 0 (dropout runs on rung 1 only so far), got ", rung);
+    FLASHLAB_CHECK(rung == kAttnFwdRungAuto || rung == 1 || rung == 3, op, ": argument 'rung': expected 1, 3 or ",
+                   kAttnFwdRungAuto, " (auto) with dropout_p > 0 (dropout runs on rungs 1 and 3 so far), got ", rung);
     p.dropout_p = opt.dropout_p;
     p.dropout_scale = 1.f / (1.f - opt.dropout_p);
     p.dropout_threshold = kernels::dropout_threshold(opt.dropout_p);
@@ -369,7 +369,8 @@ void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t str
 }
 
 // kAttnFwdRungAuto: the Hopper rung where it runs (sm_90, head dim >= 64, strides TMA can walk),
-// else FlashAttention-2; with dropout the naive rung (the only one that has it so far).
+// else FlashAttention-2; with dropout the naive rung (rung 3 has it too, and becomes the choice
+// once measured on a GPU).
 int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                   const AttnFwdOptions& opt) {
   if (rung != kAttnFwdRungAuto) return rung;

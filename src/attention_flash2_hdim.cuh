@@ -11,12 +11,15 @@ namespace flashlab::detail {
 
 template <int kHeadDim>
 void launch_attn_flash2_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  // Softcap or ALiBi take the generic score path (one m16 tile per warp); plain scores, masks
-  // included, the lighter one with two tiles per warp.
-  BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+  // Softcap or ALiBi take the generic score path (one m16 tile per warp), as does dropout (its
+  // draws need the registers); plain scores, masks included, the lighter one with two tiles per
+  // warp.
+  BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr || p.dropout_p > 0.f, kScoreMod, [&] {
     using Tr = kernels::Flash2Traits<kHeadDim, kScoreMod>;
     HALF_DTYPE_SWITCH(dtype, T, [&] {
-      const auto kernel = kernels::attn_flash2_kernel<T, kHeadDim, kScoreMod>;
+      // <.., true, true> with dropout; <.., kScoreMod, false> without (never <.., false, true>).
+      const auto kernel = p.dropout_p > 0.f ? kernels::attn_flash2_kernel<T, kHeadDim, kScoreMod, kScoreMod>
+                                            : kernels::attn_flash2_kernel<T, kHeadDim, kScoreMod, false>;
       FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
       const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, Tr::kBlockM)), p.nheads, p.batch);
       FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);

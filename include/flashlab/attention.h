@@ -82,9 +82,9 @@ struct AttnFwdOptions {
   // weighs v_j by 1 / (1 - dropout_p), else dropped. The mask is a function of (dropout_seed,
   // dropout_offset, batch, head, row, key) alone (Philox4x32-10, kernels/common/philox.cuh), so
   // the backward given the same three regenerates it; a caller advances the offset (or the seed)
-  // between calls that must not share a mask. dropout_p finite, in [0, 1); > 0 runs on rung 1
-  // only so far (kAttnFwdRungAuto takes it), not with e4m3 inputs. softmax_lse is that before
-  // dropout; attn_probs writes a dropped entry as -p_ij (flash-attn's convention).
+  // between calls that must not share a mask. dropout_p finite, in [0, 1); > 0 runs on rungs 1
+  // and 3 so far (kAttnFwdRungAuto takes rung 1), not with e4m3 inputs. softmax_lse is that
+  // before dropout; attn_probs writes a dropped entry as -p_ij (flash-attn's convention).
   float dropout_p = 0.f;
   uint64_t dropout_seed = 0;
   uint32_t dropout_offset = 0;
@@ -131,8 +131,8 @@ int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
 inline constexpr int kAttnBwdRungs = 2;
 // The top rung; with options.deterministic, the top rung that is deterministic (rung 1 for now:
 // rung 2's dQ atomics add in an order that varies from run to run); with dropout (the forward's
-// dropout_p, seed and offset, the same as given to it: the mask is regenerated) rung 1, the only
-// one that has it so far (rung 2 rejects dropout_p > 0).
+// dropout_p, seed and offset, the same as given to it: the mask is regenerated) rung 1 (rung 2
+// has it too).
 inline constexpr int kAttnBwdRungAuto = -1;
 
 // The forward's options, plus:

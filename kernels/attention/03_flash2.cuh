@@ -110,8 +110,12 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
 
 // Grid (ceil(max_sq / kBlockM), nheads, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
 // shared memory.
-template <typename T, int kHeadDim, bool kScoreMod>
+// kDropout: P multiplied by the dropout mask before P V (the row sums stay those before
+// dropout; O / l times 1 / (1 - p) at the end). Only with kScoreMod: its draws need the registers
+// the generic score path leaves (one m16 tile per warp; the two-tile kernel spilled).
+template <typename T, int kHeadDim, bool kScoreMod, bool kDropout = false>
 __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) attn_flash2_kernel(const __grid_constant__ AttnFwdParams p) {
+  static_assert(!kDropout || kScoreMod, "dropout runs on the generic score path");
   using Tr = Flash2Traits<kHeadDim, kScoreMod>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -266,6 +270,22 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
         }
       }
 
+    // Dropout: each (row, key pair) of this thread's P regenerated from the seed (one Philox call
+    // per pair), dropped entries zeroed; the row sums above are those before dropout.
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < Tr::kNTiles; ++j)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float z0, z1;
+            attn_dropout_weight2(p, b, h, row0 + 16 * mt + 8 * r, k0 + j * 8 + 2 * t, z0, z1);
+            s[mt][j][2 * r] *= z0 == 0.f ? 0.f : 1.f;
+            s[mt][j][2 * r + 1] *= z1 == 0.f ? 0.f : 1.f;
+          }
+    }
+
     // O += P V: P's A-fragments straight from the S accumulators (two n8 tiles per k16 step);
     // each V fragment feeds the kMT m16 tiles.
 #pragma unroll
@@ -300,7 +320,8 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
       float l = row_sum[mt][r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
+      float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
+      if constexpr (kDropout) inv *= p.dropout_scale;
       const int i = row0 + 16 * mt + 8 * r;
       if (i < sb.sq) {
         T* orow = o + static_cast<int64_t>(i) * p.o_row_stride;

@@ -502,18 +502,18 @@ TEST(AttentionValidation, Dropout) {
     o.dropout_p = bad;
     expect_rejected(t, {"argument 'dropout_p'", "expected a finite value in [0, 1)"}, o);
   }
-  // Rung 1 only so far (the automatic choice takes it); no FP8 dropout.
+  // Rungs 1 and 3 so far (the automatic choice takes rung 1); no FP8 dropout.
   o = {};
   o.dropout_p = 0.1f;
-  for (int rung : {2, 3, 4})
+  for (int rung : {2, 4})
     expect_rejected(t.q, t.k, t.v, t.out,
-                    {"argument 'rung'", "expected 1 or -1 (auto) with dropout_p > 0", "got " + std::to_string(rung)}, o, {rung});
+                    {"argument 'rung'", "expected 1, 3 or -1 (auto) with dropout_p > 0", "got " + std::to_string(rung)}, o, {rung});
   constexpr DType e4 = DType::kE4M3;
   expect_rejected(gpu(e4, {2, 16, 4, 128}, kQ), gpu(e4, {2, 32, 2, 128}, kK), gpu(e4, {2, 32, 2, 128}, kV),
                   gpu(kBf, {2, 16, 4, 128}, kO), {"argument 'dropout_p'", "expected 0 for e4m3 inputs", "got 0.1"}, o,
                   {4, kAttnFwdRungAuto});
   if (has_gpu()) return;  // the fake pointers would reach it
-  // Valid: p = 0 (none) on every rung, whatever the seed; p in (0, 1) on rung 1 and auto.
+  // Valid: p = 0 (none) on every rung, whatever the seed; p in (0, 1) on rungs 1, 3 and auto.
   o = {};
   o.dropout_seed = ~uint64_t{0}, o.dropout_offset = 12345;
   for (int rung : {1, 2, 3, 4, kAttnFwdRungAuto}) expect_host_checks_pass(t.q, t.k, t.v, t.out, o, rung);
@@ -521,7 +521,7 @@ TEST(AttentionValidation, Dropout) {
   o.softmax_lse = &lse, o.attn_probs = &probs;
   for (float p : {1e-6f, 0.5f, 0.999f}) {
     o.dropout_p = p;
-    for (int rung : {1, kAttnFwdRungAuto}) expect_host_checks_pass(t.q, t.k, t.v, t.out, o, rung);
+    for (int rung : {1, 3, kAttnFwdRungAuto}) expect_host_checks_pass(t.q, t.k, t.v, t.out, o, rung);
   }
 }
 

@@ -35,7 +35,8 @@ using namespace flashlab::testing;
 // the FA2 rung's suite is the Hopper rung's.
 void check_case(DType dt, const Case& c, std::initializer_list<int> rungs_asked, std::mt19937_64& rng) {
   std::vector<int> rungs(rungs_asked);
-  if (std::find(rungs.begin(), rungs.end(), 3) != rungs.end() && c.d >= 64 && device_cc_major() == 9) rungs.push_back(4);
+  if (std::find(rungs.begin(), rungs.end(), 3) != rungs.end() && c.d >= 64 && device_cc_major() == 9 && c.dropout_p == 0)
+    rungs.push_back(4);  // (rung 4 has no dropout)
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
@@ -507,7 +508,7 @@ TEST(Attention, Deterministic) {
   }
 }
 
-// Dropout (rung 1, and the automatic choice, which takes it): out and lse against the reference
+// Dropout (rungs 1 and 3, and the automatic choice, rung 1): out and lse against the reference
 // under the mask regenerated on the host from the seed and offset (the same Philox functions),
 // and probs whose signs must be that mask, so the kernel's mask is the host's entry by entry
 // (the host draws' keep rate is tests/cpu/test_philox.cpp's). Masks, softcap, ALiBi, GQA,
@@ -517,14 +518,19 @@ TEST(AttentionDropout, MatchesTheReferenceUnderItsMask) {
   std::mt19937_64 rng(92);
   Case c = fixed(2, 77, 113, 4, 2, 64);
   c.causal = true, c.probs = true, c.dropout_p = 0.3f, c.seed = 0x0123456789abcdefull, c.offset = 7;
-  check_case(DType::kBF16, c, {1, kAttnFwdRungAuto}, rng);
+  check_case(DType::kBF16, c, {1, 3, kAttnFwdRungAuto}, rng);
   c.causal = false, c.wl = 20, c.wr = 5, c.softcap = 8.f, c.alibi = 2, c.dropout_p = 0.9f, c.offset = 8;
-  check_case(DType::kF16, c, {1}, rng);
+  check_case(DType::kF16, c, {1, 3}, rng);
+  for (int64_t d : kAttnHeadDims) {  // rung 3's key-block widths and tile counts per head dim
+    Case e = fixed(1, 150, 200, 2, 1, d);
+    e.causal = d % 64 == 0, e.probs = true, e.dropout_p = 0.2f, e.seed = 1000 + d, e.offset = 2;
+    check_case(DType::kBF16, e, {1, 3}, rng);
+  }
   Case v;
   v.batch = 3, v.h = 2, v.hk = 1, v.d = 128, v.varlen = true, v.probs = true;
   v.lq = {17, 0, 64}, v.lk = {40, 9, 33};
   v.dropout_p = 0.5f, v.seed = 42, v.offset = 1;
-  check_case(DType::kBF16, v, {1, kAttnFwdRungAuto}, rng);
+  check_case(DType::kBF16, v, {1, 3, kAttnFwdRungAuto}, rng);
 }
 
 // The same seed and offset give bit-identical outputs; another offset or seed another mask.

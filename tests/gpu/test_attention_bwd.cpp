@@ -132,13 +132,8 @@ void check_bwd_case_on(DType dt, const Case& c, int rung, std::mt19937_64& rng, 
   }
 }
 
-// Every rung that takes the case (rung 2 is not deterministic: repeats only on rung 1; dropout:
-// rung 1 and the automatic choice).
+// Every rung (rung 2 is not deterministic: repeats only on rung 1).
 void check_bwd_case(DType dt, const Case& c, std::mt19937_64& rng, int repeats = 1) {
-  if (c.dropout_p > 0) {
-    for (int rung : {1, kAttnBwdRungAuto}) check_bwd_case_on(dt, c, rung, rng, repeats);
-    return;
-  }
   for (int rung = 1; rung <= kAttnBwdRungs; ++rung) check_bwd_case_on(dt, c, rung, rng, rung == 1 ? repeats : 1);
 }
 
@@ -227,8 +222,9 @@ TEST(AttentionBwd, LongerSequences) {
   check_bwd_case(DType::kF16, c, rng);
 }
 
-// Dropout: the forward (automatic rung: rung 1) and the backward regenerate one mask from the
-// seed and offset; gradients against the reference under that mask (regenerated on the host).
+// Dropout: the forward (automatic rung: rung 1) and the backward (both rungs) regenerate one mask
+// from the seed and offset; gradients against the reference under that mask (regenerated on the
+// host). Every head dim for rung 2's 64-key dropout kernel.
 TEST(AttentionBwd, Dropout) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(79);
@@ -242,6 +238,11 @@ TEST(AttentionBwd, Dropout) {
   v.lq = {17, 0, 64}, v.lk = {40, 9, 33};
   v.dropout_p = 0.5f, v.seed = 7, v.offset = 0;
   check_bwd_case(DType::kBF16, v, rng);
+  for (int64_t d : kAttnHeadDims) {
+    Case e = fixed(1, 100, 150, 2, 1, d);
+    e.causal = d % 64 == 0, e.dropout_p = 0.3f, e.seed = 2000 + d, e.offset = 1;
+    check_bwd_case(DType::kF16, e, rng);
+  }
 }
 
 TEST(AttentionBwd, Deterministic) {

@@ -47,13 +47,15 @@
 
 namespace flashlab::kernels {
 
-template <int kHeadDim_>
+// kNarrow: 64-key blocks at every head dim (the dropout kernel: its draws need registers that
+// 128-key blocks, with 128 accumulators a thread, do not leave).
+template <int kHeadDim_, bool kNarrow = false>
 struct Flash2BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockM = kAttnBwdBlockM;             // query rows per step
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per thread block
+  static constexpr int kBlockN = kHeadDim <= 128 && !kNarrow ? 128 : 64;  // keys per thread block
   // S and dP: kSWarpsM warps along the rows x kSWarpsN along the keys, each warp kSMTiles m16
   // tiles x kSNTiles n8 tiles (128 keys: 32 rows x 32 keys; 64 keys: 16 rows x 32 keys, fewer
   // fragment registers next to the larger dK / dV accumulators of head dims past 128).
@@ -157,11 +159,14 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, floa
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
 // shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_kernel first.
 // kScoreMod: softcap and/or ALiBi (the generic element-wise path); without them P and dS take
-// one FFMA, one MUFU.EX2, one FFMA and one FMUL per element.
-template <typename T, int kHeadDim, bool kScoreMod>
-__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
+// one FFMA, one MUFU.EX2, one FFMA and one FMUL per element. kDropout (generic path only): the
+// forward's mask regenerated per (row, key pair): dP = (dO V^T) z, and P z into shared memory for
+// dV (dS = P (dP - D) keeps P itself).
+template <typename T, int kHeadDim, bool kScoreMod, bool kDropout = false>
+__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads, 1)
     attn_bwd_flash2_kernel(const __grid_constant__ AttnBwdParams p) {
-  using Tr = Flash2BwdTraits<kHeadDim>;
+  static_assert(!kDropout || kScoreMod, "dropout runs on the generic element-wise path");
+  using Tr = Flash2BwdTraits<kHeadDim, kDropout>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -300,7 +305,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
             [[maybe_unused]] const float dsum_g = dsum * mod.scale;
 #pragma unroll
             for (int j = 0; j < Tr::kSNTiles; ++j) {
-              float pr[2], ds[2];
+              float pr[2], ds[2], z[2] = {1.f, 1.f};
+              if constexpr (kDropout) attn_dropout_weight2(p, b, h, i, n0 + s_key + j * 8 + 2 * t, z[0], z[1]);
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
                 const int key = n0 + s_key + j * 8 + 2 * t + c;
@@ -318,7 +324,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim>::kThreads, 1)
                   }
                   if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
                   pr[c] = visible ? exp2_approx_ftz(x - lse2) : 0.f;
-                  ds[c] = pr[c] * (dpv - dsum) * grad;
+                  ds[c] = pr[c] * (dpv * z[c] - dsum) * grad;
+                  if constexpr (kDropout) pr[c] *= z[c];  // what dV takes
                 } else {
                   pr[c] = visible ? exp2_approx_ftz(fmaf(dot, scale_log2, -lse2)) : 0.f;
                   ds[c] = pr[c] * fmaf(dpv, mod.scale, -dsum_g);
