@@ -305,7 +305,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
             [[maybe_unused]] const float dsum_g = dsum * mod.scale;
 #pragma unroll
             for (int j = 0; j < Tr::kSNTiles; ++j) {
-              float pr[2], ds[2], z[2] = {1.f, 1.f};
+              float pr[2], ds[2];
+              [[maybe_unused]] float z[2] = {1.f, 1.f};
               if constexpr (kDropout) attn_dropout_weight2(p, b, h, i, n0 + s_key + j * 8 + 2 * t, z[0], z[1]);
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
