@@ -28,6 +28,18 @@ float to_float(double v) {
   return static_cast<float>(v);
 }
 
+// The dropout options from Python: dropout_p as a float (the C++ API checks its range), the seed's
+// 64 bits as given (Python passes a uint64 seed as the int64 of the same bits), the offset checked
+// to fit the API's uint32 (a wrapped value would silently repeat another call's mask).
+void set_dropout_options(AttnFwdOptions& o, const char* op, double dropout_p, int64_t dropout_seed,
+                         int64_t dropout_offset) {
+  if (dropout_offset < 0 || dropout_offset > int64_t{std::numeric_limits<uint32_t>::max()})
+    throw Error(detail::concat(op, ": argument 'dropout_offset': expected 0 .. 2^32 - 1, got ", dropout_offset));
+  o.dropout_p = to_float(dropout_p);
+  o.dropout_seed = static_cast<uint64_t>(dropout_seed);
+  o.dropout_offset = static_cast<uint32_t>(dropout_offset);
+}
+
 // The options attention_fwd and attention_bwd share, from their Python arguments (optional
 // tensors already converted: nullptr when None).
 void set_shared_options(AttnFwdOptions& o, const tvm::ffi::Optional<double>& softmax_scale, bool causal,
@@ -53,12 +65,14 @@ void set_shared_options(AttnFwdOptions& o, const tvm::ffi::Optional<double>& sof
 // device. softmax_lse / attn_probs: optional outputs; alibi_slopes: optional input; cu_seqlens_q
 // and cu_seqlens_k (both or neither) switch to the packed variable-length layout, with
 // max_seqlen_q / max_seqlen_k (ignored otherwise); softmax_scale None: 1 / sqrt(headdim);
-// q_descale / k_descale / v_descale: FP8 descale factors (optional).
+// q_descale / k_descale / v_descale: FP8 descale factors (optional); dropout_p, dropout_seed (the
+// uint64 seed's bits as an int64) and dropout_offset (0 .. 2^32 - 1): dropout, off at dropout_p = 0.
 void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v, tvm::ffi::TensorView out,
                    OptTensor softmax_lse, OptTensor attn_probs, OptTensor alibi_slopes, OptTensor cu_seqlens_q,
                    OptTensor cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
                    tvm::ffi::Optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-                   double softcap, OptTensor q_descale, OptTensor k_descale, OptTensor v_descale, int64_t rung) {
+                   double softcap, OptTensor q_descale, OptTensor k_descale, OptTensor v_descale, int64_t rung,
+                   double dropout_p, int64_t dropout_seed, int64_t dropout_offset) {
   constexpr const char* op = "attention_fwd";
   call([&] {
     const TensorView Q = to_flashlab(q, op, "q"), K = to_flashlab(k, op, "k"), V = to_flashlab(v, op, "v"),
@@ -78,18 +92,20 @@ void attention_fwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::Ten
     o.q_descale = q_descale.has_value() ? &Dq : nullptr;
     o.k_descale = k_descale.has_value() ? &Dk : nullptr;
     o.v_descale = v_descale.has_value() ? &Dv : nullptr;
+    set_dropout_options(o, op, dropout_p, dropout_seed, dropout_offset);
     flashlab::attention_fwd(Q, K, V, O, current_stream(Q), to_rung(op, rung, kAttnFwdRungs), o);
   });
 }
 
 // dq, dk, dv = gradients of sum(dout * out) (include/flashlab/attention.h, attention_bwd), written
 // on the caller's current stream of q's device; softmax_lse: the forward's (required); the
-// other options as attention_fwd's.
+// other options as attention_fwd's (the dropout ones the forward's, which regenerate its mask).
 void attention_bwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView v, tvm::ffi::TensorView out,
                    tvm::ffi::TensorView dout, tvm::ffi::TensorView dq, tvm::ffi::TensorView dk, tvm::ffi::TensorView dv,
                    OptTensor softmax_lse, OptTensor alibi_slopes, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
                    int64_t max_seqlen_q, int64_t max_seqlen_k, tvm::ffi::Optional<double> softmax_scale, bool causal,
-                   int64_t window_left, int64_t window_right, double softcap, bool deterministic, int64_t rung) {
+                   int64_t window_left, int64_t window_right, double softcap, bool deterministic, int64_t rung,
+                   double dropout_p, int64_t dropout_seed, int64_t dropout_offset) {
   constexpr const char* op = "attention_bwd";
   call([&] {
     const TensorView Q = to_flashlab(q, op, "q"), K = to_flashlab(k, op, "k"), V = to_flashlab(v, op, "v"),
@@ -104,6 +120,7 @@ void attention_bwd(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::Ten
                        cu_seqlens_q.has_value() ? &CuQ : nullptr, cu_seqlens_k.has_value() ? &CuK : nullptr,
                        max_seqlen_q, max_seqlen_k, softmax_lse.has_value() ? &Lse : nullptr);
     o.deterministic = deterministic;
+    set_dropout_options(o, op, dropout_p, dropout_seed, dropout_offset);
     flashlab::attention_bwd(Q, K, V, O, dO, dQ, dK, dV, current_stream(Q), to_rung(op, rung, kAttnBwdRungs), o);
   });
 }

@@ -6,12 +6,20 @@ loaded; flashlab never imports torch itself), and importing it registers, in nam
 
 * ``torch.ops.flashlab.attention_fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, q_descale,
   k_descale, v_descale, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
-  softcap, return_attn_probs, deterministic, rung) -> (out, softmax_lse, attn_probs)``: the C++
-  ``attention_fwd``. softmax_lse is always written (the backward needs it); attn_probs is a 0-element
-  tensor unless ``return_attn_probs``. ``deterministic`` is the backward's choice, kept for it.
+  softcap, return_attn_probs, deterministic, rung, dropout_p=0.0, dropout_seed=None) -> (out,
+  softmax_lse, attn_probs)``: the C++ ``attention_fwd``. softmax_lse is always written (the backward
+  needs it); attn_probs is a 0-element tensor unless ``return_attn_probs``. ``deterministic`` is the
+  backward's choice, kept for it.
 * ``torch.ops.flashlab.attention_bwd(q, k, v, out, dout, softmax_lse, alibi_slopes, cu_seqlens_q,
   cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-  deterministic, rung) -> (dq, dk, dv)``: the C++ ``attention_bwd``.
+  deterministic, rung, dropout_p=0.0, dropout_seed=None) -> (dq, dk, dv)``: the C++ ``attention_bwd``.
+
+Dropout: ``dropout_seed`` is a 1-element int64 tensor holding the Philox seed's bits, None meaning
+seed 0 (the dropout offset is always 0 here). The real kernels read it with ``.item()`` (keep it on
+the CPU: no device sync); it is a tensor, not an int, so that the draw that makes it
+(:func:`forward`: ``torch.randint`` on torch's default CPU generator) is traced by torch.compile as
+part of the graph, a fresh seed every run of it, while each op stays opaque. The autograd context
+keeps the forward's seed tensor and dropout_p, so the backward regenerates the forward's mask.
 
 Both allocate their outputs and write into no input (``mutates_args=()``); their fake kernels
 allocate through the same function as the real ones, so shapes and dtypes agree by construction.
@@ -50,20 +58,27 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor
                   cu_seqlens_k: Optional[Tensor], q_descale: Optional[Tensor], k_descale: Optional[Tensor],
                   v_descale: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float],
                   causal: bool, window_left: int, window_right: int, softcap: float, return_attn_probs: bool,
-                  deterministic: bool, rung: int) -> tuple[Tensor, Tensor, Tensor]:
+                  deterministic: bool, rung: int, dropout_p: float = 0.0,
+                  dropout_seed: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     out, lse, probs = _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
     _fa.attention_fwd(q, k, v, out, softmax_lse=lse, attn_probs=probs if return_attn_probs else None,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                       window_left=window_left, window_right=window_right, softcap=softcap, q_descale=q_descale,
-                      k_descale=k_descale, v_descale=v_descale, rung=rung)
+                      k_descale=k_descale, v_descale=v_descale, rung=rung, dropout_p=dropout_p,
+                      dropout_seed=_seed(dropout_seed))
     return out, lse, probs
+
+
+def _seed(dropout_seed: Optional[Tensor]) -> int:
+    # Real tensors only (the fake kernels never read it): an int64's bits, which the binding takes.
+    return 0 if dropout_seed is None else int(dropout_seed.item())
 
 
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
                         max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-                        return_attn_probs, deterministic, rung):
+                        return_attn_probs, deterministic, rung, dropout_p=0.0, dropout_seed=None):
     return _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
 
 
@@ -71,7 +86,8 @@ def _attention_fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, q_des
 def attention_bwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, softmax_lse: Tensor,
                   alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
-                  window_right: int, softcap: float, deterministic: bool, rung: int) -> tuple[Tensor, Tensor, Tensor]:
+                  window_right: int, softcap: float, deterministic: bool, rung: int, dropout_p: float = 0.0,
+                  dropout_seed: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     # The kernels read dout with 16-byte aligned rows and a unit head-dim stride; autograd may hand
     # over an expanded, strided or misaligned (a view at an odd offset) gradient. Real tensors only
     # here: the fake kernel never asks for a data pointer.
@@ -82,37 +98,47 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, so
                              cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                              max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                              window_left=window_left, window_right=window_right, softcap=softcap,
-                             deterministic=deterministic, rung=rung)
+                             deterministic=deterministic, rung=rung, dropout_p=dropout_p,
+                             dropout_seed=_seed(dropout_seed))
 
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(q, k, v, out, dout, softmax_lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic, rung):
+                        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic, rung,
+                        dropout_p=0.0, dropout_seed=None):
     return tuple(x.new_empty(x.shape) for x in (q, k, v))
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor, Tensor]) -> None:
     (q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, _q_descale, _k_descale, _v_descale, max_seqlen_q, max_seqlen_k,
-     softmax_scale, causal, window_left, window_right, softcap, _return_attn_probs, deterministic, _rung) = inputs
+     softmax_scale, causal, window_left, window_right, softcap, _return_attn_probs, deterministic, _rung, dropout_p,
+     dropout_seed) = inputs  # defaults filled in by torch
     out, lse, probs = output
-    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+    # The seed tensor and dropout_p too: the backward regenerates the forward's dropout mask.
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, dropout_seed)
     ctx.options = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
                        causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
-                       deterministic=deterministic)
+                       deterministic=deterministic, dropout_p=dropout_p)
     ctx.mark_non_differentiable(lse, probs)
 
 
 def _backward(ctx: Any, dout: Tensor, _dlse: Any, _dprobs: Any) -> tuple[Optional[Tensor], ...]:
-    q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, dropout_seed = ctx.saved_tensors
     if q.dtype == torch.float8_e4m3fn:
         raise NotImplementedError(_fa._NO_FP8_BACKWARD)
-    # The backward's rung is its own (auto; deterministic=True takes rung 1), not the forward's.
+    # The backward's rung is its own (auto: rung 1 with deterministic=True or dropout), not the forward's.
     dq, dk, dv = torch.ops.flashlab.attention_bwd.default(q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
-                                                          cu_seqlens_k, rung=_fa._RUNG_AUTO, **ctx.options)
-    return (dq, dk, dv) + (None,) * 16  # nothing for the forward's other 16 arguments
+                                                          cu_seqlens_k, rung=_fa._RUNG_AUTO, dropout_seed=dropout_seed,
+                                                          **ctx.options)
+    return (dq, dk, dv) + (None,) * 18  # nothing for the forward's other 18 arguments
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# Dropout seeds are drawn from [0, _SEED_END): 63 random bits, not 64, because Inductor's CPU randint
+# computes high - low in int64, which the full int64 range overflows.
+_SEED_END = (1 << 63) - 1
 
 
 def _int(x: Any) -> Any:
@@ -124,9 +150,14 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, return_attn_probs: bool, alibi_s
             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: Any, max_seqlen_k: Any,
             softmax_scale: Any, causal: Any, window_left: int, window_right: int, softcap: Any,
             descales: tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]], deterministic: Any,
-            rung: Optional[int]) -> tuple[Tensor, Tensor, Tensor]:
-    """attention_fwd with flash_attn_interface's arguments (Python scalars of any numeric type)."""
+            rung: Optional[int], dropout_p: Any = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+    """attention_fwd with flash_attn_interface's arguments (Python scalars of any numeric type). With
+    dropout, a fresh seed from torch's default CPU generator (torch.manual_seed reproduces it)."""
+    dropout_p = float(dropout_p)
+    seed = torch.randint(0, _SEED_END, (1,), dtype=torch.int64, device="cpu") if dropout_p != 0 else None
     return torch.ops.flashlab.attention_fwd.default(
         q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *descales, _int(max_seqlen_q), _int(max_seqlen_k),
         None if softmax_scale is None else float(softmax_scale), bool(causal), int(window_left), int(window_right),
-        float(softcap), bool(return_attn_probs), bool(deterministic), _fa._RUNG_AUTO if rung is None else _int(rung))
+        float(softcap), bool(return_attn_probs), bool(deterministic), _fa._RUNG_AUTO if rung is None else _int(rung),
+        dropout_p, seed)
+

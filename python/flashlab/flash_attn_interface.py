@@ -8,13 +8,23 @@ flash-attn:
 * differentiable: torch tensors go through the custom ops ``torch.ops.flashlab.attention_fwd`` /
   ``attention_bwd`` (``_torch_ops``, registered when the first torch tensors come in), so
   torch.compile sees one opaque op per call (no graph break) and autograd's backward runs
-  ``attention_bwd`` (backward rung 2, FlashAttention-2 style; with ``deterministic=True`` rung 1, the
-  naive one: slow); not for FP8 inputs;
-* dropout (``dropout_p != 0``) and paged KV (``block_table``) raise NotImplementedError;
+  ``attention_bwd`` (backward rung 2, FlashAttention-2 style; with ``deterministic=True`` or dropout
+  rung 1, the naive one: slow); not for FP8 inputs;
+* dropout (``dropout_p`` in [0, 1)) runs on some rungs only so far (include/flashlab/attention.h:
+  forward 1 and 3, backward 1 and 2; the automatic choices take the naive rung 1 for now; other
+  ``impl`` values are rejected), not with FP8. Each call draws a fresh Philox seed (offset 0):
+  torch tensors from torch's default CPU generator (``torch.manual_seed`` makes runs reproducible;
+  under torch.compile the draw is part of the graph), other DLPack producers from Python's
+  ``random`` module (``random.seed``). The backward reuses the forward's seed, so it regenerates
+  the forward's mask. A call captured into a CUDA graph keeps the seed it drew at capture: every
+  replay repeats that mask;
+* paged KV (``block_table``) raises NotImplementedError;
 * head dims are 32, 64, 96, 128, 192 or 256 (flash-attn pads others; flashlab refuses them);
 * with ``return_attn_probs`` the third value ``S_dmask`` is the normalised probabilities
   exp(s_ij - lse_i) in q's dtype, (batch, nheads, seqlen_q, seqlen_k) (varlen: padded to
-  (batch, nheads, max_seqlen_q, max_seqlen_k) with zeros), not flash-attn's dropout mask;
+  (batch, nheads, max_seqlen_q, max_seqlen_k) with zeros), with flash-attn's dropout convention: a
+  dropped entry is written -p_ij (its sign bit is the mask; a dropped 0 is -0.0); softmax_lse is
+  the lse before dropout;
 * ``softmax_scale <= 0`` (or NaN) means the default 1/sqrt(headdim), as in the C++ API;
 * FP8 as FlashAttention-3 takes it: ``flash_attn_func`` and ``flash_attn_varlen_func`` accept
   e4m3 (``float8_e4m3fn``) q, k, v with optional fp32 ``q_descale``, ``k_descale``, ``v_descale``
@@ -25,14 +35,15 @@ keys j in [i + sk - sq - window_left, i + sk - sq + window_right], -1 meaning un
 causal is window_right = 0. A row that sees no key gives 0 output and -inf lse.
 
 Argument checks are in C++ (ValueError naming the op, the argument, what was expected and what
-was given); only what C++ never sees is checked here (window_size, packed tensors, dropout,
-block_table). Tensors are any DLPack producer (torch, CuPy, JAX, ...); torch is only looked up once
-the caller has imported it, never imported here.
+was given); only what C++ never sees is checked here (window_size, packed tensors, block_table,
+the range of a Python-int dropout_seed). Tensors are any DLPack producer (torch, CuPy, JAX, ...);
+torch is only looked up once the caller has imported it, never imported here.
 """
 
 from __future__ import annotations
 
 import operator
+import random
 import sys
 from typing import Any
 
@@ -69,12 +80,16 @@ def attention_fwd(q: Any, k: Any, v: Any, out: Any = None, *, softmax_lse: Any =
                   max_seqlen_q: int = 0, max_seqlen_k: int = 0, softmax_scale: float | None = None,
                   causal: bool = False, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                   q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
-                  rung: int | None = None) -> Any:
+                  rung: int | None = None, dropout_p: float = 0.0, dropout_seed: int = 0,
+                  dropout_offset: int = 0) -> Any:
     """The C++ ``flashlab::attention_fwd`` as it is: no autograd, outputs given or not. Returns ``out``.
 
     ``out`` defaults to a new tensor like ``q`` (bf16 for e4m3 q); ``softmax_lse`` and ``attn_probs``
     are written only when given (attn_probs needs softmax_lse too). Shapes as
-    include/flashlab/attention.h says.
+    include/flashlab/attention.h says. Dropout: ``dropout_p`` in [0, 1) (0: none), the mask a function
+    of ``dropout_seed`` (a uint64; a negative int64 is taken as its bits) and ``dropout_offset``
+    (0 .. 2^32 - 1) alone: the caller picks a new seed or offset for every call that must not repeat
+    a mask, and gives the same three to :func:`attention_bwd`.
     """
     if out is None:
         out = _alloc.empty(q, _shape(q), "bfloat16" if _is_e4m3(q) else None)
@@ -82,7 +97,8 @@ def attention_fwd(q: Any, k: Any, v: Any, out: Any = None, *, softmax_lse: Any =
     _ffi.attention_fwd(q, k, v, out, softmax_lse, attn_probs, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                        int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal), window_left,
                        window_right, float(softcap), q_descale, k_descale, v_descale,
-                       _RUNG_AUTO if rung is None else rung)
+                       _RUNG_AUTO if rung is None else rung, float(dropout_p),
+                       _seed_bits("attention_fwd", dropout_seed), dropout_offset)
     return out
 
 
@@ -90,9 +106,12 @@ def attention_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, softmax_lse: Any,
                   dv: Any = None, *, alibi_slopes: Any = None, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
                   max_seqlen_q: int = 0, max_seqlen_k: int = 0, softmax_scale: float | None = None,
                   causal: bool = False, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                  deterministic: bool = False, rung: int | None = None) -> tuple[Any, Any, Any]:
+                  deterministic: bool = False, rung: int | None = None, dropout_p: float = 0.0,
+                  dropout_seed: int = 0, dropout_offset: int = 0) -> tuple[Any, Any, Any]:
     """The C++ ``flashlab::attention_bwd``: gradients of ``sum(dout * out)`` for ``out =
-    attention_fwd(q, k, v, ...)`` with the same options, from the forward's ``softmax_lse``.
+    attention_fwd(q, k, v, ...)`` with the same options, from the forward's ``softmax_lse``; with
+    dropout, the forward's ``dropout_p``, ``dropout_seed`` and ``dropout_offset`` (they regenerate its
+    mask).
 
     ``dq`` / ``dk`` / ``dv`` default to new tensors like ``q`` / ``k`` / ``v``. Returns ``(dq, dk, dv)``.
     """
@@ -102,8 +121,19 @@ def attention_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, softmax_lse: Any,
     q, k, v, out, dout = _plain(q), _plain(k), _plain(v), _plain(out), _plain(dout)
     _ffi.attention_bwd(q, k, v, out, dout, dq, dk, dv, softmax_lse, _plain(alibi_slopes), cu_seqlens_q, cu_seqlens_k,
                        int(max_seqlen_q), int(max_seqlen_k), softmax_scale, bool(causal), window_left, window_right,
-                       float(softcap), bool(deterministic), _RUNG_AUTO if rung is None else rung)
+                       float(softcap), bool(deterministic), _RUNG_AUTO if rung is None else rung, float(dropout_p),
+                       _seed_bits("attention_bwd", dropout_seed), dropout_offset)
     return dq, dk, dv
+
+
+def _seed_bits(op: str, seed: Any) -> int:
+    """A uint64 dropout seed (or an int64, taken as its bits) as the int64 of the same bits, which
+    the binding takes."""
+    seed = operator.index(seed)
+    if not -(1 << 63) <= seed < (1 << 64):
+        raise ValueError(f"{op}: argument 'dropout_seed': expected an integer in [-2^63, 2^64) (a uint64 seed, or "
+                         f"the int64 of its bits), got {seed}")
+    return seed - (1 << 64) if seed >= (1 << 63) else seed
 
 
 def _is_e4m3(x: Any) -> bool:
@@ -114,11 +144,7 @@ def _is_e4m3(x: Any) -> bool:
 # ---------------------------------------------------------------------------------------------
 # flash-attn's argument handling: only what C++ never sees.
 
-def _check_forward_only(fn: str, dropout_p: float, block_table: Any = None) -> None:
-    if dropout_p != 0:
-        raise NotImplementedError(
-            f"{fn}: argument 'dropout_p': expected 0.0 (dropout is not implemented yet: forward and "
-            f"backward dropout land with the attention backward issue), got {dropout_p}")
+def _check_block_table(fn: str, block_table: Any) -> None:
     if block_table is not None:
         raise NotImplementedError(
             f"{fn}: argument 'block_table': expected None (paged KV is not implemented yet), got a tensor")
@@ -177,16 +203,18 @@ def _custom_ops(tensors: tuple[Any, ...]) -> Any:
 def _attend(q: Any, k: Any, v: Any, *, return_attn_probs: bool, softmax_scale: Any, causal: bool,
             window: tuple[Any, Any], softcap: float, alibi_slopes: Any, cu_seqlens_q: Any = None,
             cu_seqlens_k: Any = None, max_seqlen_q: int = 0, max_seqlen_k: int = 0, impl: int | None = None,
-            descales: tuple[Any, Any, Any] = (None, None, None), deterministic: bool = False) -> Any:
+            descales: tuple[Any, Any, Any] = (None, None, None), deterministic: bool = False,
+            dropout_p: float = 0.0) -> Any:
     """The forward with these options (varlen when cu_seqlens are given); flash-attn's return: out, or
-    (out, softmax_lse, attn_probs)."""
+    (out, softmax_lse, attn_probs). With dropout, a fresh seed per call (offset 0): torch's default
+    CPU generator for torch tensors (drawn in _torch_ops.forward), Python's ``random`` otherwise."""
     options = dict(alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                    window_left=window[0], window_right=window[1], softcap=softcap)
     ops = _custom_ops((q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *descales))
     if ops is not None:
         out, lse, probs = ops.forward(q, k, v, return_attn_probs=return_attn_probs, descales=descales,
-                                      deterministic=deterministic, rung=impl, **options)
+                                      deterministic=deterministic, rung=impl, dropout_p=dropout_p, **options)
         return (out, lse, probs) if return_attn_probs else out
     lse, probs = None, None
     if return_attn_probs:
@@ -195,8 +223,11 @@ def _attend(q: Any, k: Any, v: Any, *, return_attn_probs: bool, softmax_scale: A
         lse_shape, probs_shape = _output_shapes(_shape(q), _shape(k), cu_shape, varlen, int(max_seqlen_q),
                                                 int(max_seqlen_k))
         lse, probs = _alloc.empty(q, lse_shape, "float32"), _alloc.empty(q, probs_shape)
+    # No autograd here, so nothing keeps the seed: a caller that wants the backward of a dropout
+    # forward calls attention_fwd / attention_bwd with a seed of its own.
+    seed = random.getrandbits(64) if dropout_p != 0 else 0
     out = attention_fwd(q, k, v, softmax_lse=lse, attn_probs=probs, q_descale=descales[0], k_descale=descales[1],
-                        v_descale=descales[2], rung=impl, **options)
+                        v_descale=descales[2], rung=impl, dropout_p=dropout_p, dropout_seed=seed, **options)
     return (out, lse, probs) if return_attn_probs else out
 
 
@@ -213,16 +244,18 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     head dim (multiples of 8 elements, 16-byte aligned). alibi_slopes: fp32 (nheads,) or (batch,
     nheads). ``deterministic``: bit-identical gradients run to run (the backward then takes its naive rung). FP8: e4m3 q, k, v (head dim
     128, Hopper) with optional fp32 descale factors (one element or (batch, nheads_kv)); out bf16.
+    ``dropout_p``: in [0, 1), each probability dropped with that chance (a fresh mask per call, the
+    same one in the backward; not every rung has it, see the module docstring).
 
     Returns out (batch, seqlen_q, nheads, headdim), or with ``return_attn_probs``
     ``(out, softmax_lse, S_dmask)``: softmax_lse fp32 (batch, nheads, seqlen_q), S_dmask the
-    probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype.
+    probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype, dropped ones negated.
     """
     fn = "flash_attn_func"
-    _check_forward_only(fn, dropout_p)
     return _attend(q, k, v, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale,
                    causal=causal, window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
-                   impl=impl, descales=(q_descale, k_descale, v_descale), deterministic=deterministic)
+                   impl=impl, descales=(q_descale, k_descale, v_descale), deterministic=deterministic,
+                   dropout_p=dropout_p)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -240,24 +273,23 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     lengths.
     """
     fn = "flash_attn_varlen_func"
-    _check_forward_only(fn, dropout_p, block_table)
+    _check_block_table(fn, block_table)
     return _attend(q, k, v, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale,
                    causal=causal, window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                    max_seqlen_k=max_seqlen_k, impl=impl, descales=(q_descale, k_descale, v_descale),
-                   deterministic=deterministic)
+                   deterministic=deterministic, dropout_p=dropout_p)
 
 
 def _packed(fn: str, name: str, packed: Any, layout: str, dim: int, count: int, q: Any, dropout_p: float,
             window_size: Any, return_attn_probs: bool, **options: Any) -> Any:
     """The packed variants: flash-attn's checks, then q, k, v (count 3) or k, v beside q (count 2)
     split out of ``packed`` along ``dim`` and run like the unpacked functions (``options``: _attend's)."""
-    _check_forward_only(fn, dropout_p)
     window = _window(fn, window_size)
     _check_packed(fn, name, packed, layout, dim, count)
     # Views of `packed`: autograd takes the gradients of q, k, v back into it.
     inputs = _split(packed, dim, 3) if count == 3 else (q, *_split(packed, dim, 2))
-    return _attend(*inputs, return_attn_probs=return_attn_probs, window=window, **options)
+    return _attend(*inputs, return_attn_probs=return_attn_probs, window=window, dropout_p=dropout_p, **options)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

@@ -3,7 +3,7 @@
 
 CPU part: validation messages from C++ through the bindings (test_bindings' `fake` tensors, which
 claim to be on cuda:0 and fail validation before anything runs), and what only Python checks
-(dropout, block_table, window_size, packed shapes).
+(block_table, window_size, packed shapes; dropout: test_attention_dropout.py).
 
 GPU part: every rung against a float64 torch reference written here from attention.h (S
 materialised, scale, softcap, ALiBi, bottom-right mask, softmax, P @ V, lse), outputs poisoned
@@ -207,18 +207,12 @@ def test_varlen_arguments():
 def test_python_side_checks():
     q = np.zeros((1, 17, 2, 64), np.float16)
     cu = np.array([0, 17], np.int32)
-    drop = ("flash_attn_func: argument 'dropout_p': expected 0.0 (dropout is not implemented yet: forward and "
-            "backward dropout land with the attention backward issue), got 0.1")
-    with pytest.raises(NotImplementedError, match="^" + drop.replace("(", r"\(").replace(")", r"\)") + "$"):
-        flashlab.flash_attn_func(q, q, q, dropout_p=0.1)
     for fn, args in ((flashlab.flash_attn_varlen_func, (q[0], q[0], q[0], cu, cu, 17, 17)),
                      (flashlab.flash_attn_qkvpacked_func, (np.zeros((1, 17, 3, 2, 64), np.float16),)),
                      (flashlab.flash_attn_kvpacked_func, (q, np.zeros((1, 17, 2, 2, 64), np.float16))),
                      (flashlab.flash_attn_varlen_qkvpacked_func, (np.zeros((17, 3, 2, 64), np.float16), cu, 17)),
                      (flashlab.flash_attn_varlen_kvpacked_func, (q[0], np.zeros((17, 2, 2, 64), np.float16),
                                                                  cu, cu, 17, 17))):
-        with pytest.raises(NotImplementedError, match=f"^{fn.__name__}: argument 'dropout_p'.*not implemented yet"):
-            fn(*args, dropout_p=0.5)
         with pytest.raises(ValueError, match=f"^{fn.__name__}: argument 'window_size': expected \\(left, right\\)"):
             fn(*args, window_size=(4,))
         with pytest.raises(ValueError, match=f"^{fn.__name__}: argument 'window_size'"):
