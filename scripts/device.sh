@@ -88,7 +88,7 @@ if [ -n "$filter" ]; then
       rope*) gtest_parts+=('Rope*'); py_tests+=(tests/python/test_rope.py) ;;
       quantize*) gtest_parts+=('Quantize*:Dequantize*:QuantReference*:RowDivisor*'); py_tests+=(tests/python/test_quant.py) ;;
       gemm*) gtest_parts+=('Gemm*'); py_tests+=(tests/python/test_gemm.py) ;;
-      attn*|attention*) gtest_parts+=('Attention*'); py_tests+=(tests/python/test_attention.py tests/python/test_attention_bwd.py tests/python/test_attention_compile.py) ;;
+      attn*|attention*) gtest_parts+=('Attention*'); py_tests+=(tests/python/test_attention.py tests/python/test_attention_bwd.py tests/python/test_attention_compile.py tests/python/test_attention_dropout.py) ;;
       *) gtest_parts+=('*') ;;
     esac
   done
