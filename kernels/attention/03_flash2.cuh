@@ -215,12 +215,8 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
       for (int j = 0; j < Tr::kNTiles; j += 2) {
         uint32_t bk[4];  // keys 8 j .. 8 j + 15, head dims 16 kk .. 16 kk + 15
         ldmatrix_x4(bk, smem_addr(kst + (j * 8 + kb_row) * kS + kk * 16 + kb_col));
-        const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mma_m16n8k16<T>(s[mt][j], a[mt], b0);
-          mma_m16n8k16<T>(s[mt][j + 1], a[mt], b1);
-        }
+        for (int mt = 0; mt < kMT; ++mt) mma_m16n8k16_x2<T>(s[mt][j], s[mt][j + 1], a[mt], bk);
       }
     }
 
@@ -302,12 +298,8 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
       for (int j = 0; j < Tr::kDTiles; j += 2) {
         uint32_t bv[4];  // keys 16 kk .. 16 kk + 15, head dims 8 j .. 8 j + 15 (transposed)
         ldmatrix_x4_trans(bv, smem_addr(vst + (kk * 16 + vb_row) * kS + j * 8 + vb_col));
-        const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mma_m16n8k16<T>(acc[mt][j], a[mt], b0);
-          mma_m16n8k16<T>(acc[mt][j + 1], a[mt], b1);
-        }
+        for (int mt = 0; mt < kMT; ++mt) mma_m16n8k16_x2<T>(acc[mt][j], acc[mt][j + 1], a[mt], bv);
       }
     }
   }

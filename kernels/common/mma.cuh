@@ -46,6 +46,16 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
   }
 }
 
+// d0 += a * b[0..1] and d1 += a * b[2..3]: the two adjacent n8 tiles of one ldmatrix_x4 (or
+// _trans) B load, in that order.
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16_x2(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                                const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+  mma_m16n8k16<T>(d0, a, b0);
+  mma_m16n8k16<T>(d1, a, b1);
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a shared tile of kChunksPerRow chunks
 // per row, stored swizzled: the low 3 bits of the chunk index XORed with row % 8.
 template <int kChunksPerRow>

@@ -282,13 +282,10 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
           uint32_t bk[4], bv[4];
           ldmatrix_x4(bk, smem_addr(ks + (s_key + j * 8 + kb_row) * kS + kk * 16 + kb_col));
           ldmatrix_x4(bv, smem_addr(vs + (s_key + j * 8 + kb_row) * kS + kk * 16 + kb_col));
-          const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]}, bv0[2] = {bv[0], bv[1]}, bv1[2] = {bv[2], bv[3]};
 #pragma unroll
           for (int mi = 0; mi < Tr::kSMTiles; ++mi) {
-            mma_m16n8k16<T>(s[mi][j], aq[mi], bk0);
-            mma_m16n8k16<T>(s[mi][j + 1], aq[mi], bk1);
-            mma_m16n8k16<T>(dp[mi][j], ado[mi], bv0);
-            mma_m16n8k16<T>(dp[mi][j + 1], ado[mi], bv1);
+            mma_m16n8k16_x2<T>(s[mi][j], s[mi][j + 1], aq[mi], bk);
+            mma_m16n8k16_x2<T>(dp[mi][j], dp[mi][j + 1], ado[mi], bv);
           }
         }
       }
@@ -357,13 +354,10 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
         uint32_t bdo[4], bq[4];
         ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
         ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
-        const uint32_t bdo0[2] = {bdo[0], bdo[1]}, bdo1[2] = {bdo[2], bdo[3]}, bq0[2] = {bq[0], bq[1]}, bq1[2] = {bq[2], bq[3]};
 #pragma unroll
         for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
-          mma_m16n8k16<T>(dv_acc[mi][j], ap[mi], bdo0);
-          mma_m16n8k16<T>(dv_acc[mi][j + 1], ap[mi], bdo1);
-          mma_m16n8k16<T>(dk_acc[mi][j], ads[mi], bq0);
-          mma_m16n8k16<T>(dk_acc[mi][j + 1], ads[mi], bq1);
+          mma_m16n8k16_x2<T>(dv_acc[mi][j], dv_acc[mi][j + 1], ap[mi], bdo);
+          mma_m16n8k16_x2<T>(dk_acc[mi][j], dk_acc[mi][j + 1], ads[mi], bq);
         }
       }
     }
@@ -389,12 +383,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
         for (int j = 0; j < Tr::kDqChunk / 8; j += 2) {
           uint32_t bk[4];
           ldmatrix_x4_trans(bk, smem_addr(ks + (kn * 16 + a_row) * kS + c0 + j * 8 + a_col));
-          const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]};
 #pragma unroll
-          for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
-            mma_m16n8k16<T>(dq[mi][j], ads[mi], bk0);
-            mma_m16n8k16<T>(dq[mi][j + 1], ads[mi], bk1);
-          }
+          for (int mi = 0; mi < Tr::kQMTiles; ++mi) mma_m16n8k16_x2<T>(dq[mi][j], dq[mi][j + 1], ads[mi], bk);
         }
       }
       // Lanes t and t ^ 1 trade halves so that each holds four adjacent columns of one row (even
