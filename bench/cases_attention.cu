@@ -10,7 +10,8 @@
 // memory of the ladder. The other rungs are checked against the default one (rung 4 on sm_90,
 // else 3; max |diff|, printed).
 // FLASHLAB_ATTN_MIN_RUNG=r runs rungs r.. only. On sm_90, head dim 128 shapes also run FP8 (e4m3
-// q, k, v, bf16 out) on rung 4: rows with dtype "e4m3".
+// q, k, v, bf16 out) on rung 4: rows with dtype "e4m3". Dropout rows (shape key dropout_pct):
+// attn_dropout_cases, forward rung 3 and backward rung 2.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -42,6 +43,21 @@ std::vector<AttnCase> attn_cases(bool quick) {
       for (int64_t s : quick ? std::vector<int64_t>{2048} : std::vector<int64_t>{512, 1024, 2048})
         cases.push_back({16384 / s, s, 2048 / d, d, causal});
   }
+  return cases;
+}
+
+// Dropout rows (dropout_p 0.1: shape key dropout_pct = 10): head dim 128, 16k tokens, seqlen 2k and
+// 8k (quick: 2k), causal and not, on the tiled rungs that have dropout (forward 3, backward 2);
+// bench/peers.py times SDPA with the same dropout_p. The cost of dropout: against the rows of the
+// same shape without it.
+constexpr float kBenchDropoutP = 0.1f;
+constexpr int64_t kBenchDropoutPct = 10;
+
+std::vector<AttnCase> attn_dropout_cases(bool quick) {
+  std::vector<AttnCase> cases;
+  for (bool causal : {false, true})
+    for (int64_t s : quick ? std::vector<int64_t>{2048} : std::vector<int64_t>{2048, 8192})
+      cases.push_back({16384 / s, s, 2048 / 128, 128, causal});
   return cases;
 }
 
@@ -118,6 +134,24 @@ void bench_attention(Harness& h, DType dt) {
       add_row(4, DType::kE4M3, ms, 3.0 * n + 2.0 * n, static_cast<double>(n) / 1048576.0);
     }
   }
+  if (min_rung > 3) return;
+  for (const AttnCase& c : attn_dropout_cases(h.options().quick)) {
+    const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
+    DeviceMem q(n * es), k(n * es), v(n * es), out(n * es);
+    fill_random(q.p, n, dt == DType::kBF16, 71, h.stream());
+    fill_random(k.p, n, dt == DType::kBF16, 72, h.stream());
+    fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
+    const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
+    AttnFwdOptions opt;
+    opt.causal = c.causal, opt.dropout_p = kBenchDropoutP, opt.dropout_seed = 1234;
+    const double ms = h.time_ms([&] {
+      attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(), 3,
+                    opt);
+    });
+    Row r = attn_row("attn_fwd", kAttnRungNames[3], 3, dt, c, ms, 4.0 * n * es, 1.0, 0.0);
+    r.shape.push_back({"dropout_pct", kBenchDropoutPct});
+    h.add(r);
+  }
 }
 
 // Backward (op "attn_bwd"): the forward's 16k-token shapes (head dim 128 at seqlen 512 .. 16k, head
@@ -153,6 +187,32 @@ void bench_attention_bwd(Harness& h, DType dt) {
       h.add(attn_row("attn_bwd", kAttnBwdRungNames[rung], rung, dt, c, ms, 8.0 * n * es, 2.5,
                      attention_bwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0));
     }
+  }
+  // Dropout: out and lse from forward rung 3 with the same mask, backward rung 2 timed.
+  for (const AttnCase& c : attn_dropout_cases(h.options().quick)) {
+    const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
+    DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), dout(n * es), dq(n * es), dk(n * es), dv(n * es),
+        lse(c.batch * c.nheads * c.seqlen * 4);
+    fill_random(q.p, n, dt == DType::kBF16, 71, h.stream());
+    fill_random(k.p, n, dt == DType::kBF16, 72, h.stream());
+    fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
+    fill_random(dout.p, n, dt == DType::kBF16, 74, h.stream());
+    const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
+    const TensorView lse_v = view(lse.p, DType::kF32, {c.batch, c.nheads, c.seqlen});
+    AttnBwdOptions opt;
+    opt.causal = c.causal, opt.dropout_p = kBenchDropoutP, opt.dropout_seed = 1234;
+    opt.softmax_lse = &lse_v;
+    attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(), 3,
+                  opt);
+    const double ms = h.time_ms([&] {
+      attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
+                    view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),
+                    h.stream(), 2, opt);
+    });
+    Row r = attn_row("attn_bwd", kAttnBwdRungNames[2], 2, dt, c, ms, 8.0 * n * es, 2.5,
+                     attention_bwd_workspace_bytes(2, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0);
+    r.shape.push_back({"dropout_pct", kBenchDropoutPct});
+    h.add(r);
   }
 }
 

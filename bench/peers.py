@@ -235,18 +235,19 @@ def _peer_builders(torch, case):
             return {}  # is_causal is top-left aligned in SDPA: same as ours only when sq == sk
         q, k, v = (_random(torch, (s["batch"], s["nheads_q"], s["seqlen_q"], s["headdim"]), dtype) for _ in range(3))
         causal = bool(s["causal"])
+        dropout_p = s.get("dropout_pct", 0) / 100  # the dropout rows (bench/cases_attention.cu)
 
         def backend(b):
             if op == "attn_bwd":  # the backward alone: the forward once (its graph kept), then grads
                 qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
                 with sdpa_kernel(b):
-                    out = sdpa(qg, kg, vg, is_causal=causal)
+                    out = sdpa(qg, kg, vg, is_causal=causal, dropout_p=dropout_p)
                 dout = _random(torch, tuple(out.shape), dtype)
                 return functools.partial(torch.autograd.grad, out, (qg, kg, vg), dout, retain_graph=True)
 
             def run():
                 with sdpa_kernel(b):
-                    return sdpa(q, k, v, is_causal=causal)
+                    return sdpa(q, k, v, is_causal=causal, dropout_p=dropout_p)
             return run
 
         return {"torch-sdpa-flash": lambda: backend(SDPBackend.FLASH_ATTENTION),
