@@ -9,6 +9,7 @@
 #include "flashlab/quant.h"
 #include "flashlab/reduce.h"
 #include "flashlab/rope.h"
+#include "flashlab/serving.h"
 #include "flashlab/softmax.h"
 #include "flashlab/streams.h"
 #include "flashlab/tensor.h"

@@ -1,0 +1,47 @@
+"""Serving attention ops (C++: include/flashlab/serving.h): so far the merge of attention states,
+FlashInfer's ``merge_state`` / ``merge_states`` / ``merge_state_in_place``.
+
+An attention state is the output ``v`` of attention over one segment of the keys, (seq, nheads,
+headdim), and its log-sum-exp ``s``, fp32 (seq, nheads), natural log as ``softmax_lse`` (note:
+flash_attn_func's lse is (batch, nheads, seqlen): transpose it), -inf for a segment with no visible
+key. Merging the states of disjoint segments gives the state of their union. Tensors are any
+DLPack producer; outputs default to new tensors like the inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _alloc
+from . import _ffi  # set by __init__ before this module is imported
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(n) for n in x.shape)
+
+
+def merge_state(v_a: Any, s_a: Any, v_b: Any, s_b: Any, v_out: Any = None, s_out: Any = None) -> tuple[Any, Any]:
+    """``S = log(e^s_a + e^s_b)``, ``V = v_a e^(s_a - S) + v_b e^(s_b - S)``. Returns ``(V, S)``.
+
+    v: (seq, nheads, headdim) contiguous, fp32 / fp16 / bf16, headdim a multiple of 16 bytes' worth;
+    s: fp32 (seq, nheads) contiguous. ``v_out`` / ``s_out`` may be ``v_a`` / ``s_a`` (in place).
+    """
+    v_out = _alloc.empty(v_a, _shape(v_a)) if v_out is None else v_out
+    s_out = _alloc.empty(s_a, _shape(s_a), "float32") if s_out is None else s_out
+    _ffi.merge_state(v_a, s_a, v_b, s_b, v_out, s_out)
+    return v_out, s_out
+
+
+def merge_state_in_place(v: Any, s: Any, v_other: Any, s_other: Any) -> None:
+    """``(v, s)`` becomes the merge of ``(v, s)`` and ``(v_other, s_other)`` (FlashInfer's name)."""
+    _ffi.merge_state(v, s, v_other, s_other, v, s)
+
+
+def merge_states(v: Any, s: Any, v_out: Any = None, s_out: Any = None) -> tuple[Any, Any]:
+    """The merge of the states along dim 1: v (seq, num_states, nheads, headdim), s fp32 (seq,
+    num_states, nheads) -> ``(V, S)``, (seq, nheads, headdim) and (seq, nheads)."""
+    seq, _, nheads, headdim = _shape(v) if len(_shape(v)) == 4 else (0, 0, 0, 0)
+    v_out = _alloc.empty(v, (seq, nheads, headdim)) if v_out is None else v_out
+    s_out = _alloc.empty(s, (seq, nheads), "float32") if s_out is None else s_out
+    _ffi.merge_states(v, s, v_out, s_out)
+    return v_out, s_out
