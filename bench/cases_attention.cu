@@ -13,6 +13,7 @@
 // q, k, v, bf16 out) on rung 4: rows with dtype "e4m3". Dropout rows (shape key dropout_pct):
 // attn_dropout_cases, forward rung 3 and backward rung 2.
 #include <cstdio>
+#include <utility>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -162,7 +163,12 @@ void bench_attention(Harness& h, DType dt) {
 // once. Rung 0 is torch SDPA's backward (bench/peers.py, the same shapes).
 void bench_attention_bwd(Harness& h, DType dt) {
   const int64_t es = dtype_size(dt);
-  for (const AttnCase& c : attn_cases(h.options().quick)) {
+  // The cases without dropout, then the dropout ones (backward rung 2; out and lse from forward
+  // rung 3 under the same mask).
+  std::vector<std::pair<AttnCase, bool>> cases;
+  for (const AttnCase& c : attn_cases(h.options().quick)) cases.push_back({c, false});
+  for (const AttnCase& c : attn_dropout_cases(h.options().quick)) cases.push_back({c, true});
+  for (const auto& [c, dropout] : cases) {
     const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
     DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), dout(n * es), dq(n * es), dk(n * es), dv(n * es),
         lse(c.batch * c.nheads * c.seqlen * 4);
@@ -175,44 +181,21 @@ void bench_attention_bwd(Harness& h, DType dt) {
     AttnBwdOptions opt;
     opt.causal = c.causal;
     opt.softmax_lse = &lse_v;
+    if (dropout) opt.dropout_p = kBenchDropoutP, opt.dropout_seed = 1234;
     attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(),
-                  kAttnFwdRungAuto, opt);
+                  dropout ? 3 : kAttnFwdRungAuto, opt);
     for (int rung = kAttnBwdRungs; rung >= 1; --rung) {
-      if (rung == 1 && (c.seqlen > 2048 || c.headdim != 128)) continue;
+      if (rung == 1 && (dropout || c.seqlen > 2048 || c.headdim != 128)) continue;
       const double ms = h.time_ms([&] {
         attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
                       view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),
                       h.stream(), rung, opt);
       });
-      h.add(attn_row("attn_bwd", kAttnBwdRungNames[rung], rung, dt, c, ms, 8.0 * n * es, 2.5,
-                     attention_bwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0));
+      Row r = attn_row("attn_bwd", kAttnBwdRungNames[rung], rung, dt, c, ms, 8.0 * n * es, 2.5,
+                       attention_bwd_workspace_bytes(rung, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0);
+      if (dropout) r.shape.push_back({"dropout_pct", kBenchDropoutPct});
+      h.add(r);
     }
-  }
-  // Dropout: out and lse from forward rung 3 with the same mask, backward rung 2 timed.
-  for (const AttnCase& c : attn_dropout_cases(h.options().quick)) {
-    const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
-    DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), dout(n * es), dq(n * es), dk(n * es), dv(n * es),
-        lse(c.batch * c.nheads * c.seqlen * 4);
-    fill_random(q.p, n, dt == DType::kBF16, 71, h.stream());
-    fill_random(k.p, n, dt == DType::kBF16, 72, h.stream());
-    fill_random(v.p, n, dt == DType::kBF16, 73, h.stream());
-    fill_random(dout.p, n, dt == DType::kBF16, 74, h.stream());
-    const std::vector<int64_t> shape = {c.batch, c.seqlen, c.nheads, c.headdim};
-    const TensorView lse_v = view(lse.p, DType::kF32, {c.batch, c.nheads, c.seqlen});
-    AttnBwdOptions opt;
-    opt.causal = c.causal, opt.dropout_p = kBenchDropoutP, opt.dropout_seed = 1234;
-    opt.softmax_lse = &lse_v;
-    attention_fwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape), h.stream(), 3,
-                  opt);
-    const double ms = h.time_ms([&] {
-      attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
-                    view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),
-                    h.stream(), 2, opt);
-    });
-    Row r = attn_row("attn_bwd", kAttnBwdRungNames[2], 2, dt, c, ms, 8.0 * n * es, 2.5,
-                     attention_bwd_workspace_bytes(2, c.batch, c.nheads, c.seqlen, c.seqlen, c.headdim) / 1048576.0);
-    r.shape.push_back({"dropout_pct", kBenchDropoutPct});
-    h.add(r);
   }
 }
 
