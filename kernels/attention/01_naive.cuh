@@ -90,11 +90,7 @@ __global__ void attn_naive_pv_kernel(const __grid_constant__ AttnFwdParams p, co
   const float* row = attn_naive_s_row(const_cast<float*>(s), p, b, h, i);
   const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   float acc = 0.f;
-  if (p.dropout_p == 0.f) {
-    for (int j = 0; j < sb.sk; ++j) acc += row[j] * to_float(v[j * p.v_row_stride + c]);
-  } else {
-    for (int j = 0; j < sb.sk; ++j) acc += row[j] * attn_dropout_weight(p, b, h, i, j) * to_float(v[j * p.v_row_stride + c]);
-  }
+  for (int j = 0; j < sb.sk; ++j) acc += row[j] * attn_dropout_weight(p, b, h, i, j) * to_float(v[j * p.v_row_stride + c]);
   T* o = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   o[c] = from_float<T>(acc);
 }

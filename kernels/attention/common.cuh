@@ -73,9 +73,7 @@ __device__ __forceinline__ float attn_dropout_weight(const AttnFwdParams& p, int
 // For the tiled rungs, whose threads hold pairs of adjacent scores.
 __device__ __forceinline__ void attn_dropout_weight2(const AttnFwdParams& p, int b, int h, int i, int j, float& z0,
                                                      float& z1) {
-  const Philox4 r = philox4x32_10({{static_cast<uint32_t>(j) / 4, static_cast<uint32_t>(i),
-                                    static_cast<uint32_t>(b) * p.nheads + h, p.dropout_offset}},
-                                  static_cast<uint32_t>(p.dropout_seed), static_cast<uint32_t>(p.dropout_seed >> 32));
+  const Philox4 r = dropout_draws4(p.dropout_seed, p.dropout_offset, b, h, p.nheads, i, j);
   const bool upper = (j & 2) != 0;  // keys 4 (j / 4) + {2, 3}: words 2, 3 (selects, not a run-time index)
   z0 = (upper ? r.x[2] : r.x[0]) >= p.dropout_threshold ? p.dropout_scale : 0.f;
   z1 = (upper ? r.x[3] : r.x[1]) >= p.dropout_threshold ? p.dropout_scale : 0.f;

@@ -36,14 +36,19 @@ FLASHLAB_HD inline Philox4 philox4x32_10(Philox4 counter, uint32_t k0, uint32_t 
   return counter;
 }
 
-// Attention dropout: the 32-bit draw of (batch b, head h, row i, column j) for a 64-bit seed and
-// a 32-bit offset (advanced by the caller between calls that must not repeat a mask). One Philox
-// call serves four consecutive columns: counter (j / 4, i, b * nheads + h, offset), key = seed.
+// Attention dropout: the draws of (batch b, head h, row i) for columns 4 (j / 4) .. 4 (j / 4) + 3,
+// word c for column 4 (j / 4) + c, for a 64-bit seed and a 32-bit offset (advanced by the caller
+// between calls that must not repeat a mask): one Philox call, counter (j / 4, i, b * nheads + h,
+// offset), key = seed.
+FLASHLAB_HD inline Philox4 dropout_draws4(uint64_t seed, uint32_t offset, uint32_t b, uint32_t h, uint32_t nheads,
+                                          uint32_t i, uint32_t j) {
+  return philox4x32_10({{j / 4, i, b * nheads + h, offset}}, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+// The 32-bit draw of (batch b, head h, row i, column j): dropout_draws4's word j % 4.
 FLASHLAB_HD inline uint32_t dropout_draw(uint64_t seed, uint32_t offset, uint32_t b, uint32_t h, uint32_t nheads,
                                          uint32_t i, uint32_t j) {
-  const Philox4 r = philox4x32_10({{j / 4, i, b * nheads + h, offset}}, static_cast<uint32_t>(seed),
-                                  static_cast<uint32_t>(seed >> 32));
-  return r.x[j % 4];
+  return dropout_draws4(seed, offset, b, h, nheads, i, j).x[j % 4];
 }
 
 // The draw threshold of drop probability p in [0, 1): an entry is kept iff its draw >= the
