@@ -488,23 +488,34 @@ TEST(Attention, Fp8Small) {
   check_case_fp8(varlen, false, rng);
 }
 
+// Self-attention on one random bf16 (batch, seqlen, heads, d) tensor as q, k and v: run(rung,
+// opt) launches attention_fwd and returns out's bytes.
+struct SelfAttention {
+  std::vector<int64_t> shape;
+  DeviceBuffer q, out;
+  SelfAttention(std::mt19937_64& rng, int64_t b, int64_t s, int64_t h, int64_t d)
+      : shape{b, s, h, d}, q(b * s * h * d * 2), out(b * s * h * d * 2) {
+    upload(q.ptr, random_tensor(DType::kBF16, b * s * h * d, rng, -2, 2).bytes);
+  }
+  std::vector<uint8_t> run(int rung, const AttnFwdOptions& opt) const {
+    const TensorView qv = device_view(q.ptr, DType::kBF16, shape);
+    attention_fwd(qv, qv, qv, device_view(out.ptr, DType::kBF16, shape), nullptr, rung, opt);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    return download(out.ptr, out.bytes);
+  }
+};
+
 // Repeated launches give bit-identical outputs (no atomics in any rung).
 TEST(Attention, Deterministic) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(60);
-  const int64_t b = 2, s = 300, h = 4, d = 128;
-  const HostTensor q = random_tensor(DType::kBF16, b * s * h * d, rng, -2, 2);
-  DeviceBuffer dq(q.bytes.size()), d1(q.bytes.size()), d2(q.bytes.size());
-  upload(dq.ptr, q.bytes);
-  const TensorView qv = device_view(dq.ptr, DType::kBF16, {b, s, h, d});
+  const SelfAttention sa(rng, 2, 300, 4, 128);
   AttnFwdOptions opt;
   opt.causal = true;
   for (int rung = 1; rung <= kAttnFwdRungs; ++rung) {
     if (rung == 4 && device_cc_major() != 9) continue;
-    attention_fwd(qv, qv, qv, device_view(d1.ptr, DType::kBF16, {b, s, h, d}), nullptr, rung, opt);
-    attention_fwd(qv, qv, qv, device_view(d2.ptr, DType::kBF16, {b, s, h, d}), nullptr, rung, opt);
-    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(download(d1.ptr, d1.bytes), download(d2.ptr, d2.bytes)) << "rung " << rung;
+    const std::vector<uint8_t> first = sa.run(rung, opt);
+    EXPECT_EQ(sa.run(rung, opt), first) << "rung " << rung;
   }
 }
 
@@ -537,22 +548,16 @@ TEST(AttentionDropout, MatchesTheReferenceUnderItsMask) {
 TEST(AttentionDropout, SeedAndOffsetSelectTheMask) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(93);
-  const int64_t b = 1, s = 96, h = 2, d = 64;
-  const HostTensor q = random_tensor(DType::kBF16, b * s * h * d, rng, -2, 2);
-  DeviceBuffer dq(q.bytes.size()), d1(q.bytes.size()), d2(q.bytes.size());
-  upload(dq.ptr, q.bytes);
-  const TensorView qv = device_view(dq.ptr, DType::kBF16, {b, s, h, d});
-  const auto run = [&](const DeviceBuffer& o, uint64_t seed, uint32_t offset) {
+  const SelfAttention sa(rng, 1, 96, 2, 64);
+  const auto run = [&](uint64_t seed, uint32_t offset) {
     AttnFwdOptions opt;
     opt.dropout_p = 0.5f, opt.dropout_seed = seed, opt.dropout_offset = offset;
-    attention_fwd(qv, qv, qv, device_view(o.ptr, DType::kBF16, {b, s, h, d}), nullptr, kAttnFwdRungAuto, opt);
-    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    return download(o.ptr, o.bytes);
+    return sa.run(kAttnFwdRungAuto, opt);
   };
-  const std::vector<uint8_t> base = run(d1, 5, 10);
-  EXPECT_EQ(run(d2, 5, 10), base) << "same seed and offset";
-  EXPECT_NE(run(d2, 5, 11), base) << "another offset";
-  EXPECT_NE(run(d2, 6, 10), base) << "another seed";
+  const std::vector<uint8_t> base = run(5, 10);
+  EXPECT_EQ(run(5, 10), base) << "same seed and offset";
+  EXPECT_NE(run(5, 11), base) << "another offset";
+  EXPECT_NE(run(6, 10), base) << "another seed";
 }
 
 }  // namespace

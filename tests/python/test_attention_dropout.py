@@ -331,6 +331,21 @@ def _mask(probs, visible):
     return ~torch.signbit(probs) & visible
 
 
+def _inputs(b, sq, sk, h, hkv, d, dtype, seed, amp=1.0):
+    """q (b, sq, h, d), k and v (b, sk, hkv, d), dout like q: _randn with seeds seed .. seed + 3."""
+    shapes = ((b, sq, h, d), (b, sk, hkv, d), (b, sk, hkv, d), (b, sq, h, d))
+    return tuple(_randn(shape, dtype, seed + i, amp) for i, shape in enumerate(shapes))
+
+
+def _masked_grads(q, k, v, dout, keep, dropout_p, o):
+    """(float64 autograd, naive in-dtype autograd) of the reference masked by `keep`: the pair
+    _check_grads holds a kernel's gradients to."""
+    def attend(a, b_, c):
+        return _dropout_attend(a, b_, c, keep, dropout_p, o)[0]
+    return (_autograd(attend, (q.double(), k.double(), v.double()), dout.double()),
+            _autograd(attend, (q, k, v), dout))
+
+
 def _check_forward(res, q, k, v, dropout_p, o, dtype, what):
     """res: flash_attn_func's (out, lse, S_dmask) for fixed-length q, k, v. Returns the mask."""
     out, lse, probs = res
@@ -357,7 +372,7 @@ def _assert_keep_rate(keep, visible_count: int, dropout_p: float, what: str):
 @pytest.mark.parametrize("dropout_p", [0.1, 0.5, 0.9])
 def test_forward_and_keep_rate(dropout_p):
     b, s, h, hkv, d, dtype = 2, 256, 4, 2, 64, "float16"
-    q, k, v = (_randn(shape, dtype, 100 + i) for i, shape in enumerate(((b, s, h, d), (b, s, hkv, d), (b, s, hkv, d))))
+    q, k, v, _ = _inputs(b, s, s, h, hkv, d, dtype, 100)
     o = _opts(False, (-1, -1), 0.0, None, d)
     res = flashlab.flash_attn_func(q, k, v, dropout_p=dropout_p, return_attn_probs=True)
     keep = _check_forward(res, q, k, v, dropout_p, o, dtype, f"p {dropout_p}")
@@ -370,8 +385,7 @@ def test_forward_and_keep_rate(dropout_p):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_forward_causal_window_softcap(dtype):
     b, sq, sk, h, hkv, d, dropout_p = 1, 113, 200, 4, 1, 128, 0.3
-    q, k, v = (_randn(shape, dtype, 7 + i, 2.0) for i, shape in enumerate(((b, sq, h, d), (b, sk, hkv, d),
-                                                                             (b, sk, hkv, d))))
+    q, k, v, _ = _inputs(b, sq, sk, h, hkv, d, dtype, 7, 2.0)
     o = _opts(True, (48, -1), 5.0, None, d)
     res = flashlab.flash_attn_func(q, k, v, dropout_p=dropout_p, causal=True, window_size=(48, -1), softcap=5.0,
                                    return_attn_probs=True)
@@ -383,7 +397,7 @@ def test_forward_causal_window_softcap(dtype):
 @gpu
 def test_same_seed_same_result_and_fresh_masks():
     b, s, h, d, dropout_p = 2, 128, 4, 64, 0.5
-    q, k, v = (_randn((b, s, h, d), "bfloat16", 30 + i) for i in range(3))
+    q, k, v, _ = _inputs(b, s, s, h, h, d, "bfloat16", 30)
 
     def run(**kw):
         return flashlab.flash_attn_func(q, k, v, dropout_p=dropout_p, causal=True, return_attn_probs=True, **kw)
@@ -418,9 +432,7 @@ def test_seed_is_the_cpu_generators_next_draw():
     # low-level API given that seed reproduces its forward, and its backward, bit for bit (both
     # deterministic, whichever rungs the automatic choices take).
     b, sq, sk, h, hkv, d, dropout_p = 1, 77, 100, 4, 2, 64, 0.2
-    q, k, v = (_randn(shape, "float16", 40 + i) for i, shape in enumerate(((b, sq, h, d), (b, sk, hkv, d),
-                                                                             (b, sk, hkv, d))))
-    dout = _randn((b, sq, h, d), "float16", 44)
+    q, k, v, dout = _inputs(b, sq, sk, h, hkv, d, "float16", 40)
     torch.manual_seed(9)
     seed = _next_seed()
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
@@ -437,7 +449,7 @@ def test_seed_is_the_cpu_generators_next_draw():
 @gpu
 def test_explicit_seed_and_offset():
     b, s, h, d, dropout_p = 1, 96, 2, 64, 0.5
-    q, k, v = (_randn((b, s, h, d), "bfloat16", 50 + i) for i in range(3))
+    q, k, v, _ = _inputs(b, s, s, h, h, d, "bfloat16", 50)
 
     def run(seed, offset):
         lse = torch.empty(b, h, s, device="cuda")
@@ -463,9 +475,7 @@ def _check_dropout_grads(q, k, v, dout, dropout_p, o, dtype, what, **kw):
     out, lse, probs = flashlab.flash_attn_func(*leaves, dropout_p=dropout_p, return_attn_probs=True, **kw)
     got = torch.autograd.grad(out, leaves, dout)
     keep = _check_forward((out.detach(), lse, probs), q, k, v, dropout_p, o, dtype, what)
-    ref = _autograd(lambda a, b_, c: _dropout_attend(a, b_, c, keep, dropout_p, o)[0],
-                    (q.double(), k.double(), v.double()), dout.double())
-    naive = _autograd(lambda a, b_, c: _dropout_attend(a, b_, c, keep, dropout_p, o)[0], (q, k, v), dout)
+    ref, naive = _masked_grads(q, k, v, dout, keep, dropout_p, o)
     _check_grads(got, ref, naive, dtype, what)
 
 
@@ -473,8 +483,7 @@ def _check_dropout_grads(q, k, v, dout, dropout_p, o, dtype, what, **kw):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_gradients_causal_gqa(dtype):
     b, sq, sk, h, hkv, d, dropout_p = 2, 100, 130, 4, 2, 64, 0.2
-    q, k, v, dout = (_randn(shape, dtype, 60 + i) for i, shape in enumerate(((b, sq, h, d), (b, sk, hkv, d),
-                                                                            (b, sk, hkv, d), (b, sq, h, d))))
+    q, k, v, dout = _inputs(b, sq, sk, h, hkv, d, dtype, 60)
     _check_dropout_grads(q, k, v, dout, dropout_p, _opts(True, (-1, -1), 0.0, None, d), dtype,
                          f"{dtype} causal GQA p {dropout_p}", causal=True)
 
@@ -482,8 +491,7 @@ def test_gradients_causal_gqa(dtype):
 @gpu
 def test_gradients_high_dropout_mqa():
     b, sq, sk, h, d, dropout_p = 1, 64, 64, 4, 128, 0.8
-    q, dout = _randn((b, sq, h, d), "bfloat16", 70), _randn((b, sq, h, d), "bfloat16", 71)
-    k, v = _randn((b, sk, 1, d), "bfloat16", 72), _randn((b, sk, 1, d), "bfloat16", 73)
+    q, k, v, dout = _inputs(b, sq, sk, h, 1, d, "bfloat16", 70)
     _check_dropout_grads(q, k, v, dout, dropout_p, _opts(False, (-1, -1), 0.0, None, d), "bfloat16",
                          f"MQA p {dropout_p}")
 
@@ -527,8 +535,7 @@ def test_tiled_rungs_share_the_mask(dtype):
     # mask of forward rung 1 for the same seed and offset: the sign bits of S_dmask must agree entry
     # by entry, the gradients come from a forward whose output is rung 3's.
     b, sq, sk, h, hkv, d, dropout_p = 2, 77, 140, 4, 2, 128, 0.3
-    q, k, v, dout = (_randn(shape, dtype, 110 + i) for i, shape in enumerate(((b, sq, h, d), (b, sk, hkv, d),
-                                                                             (b, sk, hkv, d), (b, sq, h, d))))
+    q, k, v, dout = _inputs(b, sq, sk, h, hkv, d, dtype, 110)
     o = _opts(True, (-1, -1), 0.0, None, d)
     res = {}
     for rung in (1, 3):
@@ -540,9 +547,7 @@ def test_tiled_rungs_share_the_mask(dtype):
         res[rung] = (out, lse, probs)
     keep = _check_forward(res[1], q, k, v, dropout_p, o, dtype, f"{dtype} rung 1")
     assert torch.equal(_check_forward(res[3], q, k, v, dropout_p, o, dtype, f"{dtype} rung 3"), keep)
-    ref = _autograd(lambda a, b_, c: _dropout_attend(a, b_, c, keep, dropout_p, o)[0],
-                    (q.double(), k.double(), v.double()), dout.double())
-    naive = _autograd(lambda a, b_, c: _dropout_attend(a, b_, c, keep, dropout_p, o)[0], (q, k, v), dout)
+    ref, naive = _masked_grads(q, k, v, dout, keep, dropout_p, o)
     out, lse, _ = res[3]
     for rung in (1, 2):
         got = flashlab.attention_bwd(q, k, v, out, dout, lse, causal=True, rung=rung, dropout_p=dropout_p,
@@ -554,8 +559,7 @@ def test_tiled_rungs_share_the_mask(dtype):
 def test_compile_fullgraph_with_dropout():
     torch._dynamo.reset()
     b, s, h, hkv, d, dtype, dropout_p = 2, 128, 4, 2, 64, "bfloat16", 0.25
-    q, k, v, dout = (_randn(shape, dtype, 90 + i) for i, shape in enumerate(((b, s, h, d), (b, s, hkv, d),
-                                                                            (b, s, hkv, d), (b, s, h, d))))
+    q, k, v, dout = _inputs(b, s, s, h, hkv, d, dtype, 90)
 
     def fn(a, b_, c):
         out, _, probs = flashlab.flash_attn_func(a, b_, c, dropout_p=dropout_p, causal=True, return_attn_probs=True)
