@@ -27,8 +27,16 @@ namespace {
 
 const char* const kAttnRungNames[] = {"", "naive", "flash1_cuda_cores", "flash2_mma_sync", "hopper_wgmma_ws"};
 static_assert(sizeof(kAttnRungNames) / sizeof(kAttnRungNames[0]) == kAttnFwdRungs + 1, "one name per rung");
-const char* const kAttnBwdRungNames[] = {"", "naive", "flash2_mma_sync"};
+const char* const kAttnBwdRungNames[] = {"", "naive", "flash2_mma_sync", "hopper_wgmma_ws"};
 static_assert(sizeof(kAttnBwdRungNames) / sizeof(kAttnBwdRungNames[0]) == kAttnBwdRungs + 1, "one name per rung");
+
+// The current device is a Hopper (compute capability 9.x): the TMA / wgmma rungs run.
+bool on_hopper() {
+  int dev = 0, major = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major == 9;
+}
 
 struct AttnCase {
   int64_t batch, seqlen, nheads, headdim;
@@ -88,10 +96,7 @@ void bench_attention(Harness& h, DType dt) {
   // FLASHLAB_ATTN_MIN_RUNG=3: skip the slow rungs 1-2 (quicker runs while tuning the top rungs).
   const char* min_rung_env = std::getenv("FLASHLAB_ATTN_MIN_RUNG");
   const int min_rung = min_rung_env != nullptr ? std::atoi(min_rung_env) : 1;
-  int dev = 0, major = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  const bool hopper = major == 9;  // rung 4 runs on sm_90 only
+  const bool hopper = on_hopper();  // rung 4 runs on sm_90 only
   for (const AttnCase& c : attn_cases(h.options().quick)) {
     const int64_t n = c.batch * c.seqlen * c.nheads * c.headdim;
     DeviceMem q(n * es), k(n * es), v(n * es), out(n * es), ref(n * es);
@@ -156,13 +161,14 @@ void bench_attention(Harness& h, DType dt) {
 }
 
 // Backward (op "attn_bwd"): the forward's 16k-token shapes (head dim 128 at seqlen 512 .. 16k, head
-// dims 64 and 256 at 512 .. 2k), causal and not; rung 1 (naive: the fp32 P and dS matrices, 2 x
+// dims 64 and 256 at 512 .. 2k), causal and not; rung 3 on sm_90 at head dims 64 and 128; rung 1 (naive: the fp32 P and dS matrices, 2 x
 // batch x nheads x seqlen^2 x 4 bytes) at head dim 128 up to seqlen 2k. The forward (automatic
 // rung) runs once per shape for out and lse; the timed call is attention_bwd alone.
 // FLOPs: 2.5x the forward's (DESIGN.md); bytes: q, k, v, out, dout read and dq, dk, dv written
 // once. Rung 0 is torch SDPA's backward (bench/peers.py, the same shapes).
 void bench_attention_bwd(Harness& h, DType dt) {
   const int64_t es = dtype_size(dt);
+  const bool hopper = on_hopper();  // rung 3 runs on sm_90 only
   // The cases without dropout, then the dropout ones (backward rung 2; out and lse from forward
   // rung 3 under the same mask).
   std::vector<std::pair<AttnCase, bool>> cases;
@@ -186,6 +192,7 @@ void bench_attention_bwd(Harness& h, DType dt) {
                   dropout ? 3 : kAttnFwdRungAuto, opt);
     for (int rung = kAttnBwdRungs; rung >= 1; --rung) {
       if (rung == 1 && (dropout || c.seqlen > 2048 || c.headdim != 128)) continue;
+      if (rung == 3 && (!hopper || dropout || (c.headdim != 64 && c.headdim != 128))) continue;  // rung 3's reach
       const double ms = h.time_ms([&] {
         attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
                       view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),

@@ -374,7 +374,7 @@ void launch_rung(const AttnFwdParams& p, DType dtype, int rung, cudaStream_t str
 int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                   const AttnFwdOptions& opt) {
   if (rung != kAttnFwdRungAuto) return rung;
-  if (opt.dropout_p > 0.f) return 1;
+  if (opt.dropout_p > 0.f) return 3;  // the tiled rung that has dropout
   if (q.dtype == DType::kE4M3) return 4;  // FP8: the Hopper rung (validated: sm_90)
   detail::DeviceGuard guard(q.device.index);
   const bool tma = tma_strides(q) && tma_strides(k) && tma_strides(v) && tma_strides(out);

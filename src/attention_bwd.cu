@@ -28,15 +28,34 @@ Strides3 strides_of(const TensorView& t, bool varlen) {
   return varlen ? Strides3{0, t.strides[0], t.strides[1]} : Strides3{t.strides[0], t.strides[1], t.strides[2]};
 }
 
+// TMA (rung 3) walks a tensor with positive strides only: no broadcast (0) or reversed dims.
+bool positive_strides(const TensorView& t) {
+  for (int dim = 0; dim + 1 < t.ndim(); ++dim)
+    if (t.shape[dim] > 1 && t.strides[dim] <= 0) return false;
+  return true;
+}
+
+// The automatic choice: rung 1 when deterministic; rung 2 with dropout, or off sm_90, or for
+// head dims rung 3 does not take (or strides TMA cannot walk); rung 3 otherwise.
+int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& dout,
+                  const AttnBwdOptions& opt) {
+  if (rung != kAttnBwdRungAuto) return rung;
+  if (opt.deterministic) return 1;
+  const int64_t d = q.shape[q.ndim() - 1];
+  if (opt.dropout_p > 0.f || (d != 64 && d != 128)) return 2;
+  if (!(positive_strides(q) && positive_strides(k) && positive_strides(v) && positive_strides(dout))) return 2;
+  detail::DeviceGuard guard(q.device.index);
+  return detail::cc_major() == 9 ? 3 : 2;
+}
+
 // The forward's checks, then the backward's; the kernel parameters.
 AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                                const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
                                int rung, const AttnBwdOptions& opt, cudaStream_t stream) {
   FLASHLAB_CHECK(rung == kAttnBwdRungAuto || (rung >= 1 && rung <= kAttnBwdRungs), kOp, ": argument 'rung': expected 1..",
                  kAttnBwdRungs, " or ", kAttnBwdRungAuto, " (auto), got ", rung);
-  FLASHLAB_CHECK(!(opt.deterministic && rung == 2), kOp,
-                 ": argument 'deterministic': expected false for rung 2 (its dQ atomics add in a varying order; rung 1 or "
-                 "auto is deterministic), got true");
+  FLASHLAB_CHECK(!(opt.deterministic && rung >= 2), kOp, ": argument 'deterministic': expected false for rung ", rung,
+                 " (its dQ atomics add in a varying order; rung 1 or auto is deterministic), got true");
   const check::Arg Q{kOp, "q", q}, K{kOp, "k", k}, V{kOp, "v", v}, O{kOp, "out", out}, dO{kOp, "dout", dout},
       dQ{kOp, "dq", dq}, dK{kOp, "dk", dk}, dV{kOp, "dv", dv};
   check::dtype_in(Q, {DType::kF16, DType::kBF16});  // no FP8 backward
@@ -83,6 +102,19 @@ AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const T
   static_cast<AttnFwdParams&>(p) =
       detail::attention_validated_params(kOp, q, k, v, out, kAttnFwdRungAuto, opt, stream, gradient_checks);
 
+  if (rung == 3) {  // TMA + wgmma: 64-column boxes of positive strides, built for sm_90a only
+    const int64_t d = q.shape[q.ndim() - 1];
+    if (d != 64 && d != 128) check::fail(Q, "head dim (last dim) 64 or 128 for rung 3", detail::concat(d));
+    FLASHLAB_CHECK(!(opt.dropout_p > 0.f), kOp, ": argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got ",
+                   opt.dropout_p);
+    for (const check::Arg* x : {&Q, &K, &V, &dO})
+      if (!positive_strides(x->t))
+        check::fail(*x, "positive strides on every dim of size > 1 for rung 3 (TMA)", detail::concat("strides ", shape_str(x->t.strides)));
+    detail::DeviceGuard guard(q.device.index);
+    if (detail::cc_major() != 9)
+      check::fail(Q, "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 3",
+                  detail::concat("compute capability ", detail::cc_major(), ".x"));
+  }
   p.dout = dout.data, p.dq = dq.data, p.dk = dk.data, p.dv = dv.data;
   const Strides3 so = strides_of(dout, varlen), sq = strides_of(dq, varlen), sk = strides_of(dk, varlen),
                  sv = strides_of(dv, varlen);
@@ -143,7 +175,7 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
     FLASHLAB_CHECK(seqlen_k == 0 || rows <= (kMaxFloats - rows) / 2 / seqlen_k, op, ": the size overflows int64");
     return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));
   }
-  // rows x headdim floats, the dq accumulator, and D and lse log2(e) for batch x nheads x
+  // Rungs 2 and 3: rows x headdim floats, the dq accumulator, and D and lse log2(e) for batch x nheads x
   // seqlen_q rounded up to a query block (rows_padded).
   const int64_t blocks = seqlen_q / kAttnBwdBlockM + (seqlen_q % kAttnBwdBlockM != 0);
   const int64_t heads = seqlen_q > 0 ? rows / seqlen_q : 0;  // batch x nheads (fits: rows did)
@@ -158,8 +190,7 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
                    cudaStream_t stream, int rung, const AttnBwdOptions& options) {
   AttnBwdParams p = validated_params(q, k, v, out, dout, dq, dk, dv, rung, options, stream);
   detail::DeviceGuard guard(q.device.index);
-  // (Dropout: rung 1 for now; rung 2 has it too and becomes the choice once measured on a GPU.)
-  if (rung == kAttnBwdRungAuto) rung = options.deterministic || options.dropout_p > 0.f ? 1 : kAttnBwdRungs;
+  rung = resolved_rung(rung, q, k, v, dout, options);
   if (rung == 1) return HALF_DTYPE_SWITCH(q.dtype, T, [&] { launch_naive<T>(p, stream); });
   auto* ws = static_cast<float*>(
       detail::workspace(stream, attention_bwd_workspace_bytes(2, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim)));
@@ -167,7 +198,10 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
   p.dsum_rows = static_cast<int>(detail::ceil_div(p.seqlen_q, kAttnBwdBlockM) * kAttnBwdBlockM);
   p.dsum = ws + static_cast<int64_t>(p.batch) * p.seqlen_q * p.nheads * p.headdim;
   p.lse_log2 = p.dsum + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows;
-  detail::launch_attn_bwd_flash2(p, q.dtype, stream);
+  detail::launch_attn_bwd_preprocess(p, q.dtype, stream);
+  if (rung == 3) detail::launch_attn_bwd_hopper(p, q.dtype, stream);
+  else detail::launch_attn_bwd_flash2(p, q.dtype, stream);
+  detail::launch_attn_bwd_dq_convert(p, q.dtype, stream);
 }
 
 }  // namespace flashlab

@@ -40,8 +40,14 @@ void launch_attn_hopper(const AttnFwdParams& p, DType dtype, cudaStream_t stream
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
 
-// Backward rung 2 (src/attention_bwd_flash2.cu): p.dsum and p.dq_accum point into its workspace
-// (attention_bwd_workspace_bytes).
+// The tiled backward rungs (2, 3): p.dsum, p.lse_log2 and p.dq_accum point into their workspace
+// (attention_bwd_workspace_bytes). The preprocess (D, lse log2(e), dq_accum zeroed) runs first,
+// then one rung's main kernel, then the dq conversion (src/attention_bwd_flash2.cu).
+void launch_attn_bwd_preprocess(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
+void launch_attn_bwd_dq_convert(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
+// Rung 2's main kernel.
 void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
+// Rung 3's (src/attention_bwd_hopper.cu): head dims 64 and 128, no dropout, sm_90a.
+void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
 
 }  // namespace flashlab::detail

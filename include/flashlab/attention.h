@@ -83,7 +83,7 @@ struct AttnFwdOptions {
   // dropout_offset, batch, head, row, key) alone (Philox4x32-10, kernels/common/philox.cuh), so
   // the backward given the same three regenerates it; a caller advances the offset (or the seed)
   // between calls that must not share a mask. dropout_p finite, in [0, 1); > 0 runs on rungs 1
-  // and 3 so far (kAttnFwdRungAuto takes rung 1), not with e4m3 inputs. softmax_lse is that
+  // and 3 (kAttnFwdRungAuto takes rung 3), not with e4m3 inputs. softmax_lse is that
   // before dropout; attn_probs writes a dropped entry as -p_ij (flash-attn's convention).
   float dropout_p = 0.f;
   uint64_t dropout_seed = 0;
@@ -127,18 +127,22 @@ int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
 //   1 naive: P and dS materialised in global memory, one thread per element of each product
 //     (deterministic: no atomics)
 //   2 FlashAttention-2 style: a thread block per (key block, KV head, batch), mma.sync, P and dS
-//     recomputed per block in shared memory, dK and dV in registers, dQ by fp32 atomics (top)
-inline constexpr int kAttnBwdRungs = 2;
-// The top rung; with options.deterministic, the top rung that is deterministic (rung 1 for now:
-// rung 2's dQ atomics add in an order that varies from run to run); with dropout (the forward's
-// dropout_p, seed and offset, the same as given to it: the mask is regenerated) rung 1 (rung 2
-// has it too).
+//     recomputed per block in shared memory, dK and dV in registers, dQ by fp32 atomics
+//   3 Hopper (FlashAttention-3 class): TMA, wgmma on the transposed problem (S^T = K Q^T, so P^T
+//     and dS^T feed dV and dK from registers), a producer warpgroup and two consumer
+//     warpgroups; sm_90 only, head dims 64 and 128, no dropout (top)
+inline constexpr int kAttnBwdRungs = 3;
+// The automatic choice: rung 3 where it applies (sm_90, head dim 64 or 128, no dropout, strides
+// TMA can walk), else rung 2; with options.deterministic rung 1 (the top rung that is
+// deterministic: rungs 2 and 3 add dQ by atomics, in an order that varies from run to run).
+// Dropout takes the forward's dropout_p, seed and offset, the same as given to it: the mask is
+// regenerated (rungs 1 and 2).
 inline constexpr int kAttnBwdRungAuto = -1;
 
 // The forward's options, plus:
 struct AttnBwdOptions : AttnFwdOptions {
-  // Bit-identical gradients from run to run (flash-attn's `deterministic`): rung 1 always; rung 2
-  // never (rejected with deterministic = true); the automatic choice takes rung 1 then.
+  // Bit-identical gradients from run to run (flash-attn's `deterministic`): rung 1 always; rungs
+  // 2 and 3 never (rejected with deterministic = true); the automatic choice takes rung 1 then.
   bool deterministic = false;
 };
 
@@ -154,7 +158,7 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
                    cudaStream_t stream = nullptr, int rung = kAttnBwdRungAuto, const AttnBwdOptions& options = {});
 
 // Bytes of device workspace the backward rung needs (rung 1: the fp32 P and dS matrices,
-// batch x nheads x seqlen_q x seqlen_k each, and D, batch x nheads x seqlen_q; rung 2: the fp32
+// batch x nheads x seqlen_q x seqlen_k each, and D, batch x nheads x seqlen_q; rungs 2, 3: the fp32
 // dq accumulator, batch x seqlen_q x nheads x headdim, and D and lse log2(e), batch x nheads x
 // (seqlen_q rounded up to a multiple of 64) each; kAttnBwdRungAuto: rung 2's; for
 // varlen the max lengths, with batch x max_seqlen_q >= total_q). attention_bwd allocates it

@@ -66,6 +66,15 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
       : "memory");
 }
 
+// `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) global -> smem,
+// completing them on `bar` (a 1-D bulk copy: no tensor map).
+__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+
 // The same box into the same shared-memory offset of every CTA of the cluster in `cta_mask`,
 // completing bytes on the mbarrier at `bar`'s offset in each of them.
 __device__ __forceinline__ void tma_load_2d_multicast(void* smem, const CUtensorMap* map, int c0, int c1, uint64_t* bar,

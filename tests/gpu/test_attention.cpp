@@ -519,7 +519,7 @@ TEST(Attention, Deterministic) {
   }
 }
 
-// Dropout (rungs 1 and 3, and the automatic choice, rung 1): out and lse against the reference
+// Dropout (rungs 1 and 3, and the automatic choice, rung 3): out and lse against the reference
 // under the mask regenerated on the host from the seed and offset (the same Philox functions),
 // and probs whose signs must be that mask, so the kernel's mask is the host's entry by entry
 // (the host draws' keep rate is tests/cpu/test_philox.cpp's). Masks, softcap, ALiBi, GQA,

@@ -39,6 +39,7 @@
 
 #include "kernels/attention/03_flash2.cuh"
 #include "kernels/attention/common.cuh"
+#include "kernels/attention/backward/common.cuh"
 #include "kernels/attention/params.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dtype.cuh"
@@ -168,7 +169,6 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
   static_assert(!kDropout || kScoreMod, "dropout runs on the generic element-wise path");
   using Tr = Flash2BwdTraits<kHeadDim, kDropout>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
-  constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kStages = Tr::kStages;
   T* qs_buf = reinterpret_cast<T*>(smem_raw);  // (kStages, kM, kS)
@@ -249,9 +249,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     const T* dos = dos_buf + buf * kM * kS;
     const float* lse_s = lse_buf + buf * kM;
     const float* dsum_s = dsum_buf + buf * kM;
-    const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
-    const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
-    const float cap_inv = mod.softcap > 0.f ? mod.scale / mod.softcap : 0.f, cap_log2 = mod.softcap * kLog2e;
+    const AttnBwdScore score(attn_score_mod(p, b, h, sb));
+    const AttnScoreMod& mod = score.mod;
     __syncthreads();  // step st - 1 is done with its buffers, P and dS
     if (h_next < h_end) load_step(h_next, m_next, buf ^ 1);  // into the buffer step st - 1 used
     cp_async_commit();                      // (possibly empty: one group per step)
@@ -299,7 +298,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
           for (int r = 0; r < 2; ++r) {
             const int row = s_row + 16 * mi + g + 8 * r, i = m0 + row;
             const float lse2 = lse_s[row], dsum = dsum_s[row];
-            [[maybe_unused]] const float dsum_g = dsum * mod.scale;
+            const float dsum_g = dsum * mod.scale;
 #pragma unroll
             for (int j = 0; j < Tr::kSNTiles; ++j) {
               float pr[2], ds[2];
@@ -308,26 +307,10 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
                 const int key = n0 + s_key + j * 8 + 2 * t + c;
-                const float dot = s[mi][j][2 * r + c], dpv = dp[mi][j][2 * r + c];
                 const bool visible =
                     !kMask || (key < sb.sk && attn_visible(i, key, mod.diag, mod.window_left, mod.window_right));
-                if constexpr (kScoreMod) {
-                  float x, grad = mod.scale;
-                  if (mod.softcap > 0.f) {
-                    const float th = tanhf(dot * cap_inv);
-                    x = cap_log2 * th;
-                    grad *= 1.f - th * th;
-                  } else {
-                    x = dot * scale_log2;
-                  }
-                  if (mod.slope != 0.f) x -= slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
-                  pr[c] = visible ? exp2_approx_ftz(x - lse2) : 0.f;
-                  ds[c] = pr[c] * (dpv * z[c] - dsum) * grad;
-                  if constexpr (kDropout) pr[c] *= z[c];  // what dV takes
-                } else {
-                  pr[c] = visible ? exp2_approx_ftz(fmaf(dot, scale_log2, -lse2)) : 0.f;
-                  ds[c] = pr[c] * fmaf(dpv, mod.scale, -dsum_g);
-                }
+                score.template p_ds<kScoreMod, kDropout>(s[mi][j][2 * r + c], dp[mi][j][2 * r + c], i, key, visible, lse2,
+                                                         dsum, dsum_g, z[c], pr[c], ds[c]);
               }
               const int at = row * kPS + s_key + j * 8 + 2 * t;
               *reinterpret_cast<uint32_t*>(ps + at) = pack2<T>(pr[0], pr[1]);

@@ -1,0 +1,324 @@
+// Backward rung 3 — Hopper (FlashAttention-3 class): TMA, wgmma, warp specialization.
+//
+// Changes from rung 2 (mma.sync + ldmatrix + cp.async, 8 warps sharing every product):
+//   - Warp specialization: warpgroup 0 is the producer (one thread issues every copy, 24
+//     registers); warpgroups 1 and 2 are consumers with 240 registers each, and consumer cw owns
+//     keys n0 + 64 cw .. n0 + 64 cw + 63 of the block's 128: its dK and dV (64 x d fp32 each) live
+//     in its registers for the whole block.
+//   - TMA: K and V (128 keys x d) once per block; per step (query head h, 64 query rows m0..) Q and
+//     dO as 64-column, 128B-swizzled boxes of 4-D tensor maps (head dim, rows, heads, batch), and
+//     lse log2(e) and D (the preprocess's padded arrays, 256 bytes each) by 1-D bulk copies, all
+//     completing on one mbarrier per stage; two stages, so step n + 1 lands while n is computed.
+//   - wgmma, transposed problem: each consumer computes S^T = K Q^T and dP^T = V dO^T (64 keys x
+//     64 rows, both operands K-major in shared memory), so P^T comes out of the accumulator in
+//     the register A-operand layout of dV += P^T dO (B = dO, MN-major: no transpose pass). dS^T
+//     goes to shared memory (16-bit, swizzled, a 128-byte row of query rows per key); after a
+//     barrier of the two consumers:
+//       dK += dS^T Q                       (A = its 64 keys of dS^T, K-major; B = Q, MN-major)
+//       dQ[:, half cw] = dS K[:, half cw]  (A = dS, MN-major, all 128 keys; B = K, MN-major)
+//     dQ added to the fp32 workspace by 16-byte reductions (red.global.add.v4.f32), as in rung 2.
+//     (dK from registers, like dV, takes 16 more registers a thread: ptxas spilled the softcap /
+//     ALiBi variant at head dim 128, whose 240 hold dK, dV, S^T and dP^T already.) Two dS
+//     buffers: a consumer writes step n + 1's while the other may still read step n's.
+//   - Element-wise P and dS: per element as in rung 2 (AttnBwdScore::p_ds), lse and D per column
+//     (query row) from shared memory; the mask compiled in only for steps that straddle it.
+// Head dims 64 and 128 (dQ's halves: 32 or 64 columns; dK + dV: 64 or 128 registers a thread);
+// no dropout (rung 2 has it). Varlen: Q / dO rows past a sequence's end hold the next sequence's
+// rows; their lse is +inf (the preprocess pads), so P = 0 and dS = 0 there, but a non-finite
+// value in them would reach dK as 0 x inf (the forward's rung 4 reads past the end alike).
+// Limits: within a consumer the products run in series (S, dP; dV, dK; dQ; then the dQ
+// reductions); the dQ adds go through L2 as in rung 2.
+#pragma once
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/attention/04_hopper.cuh"
+#include "kernels/attention/backward/02_flash2.cuh"
+#include "kernels/attention/backward/common.cuh"
+#include "kernels/attention/common.cuh"
+#include "kernels/attention/params.h"
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/tma.cuh"
+#include "kernels/common/wgmma.cuh"
+
+namespace flashlab::kernels {
+
+template <int kHeadDim_>
+struct HopperBwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kAttnBwdBlockM;  // query rows per step (the preprocess pads to it)
+  static constexpr int kBlockN = 128;             // keys per block: 64 per consumer warpgroup
+  static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
+  static constexpr int kStages = 2;               // Q, dO, lse, D
+  static constexpr int kBoxes = kHeadDim / 64;    // 64-column (128-byte) TMA boxes per row
+  static constexpr int kKBytes = kBoxes * kBlockN * 128;  // K (and V): 128 keys
+  static constexpr int kQBytes = kBoxes * kBlockM * 128;  // one stage of Q (and of dO)
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: 128 keys x 64 rows, 16-bit
+  static constexpr int kRowBytes = kBlockM * 4;           // lse or D of one step
+  static constexpr int kStepBytes = 2 * kQBytes + 2 * kRowBytes;  // a stage's transaction bytes
+  static constexpr int kDqCols = kHeadDim / 2;  // dQ columns per consumer
+  static constexpr int kSmemBytes = 2 * kKBytes + kStages * (2 * kQBytes + 2 * kRowBytes) + 2 * kDsBytes + 1024;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
+  static_assert(kBlockM == 64, "one wgmma M (64) of query rows per step: dS^T rows are 128 bytes");
+  static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
+};
+
+// Q, dO (64-row boxes), K, V (128-row boxes) over (head dim, rows, heads, batch), 128-byte boxes.
+struct HopperBwdArgs {
+  AttnBwdParams p;
+  CUtensorMap q, k, v, dout;
+};
+
+// Grid (ceil(max_sk / 128), nheads_kv, batch), 384 threads, Tr::kSmemBytes dynamic shared memory.
+// dq_accum zeroed, dsum and lse_log2 written by attn_bwd_dsum_kernel first.
+template <typename T, int kHeadDim, bool kScoreMod>
+__global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
+#else
+  using Tr = HopperBwdTraits<kHeadDim>;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t kv_full, full[kStages], empty[kStages];
+  // 128B-swizzled tiles start on a 1024-byte boundary.
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sk = smem;                         // K: kBoxes x 128 rows
+  unsigned char* sv = sk + Tr::kKBytes;             // V
+  unsigned char* sq = sv + Tr::kKBytes;             // (kStages, kBoxes x 64 rows)
+  unsigned char* sdo = sq + kStages * Tr::kQBytes;  // (kStages, kBoxes x 64 rows)
+  unsigned char* sds = sdo + kStages * Tr::kQBytes; // (2, 128 keys x 128 bytes): dS^T, rows contiguous
+  float* slse = reinterpret_cast<float*>(sds + 2 * Tr::kDsBytes);  // (kStages, 64): lse log2(e)
+  float* sdsum = slse + kStages * kM;                                // (kStages, 64): D
+  const AttnBwdParams& p = args.p;
+
+  const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
+  const AttnBatch sb = attn_batch(p, b);
+  if (n0 >= sb.sk) return;  // varlen: this batch has fewer keys (the whole block leaves)
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int group = p.nheads / p.nheads_kv;
+  // The steps, as in rung 2: (query head h of the group, query block m0), m0 over the blocks
+  // that see these keys.
+  const int key_hi = sb.sk - n0 < kN ? sb.sk : n0 + kN;
+  const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, sb.sk - sb.sq, p.window_left, p.window_right);
+  const int m_first = rr.lo - rr.lo % kM;
+  const int m_blocks = rr.hi > rr.lo ? (rr.hi - m_first + kM - 1) / kM : 0;
+  const int n_steps = m_blocks * group;  // step st: head hk group + st / m_blocks, rows m_first + kM (st % m_blocks)
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(&kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], 1);   // the producer's arrive + the copies' bytes
+      mbarrier_init(&empty[s], 8);  // one arrive per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {  // producer
+    setmaxnreg_dec<24>();
+    if (threadIdx.x == 0 && n_steps > 0) {
+      const int qb = varlen ? 0 : b;  // batch coordinate (varlen: packed rows, batch 1)
+      const int k_row = static_cast<int>(sb.k_row0) + n0;
+      mbarrier_arrive_expect_tx(&kv_full, 2 * Tr::kKBytes);
+#pragma unroll
+      for (int x = 0; x < Tr::kBoxes; ++x) {
+        tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, &kv_full);
+        tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, &kv_full);
+      }
+      for (int st = 0; st < n_steps; ++st) {
+        const int s = st % kStages;
+        const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
+        const int q_row = static_cast<int>(sb.q_row0) + m0;
+        mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+        mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
+#pragma unroll
+        for (int x = 0; x < Tr::kBoxes; ++x) {
+          tma_load_4d(sq + s * Tr::kQBytes + x * kM * 128, &args.q, 64 * x, q_row, h, qb, &full[s]);
+          tma_load_4d(sdo + s * Tr::kQBytes + x * kM * 128, &args.dout, 64 * x, q_row, h, qb, &full[s]);
+        }
+        const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0;
+        bulk_load(slse + s * kM, p.lse_log2 + at, Tr::kRowBytes, &full[s]);
+        bulk_load(sdsum + s * kM, p.dsum + at, Tr::kRowBytes, &full[s]);
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup cw = 0, 1 owns keys n0 + 64 cw .. + 63.
+  setmaxnreg_inc<240>();
+  const int cw = wg - 1;
+  const int t128 = threadIdx.x - 128 * wg;
+  const int warp = t128 / 32, lane = t128 % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int key_base = 64 * cw + 16 * warp + g;  // this thread's keys (in the block): key_base, + 8
+
+  // dK, dV accumulators: d[4 j + 2 r + c] = key key_base + 8 r, column 8 j + 2 t + c.
+  float dk[kD / 2], dv[kD / 2];
+#pragma unroll
+  for (int e = 0; e < kD / 2; ++e) dk[e] = dv[e] = 0.f;
+
+  const uint32_t k_wg = smem_u32(sk) + cw * 64 * 128, v_wg = smem_u32(sv) + cw * 64 * 128;  // this consumer's 64 keys
+  constexpr int kDSteps = kD / 16;  // k16 steps over the head dim
+  const int diag = sb.sk - sb.sq;
+  if (n_steps > 0) mbarrier_wait(&kv_full, 0);
+  for (int st = 0; st < n_steps; ++st) {
+    const int s = st % kStages;
+    const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
+    const uint32_t q_base = smem_u32(sq + s * Tr::kQBytes), do_base = smem_u32(sdo + s * Tr::kQBytes);
+    unsigned char* ds_buf = sds + (st % 2) * Tr::kDsBytes;
+    mbarrier_wait(&full[s], (st / kStages) & 1);
+
+    // S^T = K Q^T and dP^T = V dO^T: d[4 j + 2 r + c] = key key_base + 8 r, query row 8 j + 2 t + c.
+    float sT[kM / 2], dpT[kM / 2];
+    wgmma_fence_operands(sT);
+    wgmma_fence_operands(dpT);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+      const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
+      Wgmma<T, kM>::template mma<0, 0>(sT, wgmma_desc_sw128(k_wg + a_off, 16, 1024), wgmma_desc_sw128(q_base + b_off, 16, 1024),
+                                       kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+      const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
+      Wgmma<T, kM>::template mma<0, 0>(dpT, wgmma_desc_sw128(v_wg + a_off, 16, 1024), wgmma_desc_sw128(do_base + b_off, 16, 1024),
+                                       kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+
+    // P^T and dS^T g element by element (AttnBwdScore::p_ds), into the A fragments of dV and dK's
+    // products (the accumulator's n8 tiles 2 kk, 2 kk + 1 are k-step kk) and dS^T into shared memory.
+    const AttnBwdScore score(attn_score_mod(p, b, h, sb));
+    const AttnScoreMod& mod = score.mod;
+    const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
+                           (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
+    const float* lse_s = slse + s * kM;
+    const float* dsum_s = sdsum + s * kM;
+    uint32_t pa[kM / 16][4];
+    wgmma_wait<0>();
+    wgmma_fence_operands(sT);
+    wgmma_fence_operands(dpT);
+    const auto p_ds = [&](auto mask_tag) {
+      constexpr bool kMask = decltype(mask_tag)::value;
+      // Key key_base + 8 r is seen by rows [key - diag - window_right, key - diag + window_left]
+      // (attn_visible), by none past the sequence's keys: the bounds as offsets from this thread's
+      // first row m0 + 2 t, so that each element's mask is two compares with a constant.
+      int lo[2], hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = n0 + key_base + 8 * r, base = m0 + 2 * t;
+        lo[r] = key >= sb.sk ? INT_MAX : mod.window_right >= 0 ? key - diag - mod.window_right - base : INT_MIN;
+        hi[r] = mod.window_left >= 0 ? key - diag + mod.window_left - base : INT_MAX;
+      }
+#pragma unroll
+      for (int j = 0; j < kM / 8; ++j) {
+        const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+        const float lse_c[2] = {lse2.x, lse2.y}, dsum_c[2] = {dsum.x, dsum.y};
+        float pr[4], ds[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, c = e % 2;
+          const int key = n0 + key_base + 8 * r, i = m0 + 8 * j + 2 * t + c;
+          const bool visible = !kMask || (8 * j + c >= lo[r] && 8 * j + c <= hi[r]);
+          score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, visible, lse_c[c], dsum_c[c],
+                                                dsum_c[c] * mod.scale, 1.f, pr[e], ds[e]);
+        }
+        // Accumulator tile j: (key g, rows 8 j + 2t, + 1), (key g + 8, same rows). A fragment of
+        // k-step j / 2: registers 0, 1 from tile 2 kk, registers 2, 3 from tile 2 kk + 1. dS^T
+        // into shared memory, one 128-byte row per key (its 64 query rows), swizzled like a TMA box.
+        const int kk = j / 2, hi = 2 * (j % 2);
+        pa[kk][hi] = pack2<T>(pr[0], pr[1]), pa[kk][hi + 1] = pack2<T>(pr[2], pr[3]);
+        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = pack2<T>(ds[0], ds[1]);
+        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = pack2<T>(ds[2], ds[3]);
+      }
+    };
+    if (need_mask) p_ds(std::true_type{});
+    else p_ds(std::false_type{});
+
+    // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
+    // boxes kM rows apart).
+    wgmma_fence_operands(dv);
+    wgmma_fence_operands(pa);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kM / 16; ++kk)
+      WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128(do_base + kk * 16 * 128, kM * 128, 1024), 1);
+    wgmma_commit();
+    fence_proxy_async_smem();    // the dS^T writes before the tensor cores read them
+    named_barrier_sync(1, 256);  // both consumers' halves of dS^T written
+
+    // dK += dS^T Q: A = this consumer's 64 keys of dS^T (K-major: 16 rows are 32 bytes along a
+    // key's row), B = Q (MN-major, as dO above).
+    const uint32_t ds_base = smem_u32(ds_buf);
+    wgmma_fence_operands(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kM / 16; ++kk)
+      Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + cw * 64 * 128 + kk * 32, 16, 1024),
+                                       wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024), 1);
+    wgmma_commit();
+
+    // dQ[:, cw half] = dS K[:, cw half]: A = dS (rows contiguous per key: MN-major), B = K
+    // (head-dim columns contiguous per key: MN-major); 16 keys per k-step.
+    float dq[Tr::kDqCols / 2];
+    constexpr int kColBytes = Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
+    const uint32_t k_cols = smem_u32(sk) + (cw * kColBytes / 128) * kN * 128 + (cw * kColBytes) % 128;
+    wgmma_fence_operands(dq);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_base + kk * 16 * 128, kN * 128, 1024),
+                                                wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(dq);
+    wgmma_fence_operands(dv);
+    wgmma_fence_operands(dk);
+    if (lane == 0) mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
+
+    // dQ rows 16 warp + g + (0, 8), columns cw kDqCols + 8 j + 2 t + c, added to dq_accum: lanes t
+    // and t ^ 1 trade halves so that each adds four adjacent columns of one row (as in rung 2).
+    const bool even = t % 2 == 0;
+    const int i = m0 + 16 * warp + g + (even ? 0 : 8);
+    float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + cw * Tr::kDqCols + 2 * (t & ~1)
+                           : nullptr;
+#pragma unroll
+    for (int j = 0; j < Tr::kDqCols / 8; ++j) {
+      const float* acc = dq + 4 * j;
+      const float send0 = even ? acc[2] : acc[0], send1 = even ? acc[3] : acc[1];
+      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+      if (row == nullptr) continue;
+      if (even) red_add_f32x4(row + j * 8, acc[0], acc[1], got0, got1);
+      else red_add_f32x4(row + j * 8, got0, got1, acc[2], acc[3]);
+    }
+  }
+
+  // dK, dV of this consumer's keys, written once (0 where no step ran).
+  T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  T* dv_out = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = n0 + key_base + 8 * r;
+    if (key >= sb.sk) continue;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int col = 8 * j + 2 * t;
+      *reinterpret_cast<uint32_t*>(dk_out + static_cast<int64_t>(key) * p.dk_row_stride + col) = pack2<T>(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + static_cast<int64_t>(key) * p.dv_row_stride + col) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    }
+  }
+#endif
+}
+
+}  // namespace flashlab::kernels
