@@ -268,7 +268,7 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
                  ": arguments 'q_descale', 'k_descale', 'v_descale': expected all per tensor (one element) or all per "
                  "(batch, nheads_kv), got a mix");
   if (per_head_given > 0) p.descale_batch_stride = nheads_kv, p.descale_head_stride = 1;
-  // Dropout: rungs 1 and 3 so far (the automatic choice takes rung 1), no FP8.
+  // Dropout: rungs 1 and 3 (the automatic choice takes rung 3), no FP8.
   FLASHLAB_CHECK(std::isfinite(opt.dropout_p) && opt.dropout_p >= 0.f && opt.dropout_p < 1.f, op,
                  ": argument 'dropout_p': expected a finite value in [0, 1), got ", opt.dropout_p);
   if (opt.dropout_p > 0.f) {

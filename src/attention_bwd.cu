@@ -63,7 +63,7 @@ AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const T
                  ": argument 'softmax_lse': expected the forward's log-sum-exp (the backward recomputes P from it), got none");
   FLASHLAB_CHECK(opt.attn_probs == nullptr, kOp, ": argument 'attn_probs': expected none (a forward output), got a tensor");
   const bool varlen = opt.cu_seqlens_q != nullptr;
-  // The gradients' checks: host-side, run by the shared validation after its own host checks and
+  // The gradients' checks and rung 3's: host-side, run by the shared validation after its own host checks and
   // before it reads cu_seqlens from the device.
   const auto gradient_checks = [&] {
     const int rank = varlen ? 3 : 4;
@@ -96,25 +96,25 @@ AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const T
     detail::attention_disjoint(dQ, dK);
     detail::attention_disjoint(dQ, dV);
     detail::attention_disjoint(dK, dV);
+    if (rung == 3) {  // TMA + wgmma: 64-column boxes of positive strides, built for sm_90a only
+      const int64_t d = q.shape[q.ndim() - 1];
+      if (d != 64 && d != 128) check::fail(Q, "head dim (last dim) 64 or 128 for rung 3", detail::concat(d));
+      FLASHLAB_CHECK(!(opt.dropout_p > 0.f), kOp, ": argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got ",
+                     opt.dropout_p);
+      for (const check::Arg* x : {&Q, &K, &V, &dO})
+        if (!positive_strides(x->t))
+          check::fail(*x, "positive strides on every dim of size > 1 for rung 3 (TMA)", detail::concat("strides ", shape_str(x->t.strides)));
+      detail::DeviceGuard guard(q.device.index);
+      if (detail::cc_major() != 9)
+        check::fail(Q, "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 3",
+                    detail::concat("compute capability ", detail::cc_major(), ".x"));
+    }
   };
   // q, k, v, out, the options and the lse's shape: exactly the forward's rules.
   AttnBwdParams p{};
   static_cast<AttnFwdParams&>(p) =
       detail::attention_validated_params(kOp, q, k, v, out, kAttnFwdRungAuto, opt, stream, gradient_checks);
 
-  if (rung == 3) {  // TMA + wgmma: 64-column boxes of positive strides, built for sm_90a only
-    const int64_t d = q.shape[q.ndim() - 1];
-    if (d != 64 && d != 128) check::fail(Q, "head dim (last dim) 64 or 128 for rung 3", detail::concat(d));
-    FLASHLAB_CHECK(!(opt.dropout_p > 0.f), kOp, ": argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got ",
-                   opt.dropout_p);
-    for (const check::Arg* x : {&Q, &K, &V, &dO})
-      if (!positive_strides(x->t))
-        check::fail(*x, "positive strides on every dim of size > 1 for rung 3 (TMA)", detail::concat("strides ", shape_str(x->t.strides)));
-    detail::DeviceGuard guard(q.device.index);
-    if (detail::cc_major() != 9)
-      check::fail(Q, "a device of compute capability 9.x (sm_90a: TMA, wgmma) for rung 3",
-                  detail::concat("compute capability ", detail::cc_major(), ".x"));
-  }
   p.dout = dout.data, p.dq = dq.data, p.dk = dk.data, p.dv = dv.data;
   const Strides3 so = strides_of(dout, varlen), sq = strides_of(dq, varlen), sk = strides_of(dk, varlen),
                  sv = strides_of(dv, varlen);

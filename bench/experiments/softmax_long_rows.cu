@@ -60,13 +60,6 @@ __device__ __forceinline__ bool mbarrier_test(uint64_t* bar, uint32_t parity) {
   return ok != 0;
 }
 
-// One contiguous global -> shared bulk copy (no tensor map), completing on `bar`.
-__device__ __forceinline__ void bulk_load(void* smem, const void* g, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_u32(smem)), "l"(g), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

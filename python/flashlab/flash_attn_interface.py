@@ -2,16 +2,17 @@
 
 ``flash_attn_func`` and its varlen / packed variants take flash-attn's arguments, names, defaults
 and return conventions; each adds the keyword ``impl`` (the rung, 1..ATTN_FWD_RUNGS; None: the
-top rung that runs here: 4 on Hopper (sm_90) for head dims 64..256, else 3). What differs from
-flash-attn:
+top rung that runs here: 4 on Hopper (sm_90) for head dims 64..256 without dropout, else 3).
+What differs from flash-attn:
 
 * differentiable: torch tensors go through the custom ops ``torch.ops.flashlab.attention_fwd`` /
   ``attention_bwd`` (``_torch_ops``, registered when the first torch tensors come in), so
   torch.compile sees one opaque op per call (no graph break) and autograd's backward runs
-  ``attention_bwd`` (backward rung 2, FlashAttention-2 style; with ``deterministic=True`` or dropout
-  rung 1, the naive one: slow); not for FP8 inputs;
-* dropout (``dropout_p`` in [0, 1)) runs on some rungs only so far (include/flashlab/attention.h:
-  forward 1 and 3, backward 1 and 2; the automatic choices take the naive rung 1 for now; other
+  ``attention_bwd`` on its automatic choice: rung 3 (Hopper, TMA + wgmma) on sm_90 for head dims 64
+  and 128 without dropout, else rung 2 (FlashAttention-2 style); with ``deterministic=True`` rung 1,
+  the naive one (slow); not for FP8 inputs;
+* dropout (``dropout_p`` in [0, 1)) runs on some rungs only (include/flashlab/attention.h: forward
+  1 and 3, backward 1 and 2; the automatic choices take forward rung 3 and backward rung 2; other
   ``impl`` values are rejected), not with FP8. Each call draws a fresh Philox seed (offset 0):
   torch tensors from torch's default CPU generator (``torch.manual_seed`` makes runs reproducible;
   under torch.compile the draw is part of the graph), other DLPack producers from Python's
@@ -57,8 +58,11 @@ ATTN_FWD_RUNGS = 4
 _RUNG_AUTO = -1  # C++ kAttnFwdRungAuto: 4 where it runs, else 3
 
 # 1 naive (P and dS materialised in global memory; deterministic), 2 FlashAttention-2 style (mma.sync,
-# P recomputed per block, dQ by fp32 atomics) (top; ``deterministic=True`` takes rung 1)
-ATTN_BWD_RUNGS = 2
+# P recomputed per block, dQ by fp32 atomics), 3 Hopper (TMA, wgmma, warp specialization; sm_90, head
+# dims 64 and 128, no dropout, positive strides on q, k, v, dout; dQ by fp32 atomics) (top).
+# Automatic: 3 where it runs, else 2 (an expanded dout, stride 0, takes 2); ``deterministic=True``
+# takes rung 1.
+ATTN_BWD_RUNGS = 3
 
 _NO_FP8_BACKWARD = ("flashlab: no backward for FP8 (e4m3) attention (forward only). Call with inputs that "
                     "do not require grad, or under torch.no_grad().")
@@ -111,7 +115,8 @@ def attention_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, softmax_lse: Any,
     """The C++ ``flashlab::attention_bwd``: gradients of ``sum(dout * out)`` for ``out =
     attention_fwd(q, k, v, ...)`` with the same options, from the forward's ``softmax_lse``; with
     dropout, the forward's ``dropout_p``, ``dropout_seed`` and ``dropout_offset`` (they regenerate its
-    mask).
+    mask). ``rung`` None: 3 on Hopper for head dims 64 and 128 without dropout, else 2; rung 1 with
+    ``deterministic`` (rungs 2 and 3 refuse it: their dQ atomics add in a varying order).
 
     ``dq`` / ``dk`` / ``dv`` default to new tensors like ``q`` / ``k`` / ``v``. Returns ``(dq, dk, dv)``.
     """
@@ -242,8 +247,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_kv, headdim), nheads a
     multiple of nheads_kv (GQA / MQA); fp16 or bf16; any batch/row/head strides with a contiguous
     head dim (multiples of 8 elements, 16-byte aligned). alibi_slopes: fp32 (nheads,) or (batch,
-    nheads). ``deterministic``: bit-identical gradients run to run (the backward then takes its naive rung). FP8: e4m3 q, k, v (head dim
-    128, Hopper) with optional fp32 descale factors (one element or (batch, nheads_kv)); out bf16.
+    nheads). ``deterministic``: bit-identical gradients run to run (the backward then takes its
+    naive rung 1). FP8: e4m3 q, k, v (head dim 128, Hopper) with optional fp32 descale factors (one
+    element or (batch, nheads_kv)); out bf16.
     ``dropout_p``: in [0, 1), each probability dropped with that chance (a fresh mask per call, the
     same one in the backward; not every rung has it, see the module docstring).
 

@@ -7,7 +7,9 @@
 // test_attention_validation.cpp; here only where the backward changes them (softmax_lse
 // required, attn_probs and FP8 refused) and that their messages name attention_bwd. The
 // backward's own checks are tested in full: dout, dq, dk, dv (device, rank, layout, dtype,
-// shape) and the outputs' overlap with every input, each other and themselves.
+// shape), the outputs' overlap with every input, each other and themselves, and what rung 3
+// takes (head dim, dropout, strides; its compute-capability check needs a device, so here only
+// valid rung-3 calls reaching it on a machine without a GPU).
 //
 // The tensors sit at fake device addresses, so a call that got as far as the device would fail
 // with a CUDA error instead: `expect_rejected` below fails on any CUDA error.
@@ -39,7 +41,7 @@ using testing::kGpu;
 
 constexpr DType kBf = DType::kBF16;
 const Device kGpu1{DeviceType::kCUDA, 1};
-static_assert(kAttnBwdRungs == 2, "the backward rung list of include/flashlab/attention.h changed: update this test");
+static_assert(kAttnBwdRungs == 3, "the backward rung list of include/flashlab/attention.h changed: update this test");
 
 // Slots of tests/common/validation_utils.h: 4 GiB apart, so distinct tensors never overlap.
 enum Slot { kQ = 1, kK, kV, kO, kCuQ, kCuK, kAlibi, kLse, kDout, kDq, kDk, kDv };
@@ -95,7 +97,7 @@ Call with(Call c, TensorView Call::*member, TensorView t) {
 // "attention_bwd: argument", never names the forward, and contains every piece, before any
 // CUDA call, launching nothing.
 void expect_rejected(const Call& c, const std::vector<std::string>& pieces, const AttnBwdOptions& opt,
-                     const std::vector<int>& rungs = {1, 2, kAttnBwdRungAuto}) {
+                     const std::vector<int>& rungs = {1, 2, 3, kAttnBwdRungAuto}) {
   for (int rung : rungs) {
     SCOPED_TRACE("rung " + std::to_string(rung));
     testing::expect_rejected(
@@ -155,21 +157,78 @@ const Grad kGrads[] = {{&Call::dout, "dout", {2, 16, 4, 64}, kDout},
 
 TEST(AttentionBwdValidation, RungOutOfRange) {
   const Call c = fixed();
-  for (int rung : {0, 3, -2, 100})
-    expect_rejected(c, {"argument 'rung'", "expected 1..2 or -1 (auto)", "got " + std::to_string(rung)}, c.opt(), {rung});
+  for (int rung : {0, kAttnBwdRungs + 1, -2, 100})
+    expect_rejected(c, {"argument 'rung'", "expected 1..3 or -1 (auto)", "got " + std::to_string(rung)}, c.opt(), {rung});
   // The rung is checked first: with a CPU q and no lse, a bad rung names the rung.
   const Call cpu_q = with(c, &Call::q, TensorView(fake(0, kQ), kBf, {2, 16, 4, 64}, kCpu));
   expect_rejected(cpu_q, {"argument 'rung'", "got 0"}, AttnBwdOptions{}, {0});
   const Call vl = varlen();
-  expect_rejected(vl, {"argument 'rung'", "got 3"}, vl.opt(), {3});
-  // Rung 2 adds dQ with atomics: never deterministic (rung 1 and the automatic choice are).
+  expect_rejected(vl, {"argument 'rung'", "got 4"}, vl.opt(), {4});
+  // Rungs 2 and 3 add dQ with atomics: never deterministic (rung 1 and the automatic choice are).
   AttnBwdOptions det = c.opt();
   det.deterministic = true;
-  expect_rejected(c, {"argument 'deterministic'", "expected false for rung 2", "got true"}, det, {2});
+  for (int rung : {2, 3})
+    expect_rejected(c,
+                    {"argument 'deterministic'",
+                     "expected false for rung " + std::to_string(rung) +
+                         " (its dQ atomics add in a varying order; rung 1 or auto is deterministic)",
+                     "got true"},
+                    det, {rung});
   // Dropout: its range is the forward's rule, on every rung.
   AttnBwdOptions drop = c.opt();
   drop.dropout_p = 1.f;
   expect_rejected(c, {"argument 'dropout_p'", "expected a finite value in [0, 1)", "got 1"}, drop);
+}
+
+// Rung 3 (TMA + wgmma): head dims 64 and 128, no dropout, positive strides on q, k, v and dout
+// (dims of size 1 aside), compute capability 9.x; checked after the shared and gradient checks,
+// in that order. Each call here passes every check on rungs 1, 2 and auto.
+TEST(AttentionBwdValidation, Rung3Hopper) {
+  const std::vector<int> rung3{3};
+  for (int64_t d : {32, 96, 256})
+    for (DType dt : {DType::kF16, kBf}) {
+      SCOPED_TRACE(d);
+      const Call c = fixed(dt, d);
+      expect_rejected(c, {"argument 'q'", "expected head dim (last dim) 64 or 128 for rung 3", "got " + std::to_string(d)},
+                      c.opt(), rung3);
+    }
+  const Call c = fixed();
+  AttnBwdOptions drop = c.opt();
+  drop.dropout_p = 0.5f;
+  expect_rejected(c, {"argument 'dropout_p'", "expected 0 for rung 3 (rung 2 or auto takes dropout)", "got 0.5"}, drop, rung3);
+  // TMA walks positive strides only: k broadcast over the batch (stride 0), q's rows reversed,
+  // v's heads reversed, dout broadcast over the heads (a gradient torch may hand over).
+  const std::string tma = "expected positive strides on every dim of size > 1 for rung 3 (TMA)";
+  const Call k0 = with(c, &Call::k, gpu_strided(kBf, {2, 32, 2, 64}, {0, 128, 64, 1}, kK));
+  const Call q_rev = with(c, &Call::q, gpu_strided(kBf, {2, 16, 4, 64}, {4096, -256, 64, 1}, kQ));
+  const Call v_rev = with(c, &Call::v, gpu_strided(kBf, {2, 32, 2, 64}, {4096, 128, -64, 1}, kV));
+  const Call dout0 = with(c, &Call::dout, gpu_strided(kBf, {2, 16, 4, 64}, {1024, 64, 0, 1}, kDout));
+  expect_rejected(k0, {"argument 'k'", tma, "got strides [0, 128, 64, 1]"}, k0.opt(), rung3);
+  expect_rejected(q_rev, {"argument 'q'", tma, "got strides [4096, -256, 64, 1]"}, q_rev.opt(), rung3);
+  expect_rejected(v_rev, {"argument 'v'", tma, "got strides [4096, 128, -64, 1]"}, v_rev.opt(), rung3);
+  expect_rejected(dout0, {"argument 'dout'", tma, "got strides [1024, 64, 0, 1]"}, dout0.opt(), rung3);
+  // The order: deterministic (before any tensor), the shared and gradient checks, head dim,
+  // dropout, strides.
+  const Call d32 = fixed(kBf, 32);
+  AttnBwdOptions o = d32.opt();
+  o.deterministic = true, o.dropout_p = 0.5f;
+  expect_rejected(d32, {"argument 'deterministic'", "expected false for rung 3"}, o, rung3);
+  const Call d32_bad_dq = with(d32, &Call::dq, gpu(kBf, {2, 16, 4, 64}, kDq));
+  expect_rejected(d32_bad_dq, {"argument 'dq'", "expected shape [2, 16, 4, 32] (same as 'q')", "got [2, 16, 4, 64]"},
+                  d32_bad_dq.opt(), rung3);
+  o = d32.opt();
+  o.dropout_p = 0.5f;
+  expect_rejected(d32, {"argument 'q'", "expected head dim (last dim) 64 or 128 for rung 3", "got 32"}, o, rung3);
+  o = k0.opt();
+  o.dropout_p = 0.5f;
+  expect_rejected(k0, {"argument 'dropout_p'", "expected 0 for rung 3"}, o, rung3);
+  // Rung 3 only: the other rungs take all of these (machines without a GPU only, as below).
+  if (has_gpu()) return;  // the fake pointers would reach it
+  for (int rung : {1, 2, kAttnBwdRungAuto}) {
+    SCOPED_TRACE("rung " + std::to_string(rung));
+    for (const Call* x : {&d32, &k0, &q_rev, &v_rev, &dout0}) expect_host_checks_pass(*x, rung);
+    expect_host_checks_pass(fixed(kBf, 96), rung);
+  }
 }
 
 // fp16 / bf16 only: no FP8 backward (e4m3 is a forward-only input), no fp32 or integer inputs.
@@ -444,10 +503,14 @@ TEST(AttentionBwdValidation, OutputOverlapsItself) {
 
 TEST(AttentionBwdValidation, ValidCallsPassTheHostChecks) {
   if (has_gpu()) GTEST_SKIP() << "a GPU is present: the fake pointers would reach it";
-  for (int rung : {1, 2, kAttnBwdRungAuto}) {
+  for (int rung : {1, 2, 3, kAttnBwdRungAuto}) {
     expect_host_checks_pass(fixed(), rung);
     expect_host_checks_pass(fixed(DType::kF16), rung);
   }
+  // Rung 3 at head dim 128 too: it passes every host check, then asks the device for its
+  // compute capability (the first CUDA call here).
+  expect_host_checks_pass(fixed(kBf, 128), 3);
+  expect_host_checks_pass(fixed(DType::kF16, 128), 3);
   // Every head dim, fp16 and bf16, MHA and MQA.
   for (int d : kAttnHeadDims)
     for (DType dt : {DType::kF16, DType::kBF16}) {
@@ -481,19 +544,22 @@ TEST(AttentionBwdValidation, ValidCallsPassTheHostChecks) {
   strided.dout = gpu_strided(kBf, {2, 16, 4, 64}, {16 * 264, 264, 64, 1}, kDout);
   strided.dq = gpu_strided(kBf, {2, 16, 4, 64}, {8192, 64, 1024, 1}, kDq);
   strided.dk = gpu_strided(kBf, {2, 32, 2, 64}, {32 * 2 * 72, 2 * 72, 72, 1}, kDk);
-  expect_host_checks_pass(strided);
+  for (int rung : {1, 2, 3, kAttnBwdRungAuto}) expect_host_checks_pass(strided, rung);
   Call one = fixed();
   one.q = gpu(kBf, {1, 16, 4, 64}, kQ), one.k = gpu(kBf, {1, 32, 2, 64}, kK), one.v = gpu(kBf, {1, 32, 2, 64}, kV);
   one.out = gpu(kBf, {1, 16, 4, 64}, kO), one.lse = gpu(DType::kF32, {1, 4, 16}, kLse);
   one.dout = gpu_strided(kBf, {1, 16, 4, 64}, {12345, 256, 64, 1}, kDout), one.dq = gpu(kBf, {1, 16, 4, 64}, kDq);
   one.dk = gpu_strided(kBf, {1, 32, 2, 64}, {7, 128, 64, 1}, kDk), one.dv = gpu(kBf, {1, 32, 2, 64}, kDv);
-  expect_host_checks_pass(one);
+  for (int rung : {1, 2, 3, kAttnBwdRungAuto}) expect_host_checks_pass(one, rung);
+  // Rung 3's positive strides exempt dims of size 1: q's batch stride 0 with batch 1.
+  expect_host_checks_pass(with(one, &Call::q, gpu_strided(kBf, {1, 16, 4, 64}, {0, 256, 64, 1}, kQ)), 3);
   // dout may be out itself (both are read).
   expect_host_checks_pass(with(c, &Call::dout, c.out));
   // Varlen (its first CUDA call comes earlier: see the disabled test at the end of the file).
   expect_host_checks_pass(varlen(), 1);
+  expect_host_checks_pass(varlen(), 3);
   expect_host_checks_pass(varlen());
-  // Dropout on every rung.
+  // Dropout on rungs 1, 2 and auto (rung 3 has none: Rung3Hopper above).
   AttnBwdOptions drop = c.opt();
   drop.dropout_p = 0.5f, drop.dropout_seed = 99, drop.dropout_offset = 3;
   for (int rung : {1, 2, kAttnBwdRungAuto}) expect_host_checks_pass(c, drop, rung);
@@ -522,6 +588,14 @@ TEST(AttentionBwdWorkspace, ClosedForms) {
   EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 65, 9, 32), (3 * 5 * 65 * 32 + 2 * 3 * 5 * 128) * 4);
   EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 0, 9, 32), 0);  // no rows: nothing
   EXPECT_EQ(attention_bwd_workspace_bytes(kAttnBwdRungAuto, 2, 4, 16, 32, 64), attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64));
+  // Rung 3: rung 2's (the same preprocess, accumulator and dq conversion), so the automatic
+  // choice's workspace is right whichever of the two it takes.
+  EXPECT_EQ(attention_bwd_workspace_bytes(3, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 64) * 4);
+  for (const auto& s : std::vector<std::vector<int64_t>>{
+           {2, 4, 16, 32, 64}, {3, 5, 65, 9, 128}, {1, 32, 4096, 4096, 128}, {3, 5, 0, 9, 64}, {2, 4, 16, 0, 64}})
+    EXPECT_EQ(attention_bwd_workspace_bytes(3, s[0], s[1], s[2], s[3], s[4]),
+              attention_bwd_workspace_bytes(2, s[0], s[1], s[2], s[3], s[4]))
+        << shape_str(s);
   // Twice the forward's rung 1 (its S/P matrix) plus D.
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 2, 4, 16, 32, 64),
             2 * attention_fwd_workspace_bytes(1, 2, 4, 16, 32, 64) + 2 * 4 * 16 * 4);
@@ -535,7 +609,7 @@ TEST(AttentionBwdWorkspace, Errors) {
     pieces.push_back("attention_bwd_workspace_bytes: ");
     testing::expect_rejected([&] { attention_bwd_workspace_bytes(rung, b, h, sq, sk, d); }, pieces);
   };
-  for (int rung : {0, 3, -2}) expect_error({"argument 'rung'", "expected 1..2", "got " + std::to_string(rung)}, rung, 2, 4, 16, 32, 64);
+  for (int rung : {0, 4, -2}) expect_error({"argument 'rung'", "expected 1..3", "got " + std::to_string(rung)}, rung, 2, 4, 16, 32, 64);
   const std::string sizes = "expected sizes >= 0";
   expect_error({sizes, "got batch -1, nheads 4, seqlen_q 16, seqlen_k 32, headdim 64"}, 1, -1, 4, 16, 32, 64);
   expect_error({sizes, "nheads -4"}, 1, 2, -4, 16, 32, 64);
@@ -548,6 +622,7 @@ TEST(AttentionBwdWorkspace, Errors) {
   expect_error({overflow}, 1, 65535, 65535, int64_t{1} << 30, 1 << 30, 256);  // x seqlen_k
   expect_error({overflow}, 1, 1, 1, 1, (int64_t{1} << 60), 64);               // 2 x P x 4 bytes
   expect_error({overflow}, 2, 1, 1, int64_t{1} << 54, 1, 256);                // rung 2: rows x (d + 1) x 4 bytes
+  expect_error({overflow}, 3, 1, 1, int64_t{1} << 54, 1, 256);                // rung 3: rung 2's
 }
 
 // ---- the varlen gradient checks run before the shared validation's only device work (the read
@@ -565,6 +640,23 @@ TEST(AttentionBwdValidation, VarlenGradientChecksComeBeforeTheDeviceRead) {
                   {"argument 'dk'", "expected memory disjoint from 'dv'", "got the same memory as 'dv'"});
   expect_rejected(with(varlen(), &Call::cu_q, gpu(DType::kI32, {3}, kDq, 64)),
                   {"argument 'dq'", "expected memory disjoint from 'cu_seqlens_q'", "got a partial overlap"});
+}
+
+// Rung 3's host checks (head dim, dropout, strides) run with the gradient checks, before the
+// shared validation's device read of the cu_seqlens values: a varlen call that rung 3 refuses
+// names the argument without waiting on the stream (and without a GPU).
+TEST(AttentionBwdValidation, VarlenRung3ChecksComeBeforeTheDeviceRead) {
+  Call d32 = varlen();
+  d32.q = gpu(kBf, {40, 4, 32}, kQ), d32.k = gpu(kBf, {70, 2, 32}, kK), d32.v = gpu(kBf, {70, 2, 32}, kV);
+  d32.out = gpu(kBf, {40, 4, 32}, kO), d32.dout = gpu(kBf, {40, 4, 32}, kDout), d32.dq = gpu(kBf, {40, 4, 32}, kDq);
+  d32.dk = gpu(kBf, {70, 2, 32}, kDk), d32.dv = gpu(kBf, {70, 2, 32}, kDv);
+  expect_rejected(d32, {"argument 'q'", "expected head dim (last dim) 64 or 128 for rung 3", "got 32"}, d32.opt(), {3});
+  const Call vl = varlen();
+  AttnBwdOptions drop = vl.opt();
+  drop.dropout_p = 0.5f;
+  expect_rejected(vl, {"argument 'dropout_p'", "expected 0 for rung 3"}, drop, {3});
+  const Call k0 = with(vl, &Call::k, gpu_strided(kBf, {70, 2, 64}, {128, 0, 1}, kK));
+  expect_rejected(k0, {"argument 'k'", "expected positive strides on every dim of size > 1 for rung 3 (TMA)"}, k0.opt(), {3});
 }
 
 // The overflow check covers the whole sum (2 x P + D floats x 4 bytes), also with few keys or none.

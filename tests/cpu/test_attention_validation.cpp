@@ -502,7 +502,7 @@ TEST(AttentionValidation, Dropout) {
     o.dropout_p = bad;
     expect_rejected(t, {"argument 'dropout_p'", "expected a finite value in [0, 1)"}, o);
   }
-  // Rungs 1 and 3 so far (the automatic choice takes rung 1); no FP8 dropout.
+  // Rungs 1 and 3 (the automatic choice takes rung 3); no FP8 dropout.
   o = {};
   o.dropout_p = 0.1f;
   for (int rung : {2, 4})

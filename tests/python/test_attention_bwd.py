@@ -3,8 +3,8 @@ drop-ins (flash_attn_func, flash_attn_varlen_func and the packed variants, throu
 
 CPU part: validation messages from C++ through the bindings with test_bindings' `fake` tensors
 (they claim to be on cuda:0 and fail validation before anything runs): the backward's own checks
-(rung, softmax_lse, dtypes, dout / dq / dk / dv shapes, layouts, overlaps) and the forward's checks,
-which the backward shares, under the name attention_bwd.
+(rung, softmax_lse, dtypes, dout / dq / dk / dv shapes, layouts, overlaps, what rung 3 takes) and
+the forward's checks, which the backward shares, under the name attention_bwd.
 
 GPU part: dq, dk, dv against a float64 reference computed by torch autograd through
 test_attention's `_attend` (gradients of sum(out * dout)). Tolerance (numerics.check_close): 2x the
@@ -57,27 +57,53 @@ def _with(args, **tensors):
 
 
 def test_rungs_constant_and_exports():
-    assert flashlab.ATTN_BWD_RUNGS == 2
+    assert flashlab.ATTN_BWD_RUNGS == 3
     assert "attention_bwd" in flashlab.__all__ and "ATTN_BWD_RUNGS" in flashlab.__all__
     from flashlab.flash_attn_interface import ATTN_BWD_RUNGS, attention_bwd
     assert attention_bwd is flashlab.attention_bwd and ATTN_BWD_RUNGS == flashlab.ATTN_BWD_RUNGS
 
 
-@pytest.mark.parametrize("rung", [0, 3, 5, -2])
+@pytest.mark.parametrize("rung", [0, 4, 5, -2])
 def test_bad_rung(rung):
-    with raises(f"attention_bwd: argument 'rung': expected 1..2 or -1 (auto), got {rung}"):
+    with raises(f"attention_bwd: argument 'rung': expected 1..3 or -1 (auto), got {rung}"):
         _call(_args(), rung=rung)
 
 
 @pytest.mark.parametrize("rung", [2**40, -(2**40)])
 def test_bad_rung_past_int32(rung):
-    with raises(f"attention_bwd: argument 'rung': expected 1..2, got {rung}"):
+    with raises(f"attention_bwd: argument 'rung': expected 1..3, got {rung}"):
         _call(_args(), rung=rung)
 
 
 def test_rung_is_checked_first():
-    with raises("attention_bwd: argument 'rung': expected 1..2 or -1 (auto), got 3"):
-        _call(_with(_args(dtype="float32"), softmax_lse=None), rung=3)
+    with raises("attention_bwd: argument 'rung': expected 1..3 or -1 (auto), got 4"):
+        _call(_with(_args(dtype="float32"), softmax_lse=None), rung=4)
+
+
+@pytest.mark.parametrize("rung", [2, 3])
+def test_deterministic_refused_by_the_atomic_rungs(rung):
+    with raises(f"attention_bwd: argument 'deterministic': expected false for rung {rung} (its dQ atomics add in a "
+                "varying order; rung 1 or auto is deterministic), got true"):
+        _call(_args(), rung=rung, deterministic=True)
+
+
+def test_rung3_rejections():
+    # Rung 3 (TMA + wgmma): head dims 64 and 128, no dropout, positive strides on q, k, v and dout;
+    # checked in that order, after the shared and gradient checks. (Then sm_90: needs a device.)
+    for d in (32, 96, 256):
+        with raises(f"attention_bwd: argument 'q': expected head dim (last dim) 64 or 128 for rung 3, got {d}"):
+            _call(_args(d=d), rung=3)
+    with raises("attention_bwd: argument 'q': expected head dim (last dim) 64 or 128 for rung 3, got 32"):
+        _call(_args(d=32), rung=3, dropout_p=0.5)
+    with raises("attention_bwd: argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got 0.5"):
+        _call(_args(k_strides=[0, 128, 64, 1]), rung=3, dropout_p=0.5)  # (test_attention_dropout: alone)
+    tma = "expected positive strides on every dim of size > 1 for rung 3 (TMA)"
+    with raises(f"attention_bwd: argument 'k': {tma}, got strides [0, 128, 64, 1]"):
+        _call(_args(k_strides=[0, 128, 64, 1]), rung=3)  # k broadcast over the batch
+    with raises(f"attention_bwd: argument 'dout': {tma}, got strides [1088, 64, 0, 1]"):
+        _call(_args(dout_strides=[1088, 64, 0, 1]), rung=3)  # dout broadcast over the heads
+    with raises("attention_bwd: argument 'dq': expected shape [2, 17, 4, 32] (same as 'q'), got [2, 17, 4, 64]"):
+        _call(_args(d=32, dq_shape=[2, 17, 4, 64]), rung=3)
 
 
 def test_softmax_lse_is_required():
@@ -462,9 +488,11 @@ def test_deterministic():
 
 
 @gpu
-@pytest.mark.parametrize("rung", [1, 2, None], ids=["rung1", "rung2", "auto"])
+@pytest.mark.parametrize("rung", [1, 2, 3, None], ids=["rung1", "rung2", "rung3", "auto"])
 def test_direct_call_writes_given_outputs(rung):
-    b, sq, sk, h, hkv, d = 2, 130, 70, 4, 2, 64  # causal, sq > sk: rows without keys
+    if rung == 3 and not _hopper_here():
+        pytest.skip("rung 3: sm_90")
+    b, sq, sk, h, hkv, d = 2, 130, 70, 4, 2, 64  # causal, sq > sk: rows without keys; d: rung 3 has it
     q, k, v, dout = _inputs(b, sq, sk, h, hkv, d, "float16", 21)
     out = torch.full_like(q, math.nan)
     lse = torch.full((b, h, sq), math.nan, device="cuda")
@@ -475,8 +503,8 @@ def test_direct_call_writes_given_outputs(rung):
     ref, naive = _fixed_references(q, k, v, dout, None, _opts(True, (-1, -1), 0.0, None, d))
     _check_grads((dq, dk, dv), ref, naive, "float16", f"attention_bwd rung {rung}")
     assert (dq[:, :sq - sk] == 0).all()
-    # Outputs allocated when not given; the same bits on rung 1 (rung 2 adds dQ by atomics in an
-    # order that may vary).
+    # Outputs allocated when not given; the same bits on rung 1 (rungs 2 and 3 add dQ by atomics in
+    # an order that may vary).
     again = flashlab.attention_bwd(q, k, v, out, dout, lse, causal=True, rung=rung)
     if rung == 1:
         assert all(torch.equal(x, y) for x, y in zip(again, (dq, dk, dv)))

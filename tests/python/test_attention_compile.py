@@ -199,8 +199,8 @@ def _fwd_args(q, k, v, *, cu_q=None, cu_k=None, msq=0, msk=0, causal=False, prob
 @gpu
 def test_opcheck():
     # opcheck runs each op eagerly and through AOTAutograd (dynamic shapes too) and compares the
-    # results, the gradients included. dQ by fp32 atomics (backward rung 2) may differ in its last
-    # bits from run to run, so the backward runs deterministic (rung 1): the comparison is exact.
+    # results, the gradients included. dQ by fp32 atomics (backward rungs 2 and 3) may differ in its
+    # last bits from run to run, so the backward runs deterministic (rung 1): the comparison is exact.
     b, sq, sk, h, hkv, d = 2, 77, 100, 4, 2, 64
     q = _randn((b, sq, h, d), "bfloat16", 1).requires_grad_(True)
     k, v = (_randn((b, sk, hkv, d), "bfloat16", s).requires_grad_(True) for s in (2, 3))

@@ -3,7 +3,7 @@
 
 CPU part: the C++ validation messages through the bindings with test_bindings' `fake` tensors (they
 claim to be on cuda:0 and fail validation before anything runs): dropout_p out of [0, 1), a forward
-rung without dropout (2, 4), FP8 with dropout, the binding's dropout_offset range, Python's dropout_seed
+rung without dropout (2, 4), the backward rung without it (3), FP8 with dropout, the binding's dropout_offset range, Python's dropout_seed
 range. Then how seeds flow, seen through a recorder put in place of the FFI module (every call
 reaches it with the arguments C++ would get; it writes nothing): numpy inputs draw the seed from
 Python's `random`; torch tensors from torch's default CPU generator (torch.manual_seed reproduces
@@ -23,9 +23,9 @@ the CPU generator's next draw (flashlab.attention_fwd / attention_bwd with that 
 flash_attn_func and its autograd bit for bit), and explicit seeds / offsets behave (a uint64 seed
 and its int64 bits are one seed; offset and seed both change the mask). torch.compile(fullgraph)
 and torch.library.opcheck with dropout; impl=2 and FP8 with dropout are rejected. The tiled rungs
-that have dropout (forward 3, backward 2; explicit rungs only so far) are checked under the mask
-of rung 1 for the same seed and offset. The automatic choice is the naive rung 1 (P
-materialised), so sizes stay small.
+that have dropout (forward 3, backward 2: the automatic choices with dropout) are checked under
+the mask of rung 1 for the same seed and offset. Sizes stay small: several tests run the naive
+rung 1 (P materialised), explicitly or through deterministic=True.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from test_bindings import gpu, raises, torch
 
 needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
 
-# The forward rungs that have dropout: 1 and 3 (the automatic choice takes 1).
+# The forward rungs that have dropout: 1 and 3 (the automatic choice takes 3).
 RUNG_MSG = ("attention_fwd: argument 'rung': expected 1, 3 or -1 (auto) with dropout_p > 0 (dropout runs on rungs 1 "
             "and 3 so far), got {}")
 
@@ -69,6 +69,12 @@ def test_forward_rungs_without_dropout(rung):
     # (Rungs 1 and 3 take dropout: a fake call there would pass validation, so none is made.)
     with raises(RUNG_MSG.format(rung)):
         flashlab.attention_fwd(*_fixed(), dropout_p=0.5, rung=rung)
+
+
+def test_backward_rung_without_dropout():
+    # Backward rungs 1 and 2 take dropout (auto: 2); rung 3 (Hopper) has none.
+    with raises("attention_bwd: argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got 0.5"):
+        flashlab.attention_bwd(*_bwd_args(), dropout_p=0.5, rung=3)
 
 
 def test_no_fp8_dropout():
@@ -227,7 +233,7 @@ def test_backward_gets_the_forwards_seed(recorder):
         out = flashlab.flash_attn_func(q, k, v, dropout_p=p, causal=True, impl=1)
         torch.randint(0, 10, (5,))  # the generator moves on: the backward must not draw again
         torch.autograd.grad(out, [q, k, v], torch.ones_like(out))
-        # The forward's rung is its own; the backward's is automatic (dropout: rung 1).
+        # The forward's rung is its own; the backward's is automatic (dropout: rung 2).
         assert recorder.calls == [("fwd", 1, p, expected, 0), ("bwd", -1, p, expected, 0)], recorder.calls
 
 
@@ -531,14 +537,16 @@ def test_varlen_forward_and_gradients():
 @gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tiled_rungs_share_the_mask(dtype):
-    # Forward rung 3 and backward rung 2 (explicit only so far) against the same reference, under the
-    # mask of forward rung 1 for the same seed and offset: the sign bits of S_dmask must agree entry
-    # by entry, the gradients come from a forward whose output is rung 3's.
+    # Forward rung 3 and backward rung 2 (the automatic choices with dropout) against the same
+    # reference, under the mask of forward rung 1 for the same seed and offset: the sign bits of
+    # S_dmask must agree entry by entry, the gradients come from a forward whose output is rung 3's.
+    # The automatic forward is rung 3 bit for bit (no atomics); the automatic backward is checked
+    # against the reference (rung 2's dQ atomics vary in their last bits).
     b, sq, sk, h, hkv, d, dropout_p = 2, 77, 140, 4, 2, 128, 0.3
     q, k, v, dout = _inputs(b, sq, sk, h, hkv, d, dtype, 110)
     o = _opts(True, (-1, -1), 0.0, None, d)
     res = {}
-    for rung in (1, 3):
+    for rung in (1, 3, None):
         lse = torch.full((b, h, sq), math.nan, device="cuda")
         probs = torch.full((b, h, sq, sk), math.nan, device="cuda", dtype=q.dtype)
         out = torch.full_like(q, math.nan)
@@ -547,9 +555,10 @@ def test_tiled_rungs_share_the_mask(dtype):
         res[rung] = (out, lse, probs)
     keep = _check_forward(res[1], q, k, v, dropout_p, o, dtype, f"{dtype} rung 1")
     assert torch.equal(_check_forward(res[3], q, k, v, dropout_p, o, dtype, f"{dtype} rung 3"), keep)
+    assert all(torch.equal(x, y) for x, y in zip(res[None], res[3])), "the automatic forward is not rung 3"
     ref, naive = _masked_grads(q, k, v, dout, keep, dropout_p, o)
     out, lse, _ = res[3]
-    for rung in (1, 2):
+    for rung in (1, 2, None):
         got = flashlab.attention_bwd(q, k, v, out, dout, lse, causal=True, rung=rung, dropout_p=dropout_p,
                                      dropout_seed=2024, dropout_offset=3)
         _check_grads(got, ref, naive, dtype, f"{dtype} backward rung {rung} after forward rung 3")
