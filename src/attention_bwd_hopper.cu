@@ -1,10 +1,13 @@
 // Backward rung 3's launcher (Hopper): the tensor maps of q, k, v and dout, the main kernel over
 // key blocks (the preprocess and the dq conversion are rung 2's, src/attention_bwd_flash2.cu).
+#include <climits>
+
 #include "kernels/attention/backward/03_hopper.cuh"
 #include "src/attention_hopper_hdim.cuh"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
 #include "src/core/static_switch.h"
+#include "src/core/tensor_map.h"
 
 namespace flashlab::detail {
 
@@ -25,6 +28,14 @@ void launch_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
                            p.k_batch_stride, Tr::kBlockN);
   args.v = attn_tensor_map(p.v, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
                            p.v_batch_stride, Tr::kBlockN);
+  // dq_accum (fp32): row attn_dq_accum_row(b, i) of head h at (row nheads + h) d, as a 4-D view
+  // (head dim, heads, rows, 1); TMA coordinates are 32-bit.
+  const int64_t rows = varlen ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
+  FLASHLAB_CHECK(rows <= INT_MAX, "attention_bwd: argument 'q': expected at most 2^31 - 1 query rows in all for rung 3, got ",
+                 rows);
+  const int64_t dq_dims[4] = {kHeadDim, p.nheads, rows, 1};
+  const int64_t dq_strides[3] = {kHeadDim * 4, p.nheads * kHeadDim * 4, rows * p.nheads * kHeadDim * 4};
+  args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, Tr::kBlockM, 1});
   const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);

@@ -16,7 +16,9 @@
 //     barrier of the two consumers:
 //       dK += dS^T Q                       (A = its 64 keys of dS^T, K-major; B = Q, MN-major)
 //       dQ[:, half cw] = dS K[:, half cw]  (A = dS, MN-major, all 128 keys; B = K, MN-major)
-//     dQ added to the fp32 workspace by 16-byte reductions (red.global.add.v4.f32), as in rung 2.
+//     dQ goes to shared memory (fp32, 128B-swizzled 32-column boxes) and one thread per consumer
+//     adds it to the fp32 workspace with a TMA reduction (cp.reduce.async.bulk.tensor .add: the
+//     adds happen in L2; rung 2's threads each issue red.global.add.v4.f32 instead).
 //     (dK from registers, like dV, takes 16 more registers a thread: ptxas spilled the softcap /
 //     ALiBi variant at head dim 128, whose 240 hold dK, dV, S^T and dP^T already.) Two dS
 //     buffers: a consumer writes step n + 1's while the other may still read step n's.
@@ -26,8 +28,9 @@
 // no dropout (rung 2 has it). Varlen: Q / dO rows past a sequence's end hold the next sequence's
 // rows; their lse is +inf (the preprocess pads), so P = 0 and dS = 0 there, but a non-finite
 // value in them would reach dK as 0 x inf (the forward's rung 4 reads past the end alike).
-// Limits: within a consumer the products run in series (S, dP; dV, dK; dQ; then the dQ
-// reductions); the dQ adds go through L2 as in rung 2.
+// Limits: within a consumer the products run in series (S, dP; dV; dK, dQ), and the two
+// consumers meet at a barrier every step (dS), so their element-wise work does not overlap
+// each other's products.
 #pragma once
 
 #include <climits>
@@ -64,16 +67,20 @@ struct HopperBwdTraits {
   static constexpr int kRowBytes = kBlockM * 4;           // lse or D of one step
   static constexpr int kStepBytes = 2 * kQBytes + 2 * kRowBytes;  // a stage's transaction bytes
   static constexpr int kDqCols = kHeadDim / 2;  // dQ columns per consumer
-  static constexpr int kSmemBytes = 2 * kKBytes + kStages * (2 * kQBytes + 2 * kRowBytes) + 2 * kDsBytes + 1024;
+  static constexpr int kDqBoxes = kDqCols / 32;   // its 32-column (128-byte fp32) boxes
+  static constexpr int kDqBytes = kDqBoxes * kBlockM * 128;  // a consumer's fp32 dQ tile
+  static constexpr int kSmemBytes =
+      2 * kKBytes + kStages * (2 * kQBytes + 2 * kRowBytes) + 2 * kDsBytes + 2 * kDqBytes + 1024;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
   static_assert(kBlockM == 64, "one wgmma M (64) of query rows per step: dS^T rows are 128 bytes");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
-// Q, dO (64-row boxes), K, V (128-row boxes) over (head dim, rows, heads, batch), 128-byte boxes.
+// Q, dO (64-row boxes), K, V (128-row boxes) over (head dim, rows, heads, batch), 128-byte boxes;
+// dq_accum over (head dim, heads, rows (attn_dq_accum_row), 1) with boxes of 32 fp32 x 1 x 64 rows.
 struct HopperBwdArgs {
   AttnBwdParams p;
-  CUtensorMap q, k, v, dout;
+  CUtensorMap q, k, v, dout, dq_accum;
 };
 
 // Grid (ceil(max_sk / 128), nheads_kv, batch), 384 threads, Tr::kSmemBytes dynamic shared memory.
@@ -94,7 +101,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   unsigned char* sq = sv + Tr::kKBytes;             // (kStages, kBoxes x 64 rows)
   unsigned char* sdo = sq + kStages * Tr::kQBytes;  // (kStages, kBoxes x 64 rows)
   unsigned char* sds = sdo + kStages * Tr::kQBytes; // (2, 128 keys x 128 bytes): dS^T, rows contiguous
-  float* slse = reinterpret_cast<float*>(sds + 2 * Tr::kDsBytes);  // (kStages, 64): lse log2(e)
+  unsigned char* sdq = sds + 2 * Tr::kDsBytes;      // (2 consumers, kDqBoxes x 64 rows x 128 bytes): fp32 dQ
+  float* slse = reinterpret_cast<float*>(sdq + 2 * Tr::kDqBytes);  // (kStages, 64): lse log2(e)
   float* sdsum = slse + kStages * kM;                                // (kStages, 64): D
   const AttnBwdParams& p = args.p;
 
@@ -196,65 +204,107 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     }
     wgmma_commit();
 
-    // P^T and dS^T g element by element (AttnBwdScore::p_ds), into the A fragments of dV and dK's
-    // products (the accumulator's n8 tiles 2 kk, 2 kk + 1 are k-step kk) and dS^T into shared memory.
+    // P^T and dS^T g element by element, into the A fragments of dV's product (the accumulator's
+    // n8 tiles 2 kk, 2 kk + 1 are k-step kk) and dS^T into shared memory, one 128-byte row per key
+    // (its 64 query rows), swizzled like a TMA box. Thread's elements: tile j, e = 2 r + c: key
+    // key_base + 8 r, query row m0 + 8 j + 2 t + c.
     const AttnBwdScore score(attn_score_mod(p, b, h, sb));
     const AttnScoreMod& mod = score.mod;
     const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
                            (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
     const float* lse_s = slse + s * kM;
     const float* dsum_s = sdsum + s * kM;
+    // Key key_base + 8 r is seen by rows [key - diag - window_right, key - diag + window_left]
+    // (attn_visible), by none past the sequence's keys: the bounds as offsets from this thread's
+    // first row m0 + 2 t, so that each element's mask is two compares with a constant.
+    int lo[2], hi[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = n0 + key_base + 8 * r, base = m0 + 2 * t;
+      lo[r] = key >= sb.sk ? INT_MAX : mod.window_right >= 0 ? key - diag - mod.window_right - base : INT_MIN;
+      hi[r] = mod.window_left >= 0 ? key - diag + mod.window_left - base : INT_MAX;
+    }
+    const auto visible = [&](int j, int e) { return 8 * j + e % 2 >= lo[e / 2] && 8 * j + e % 2 <= hi[e / 2]; };
     uint32_t pa[kM / 16][4];
-    wgmma_wait<0>();
-    wgmma_fence_operands(sT);
-    wgmma_fence_operands(dpT);
-    const auto p_ds = [&](auto mask_tag) {
-      constexpr bool kMask = decltype(mask_tag)::value;
-      // Key key_base + 8 r is seen by rows [key - diag - window_right, key - diag + window_left]
-      // (attn_visible), by none past the sequence's keys: the bounds as offsets from this thread's
-      // first row m0 + 2 t, so that each element's mask is two compares with a constant.
-      int lo[2], hi[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key = n0 + key_base + 8 * r, base = m0 + 2 * t;
-        lo[r] = key >= sb.sk ? INT_MAX : mod.window_right >= 0 ? key - diag - mod.window_right - base : INT_MIN;
-        hi[r] = mod.window_left >= 0 ? key - diag + mod.window_left - base : INT_MAX;
-      }
-#pragma unroll
-      for (int j = 0; j < kM / 8; ++j) {
-        const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
-        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-        const float lse_c[2] = {lse2.x, lse2.y}, dsum_c[2] = {dsum.x, dsum.y};
-        float pr[4], ds[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, c = e % 2;
-          const int key = n0 + key_base + 8 * r, i = m0 + 8 * j + 2 * t + c;
-          const bool visible = !kMask || (8 * j + c >= lo[r] && 8 * j + c <= hi[r]);
-          score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, visible, lse_c[c], dsum_c[c],
-                                                dsum_c[c] * mod.scale, 1.f, pr[e], ds[e]);
-        }
-        // Accumulator tile j: (key g, rows 8 j + 2t, + 1), (key g + 8, same rows). A fragment of
-        // k-step j / 2: registers 0, 1 from tile 2 kk, registers 2, 3 from tile 2 kk + 1. dS^T
-        // into shared memory, one 128-byte row per key (its 64 query rows), swizzled like a TMA box.
-        const int kk = j / 2, hi = 2 * (j % 2);
-        pa[kk][hi] = pack2<T>(pr[0], pr[1]), pa[kk][hi + 1] = pack2<T>(pr[2], pr[3]);
-        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = pack2<T>(ds[0], ds[1]);
-        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = pack2<T>(ds[2], ds[3]);
-      }
+    const auto pack_p = [&](int j, const float (&pr)[4]) {
+      pa[j / 2][2 * (j % 2)] = pack2<T>(pr[0], pr[1]), pa[j / 2][2 * (j % 2) + 1] = pack2<T>(pr[2], pr[3]);
     };
-    if (need_mask) p_ds(std::true_type{});
-    else p_ds(std::false_type{});
-
+    const auto store_ds = [&](int j, const float (&ds)[4]) {
+      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = pack2<T>(ds[0], ds[1]);
+      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = pack2<T>(ds[2], ds[3]);
+    };
     // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
     // boxes kM rows apart).
-    wgmma_fence_operands(dv);
-    wgmma_fence_operands(pa);
-    wgmma_fence();
+    const auto issue_dv = [&] {
+      wgmma_fence_operands(dv);
+      wgmma_fence_operands(pa);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kM / 16; ++kk)
-      WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128(do_base + kk * 16 * 128, kM * 128, 1024), 1);
-    wgmma_commit();
+      for (int kk = 0; kk < kM / 16; ++kk)
+        WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128(do_base + kk * 16 * 128, kM * 128, 1024), 1);
+      wgmma_commit();
+    };
+    if constexpr (kScoreMod) {
+      // Softcap / ALiBi: one pass per element after both products (AttnBwdScore::p_ds).
+      wgmma_wait<0>();
+      wgmma_fence_operands(sT);
+      wgmma_fence_operands(dpT);
+      const auto p_ds = [&](auto mask_tag) {
+        constexpr bool kMask = decltype(mask_tag)::value;
+#pragma unroll
+        for (int j = 0; j < kM / 8; ++j) {
+          const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+          const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+          const float lse_c[2] = {lse2.x, lse2.y}, dsum_c[2] = {dsum.x, dsum.y};
+          float pr[4], ds[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
+            score.template p_ds<true, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(j, e), lse_c[e % 2],
+                                             dsum_c[e % 2], 0.f, 1.f, pr[e], ds[e]);
+          }
+          pack_p(j, pr);
+          store_ds(j, ds);
+        }
+      };
+      if (need_mask) p_ds(std::true_type{});
+      else p_ds(std::false_type{});
+      issue_dv();
+    } else {
+      // Plain scores: P as soon as S is done (dP^T still on the tensor cores), dV's product
+      // issued, then dS from P in fp32 while dV runs.
+      wgmma_wait<1>();
+      wgmma_fence_operands(sT);
+      const auto p_only = [&](auto mask_tag) {
+        constexpr bool kMask = decltype(mask_tag)::value;
+#pragma unroll
+        for (int j = 0; j < kM / 8; ++j) {
+          const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+          const float lse_c[2] = {lse2.x, lse2.y};
+          float pr[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            pr[e] = !kMask || visible(j, e) ? exp2_approx_ftz(fmaf(sT[4 * j + e], score.scale_log2, -lse_c[e % 2])) : 0.f;
+            sT[4 * j + e] = pr[e];
+          }
+          pack_p(j, pr);
+        }
+      };
+      if (need_mask) p_only(std::true_type{});
+      else p_only(std::false_type{});
+      issue_dv();
+      wgmma_wait<1>();  // dP^T done (dV may still run)
+      wgmma_fence_operands(dpT);
+#pragma unroll
+      for (int j = 0; j < kM / 8; ++j) {
+        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+        const float dsum_g[2] = {dsum.x * mod.scale, dsum.y * mod.scale};
+        float ds[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ds[e] = sT[4 * j + e] * fmaf(dpT[4 * j + e], mod.scale, -dsum_g[e % 2]);
+        store_ds(j, ds);
+      }
+    }
     fence_proxy_async_smem();    // the dS^T writes before the tensor cores read them
     named_barrier_sync(1, 256);  // both consumers' halves of dS^T written
 
@@ -287,22 +337,32 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     wgmma_fence_operands(dk);
     if (lane == 0) mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
 
-    // dQ rows 16 warp + g + (0, 8), columns cw kDqCols + 8 j + 2 t + c, added to dq_accum: lanes t
-    // and t ^ 1 trade halves so that each adds four adjacent columns of one row (as in rung 2).
-    const bool even = t % 2 == 0;
-    const int i = m0 + 16 * warp + g + (even ? 0 : 8);
-    float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + cw * Tr::kDqCols + 2 * (t & ~1)
-                           : nullptr;
+    // dQ into this consumer's fp32 tile (32-column boxes, 128B-swizzled; the previous step's
+    // reduction has finished reading it), then one thread adds the tile to dq_accum by TMA
+    // (cp.reduce.async.bulk .add: the additions happen in L2, nothing comes back to the SM).
+    // Rows past the sequence's end get dS = 0, so they add 0 to the rows after it.
+    unsigned char* dq_tile = sdq + cw * Tr::kDqBytes;
+    if (t128 == 0) tma_store_wait_all<true>();
+    named_barrier_sync(2 + cw, 128);
 #pragma unroll
-    for (int j = 0; j < Tr::kDqCols / 8; ++j) {
-      const float* acc = dq + 4 * j;
-      const float send0 = even ? acc[2] : acc[0], send1 = even ? acc[3] : acc[1];
-      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-      if (row == nullptr) continue;
-      if (even) red_add_f32x4(row + j * 8, acc[0], acc[1], got0, got1);
-      else red_add_f32x4(row + j * 8, got0, got1, acc[2], acc[3]);
+    for (int j = 0; j < Tr::kDqCols / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2;
+        *reinterpret_cast<float2*>(dq_tile + (j / 4) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
+            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+      }
+    fence_proxy_async_smem();
+    named_barrier_sync(2 + cw, 128);
+    if (t128 == 0) {
+      const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
+#pragma unroll
+      for (int x = 0; x < Tr::kDqBoxes; ++x)
+        tma_reduce_add_4d(&args.dq_accum, dq_tile + x * kM * 128, cw * Tr::kDqCols + 32 * x, h, row0, 0);
+      tma_store_commit();
     }
   }
+  if (t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's keys, written once (0 where no step ran).
   T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
