@@ -20,17 +20,22 @@
 //     adds it to the fp32 workspace with a TMA reduction (cp.reduce.async.bulk.tensor .add: the
 //     adds happen in L2; rung 2's threads each issue red.global.add.v4.f32 instead).
 //     (dK from registers, like dV, takes 16 more registers a thread: ptxas spilled the softcap /
-//     ALiBi variant at head dim 128, whose 240 hold dK, dV, S^T and dP^T already.) Two dS
-//     buffers: a consumer writes step n + 1's while the other may still read step n's.
+//     ALiBi variant at head dim 128, whose 240 hold dK, dV, S^T and dP^T already.)
+//   - The consumers meet only through mbarriers on two dS^T buffers (ds_full: both halves of a
+//     step written; ds_empty: both consumers' dQ of it done), and each computes step n's dQ in
+//     step n + 1, after its own dK: neither waits for the other right after writing its half, so
+//     they drift apart by up to a step and one's element-wise work runs under the other's
+//     products. Plain scores: P as soon as S^T is done (dP^T still running), dV's product issued,
+//     then dS while it runs.
 //   - Element-wise P and dS: per element as in rung 2 (AttnBwdScore::p_ds), lse and D per column
 //     (query row) from shared memory; the mask compiled in only for steps that straddle it.
 // Head dims 64 and 128 (dQ's halves: 32 or 64 columns; dK + dV: 64 or 128 registers a thread);
 // no dropout (rung 2 has it). Varlen: Q / dO rows past a sequence's end hold the next sequence's
 // rows; their lse is +inf (the preprocess pads), so P = 0 and dS = 0 there, but a non-finite
 // value in them would reach dK as 0 x inf (the forward's rung 4 reads past the end alike).
-// Limits: within a consumer the products run in series (S, dP; dV; dK, dQ), and the two
-// consumers meet at a barrier every step (dS), so their element-wise work does not overlap
-// each other's products.
+// Limits: within a consumer, the element-wise pass waits for S^T and dP^T, and the next step's
+// products wait for that pass (two warpgroups of 240 registers, one block per SM: no third
+// consumer to fill the gaps).
 #pragma once
 
 #include <climits>
@@ -93,7 +98,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   using Tr = HopperBwdTraits<kHeadDim>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
   extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t kv_full, full[kStages], empty[kStages];
+  // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
+  // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
+  __shared__ uint64_t kv_full, full[kStages], empty[kStages], ds_full[2], ds_empty[2];
   // 128B-swizzled tiles start on a 1024-byte boundary.
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sk = smem;                         // K: kBoxes x 128 rows
@@ -124,6 +131,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);   // the producer's arrive + the copies' bytes
       mbarrier_init(&empty[s], 8);  // one arrive per consumer warp
+    }
+    for (int x = 0; x < 2; ++x) {
+      mbarrier_init(&ds_full[x], 256);   // every consumer thread, after its dS^T writes
+      mbarrier_init(&ds_empty[x], 256);  // every consumer thread, after its dQ product
     }
     fence_barrier_init();
   }
@@ -176,6 +187,56 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const uint32_t k_wg = smem_u32(sk) + cw * 64 * 128, v_wg = smem_u32(sv) + cw * 64 * 128;  // this consumer's 64 keys
   constexpr int kDSteps = kD / 16;  // k16 steps over the head dim
   const int diag = sb.sk - sb.sq;
+  // dQ of step st, one step late (so that a consumer does not wait for the other's dS^T half
+  // right after writing its own: the two drift apart by up to a step, and one's element-wise
+  // work runs under the other's products). dQ[:, cw half] = dS K[:, cw half]: A = dS (rows
+  // contiguous per key: MN-major), B = K (head-dim columns contiguous per key: MN-major); 16 keys
+  // per k-step. Then into this consumer's fp32 tile (32-column boxes, 128B-swizzled; the previous
+  // reduction has finished reading it), and one thread adds the tile to dq_accum by TMA
+  // (cp.reduce.async.bulk .add: the additions happen in L2, nothing comes back to the SM). Rows
+  // past the sequence's end get dS = 0, so they add 0 to the rows after it. Waits for every
+  // wgmma in flight (this step's dV and dK too).
+  const auto dq_step = [&](int st) {
+    const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
+    const uint32_t ds_base = smem_u32(sds + (st % 2) * Tr::kDsBytes);
+    mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
+    float dq[Tr::kDqCols / 2];
+    constexpr int kColBytes = Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
+    const uint32_t k_cols = smem_u32(sk) + (cw * kColBytes / 128) * kN * 128 + (cw * kColBytes) % 128;
+    wgmma_fence_operands(dq);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_base + kk * 16 * 128, kN * 128, 1024),
+                                                wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(dq);
+    wgmma_fence_operands(dv);
+    wgmma_fence_operands(dk);
+    mbarrier_arrive(&ds_empty[st % 2]);
+    unsigned char* dq_tile = sdq + cw * Tr::kDqBytes;
+    if (t128 == 0) tma_store_wait_all<true>();
+    named_barrier_sync(2 + cw, 128);
+#pragma unroll
+    for (int j = 0; j < Tr::kDqCols / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2;
+        *reinterpret_cast<float2*>(dq_tile + (j / 4) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
+            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+      }
+    fence_proxy_async_smem();
+    named_barrier_sync(2 + cw, 128);
+    if (t128 == 0) {
+      const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
+#pragma unroll
+      for (int x = 0; x < Tr::kDqBoxes; ++x)
+        tma_reduce_add_4d(&args.dq_accum, dq_tile + x * kM * 128, cw * Tr::kDqCols + 32 * x, h, row0, 0);
+      tma_store_commit();
+    }
+  };
+
   if (n_steps > 0) mbarrier_wait(&kv_full, 0);
   for (int st = 0; st < n_steps; ++st) {
     const int s = st % kStages;
@@ -203,6 +264,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
                                        kk > 0 ? 1 : 0);
     }
     wgmma_commit();
+    if (st >= 2) mbarrier_wait(&ds_empty[st % 2], ((st - 2) / 2) & 1);  // both consumers' dQ of step st - 2 done
 
     // P^T and dS^T g element by element, into the A fragments of dV's product (the accumulator's
     // n8 tiles 2 kk, 2 kk + 1 are k-step kk) and dS^T into shared memory, one 128-byte row per key
@@ -305,8 +367,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         store_ds(j, ds);
       }
     }
-    fence_proxy_async_smem();    // the dS^T writes before the tensor cores read them
-    named_barrier_sync(1, 256);  // both consumers' halves of dS^T written
+    fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
+    mbarrier_arrive(&ds_full[st % 2]);
+    named_barrier_sync(2 + cw, 128);  // this consumer's half written
 
     // dK += dS^T Q: A = this consumer's 64 keys of dS^T (K-major: 16 rows are 32 bytes along a
     // key's row), B = Q (MN-major, as dO above).
@@ -318,50 +381,16 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + cw * 64 * 128 + kk * 32, 16, 1024),
                                        wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024), 1);
     wgmma_commit();
-
-    // dQ[:, cw half] = dS K[:, cw half]: A = dS (rows contiguous per key: MN-major), B = K
-    // (head-dim columns contiguous per key: MN-major); 16 keys per k-step.
-    float dq[Tr::kDqCols / 2];
-    constexpr int kColBytes = Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
-    const uint32_t k_cols = smem_u32(sk) + (cw * kColBytes / 128) * kN * 128 + (cw * kColBytes) % 128;
-    wgmma_fence_operands(dq);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_base + kk * 16 * 128, kN * 128, 1024),
-                                                wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(dq);
-    wgmma_fence_operands(dv);
-    wgmma_fence_operands(dk);
-    if (lane == 0) mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
-
-    // dQ into this consumer's fp32 tile (32-column boxes, 128B-swizzled; the previous step's
-    // reduction has finished reading it), then one thread adds the tile to dq_accum by TMA
-    // (cp.reduce.async.bulk .add: the additions happen in L2, nothing comes back to the SM).
-    // Rows past the sequence's end get dS = 0, so they add 0 to the rows after it.
-    unsigned char* dq_tile = sdq + cw * Tr::kDqBytes;
-    if (t128 == 0) tma_store_wait_all<true>();
-    named_barrier_sync(2 + cw, 128);
-#pragma unroll
-    for (int j = 0; j < Tr::kDqCols / 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2;
-        *reinterpret_cast<float2*>(dq_tile + (j / 4) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
-            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-      }
-    fence_proxy_async_smem();
-    named_barrier_sync(2 + cw, 128);
-    if (t128 == 0) {
-      const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
-#pragma unroll
-      for (int x = 0; x < Tr::kDqBoxes; ++x)
-        tma_reduce_add_4d(&args.dq_accum, dq_tile + x * kM * 128, cw * Tr::kDqCols + 32 * x, h, row0, 0);
-      tma_store_commit();
+    if (st > 0) {
+      dq_step(st - 1);
+    } else {
+      wgmma_wait<0>();
+      wgmma_fence_operands(dv);
+      wgmma_fence_operands(dk);
     }
+    if (lane == 0) mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
   }
+  if (n_steps > 0) dq_step(n_steps - 1);
   if (t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's keys, written once (0 where no step ran).
