@@ -229,9 +229,9 @@ TEST(AttentionBwd, LongerSequences) {
   check_bwd_case(DType::kF16, c, rng);
   // Many steps per key block (rung 3's two Q / dO stages and two dS buffers wrap around many
   // times), GQA, both head dims of rung 3.
-  c = fixed(2, 1000, 700, 4, 2, 128);
+  c = fixed(1, 600, 300, 4, 2, 128);
   check_bwd_case(DType::kBF16, c, rng);
-  c = fixed(1, 777, 1025, 8, 1, 64);
+  c = fixed(1, 520, 300, 4, 1, 64);
   c.causal = true, c.softcap = 8.f, c.range = 2.0;
   check_bwd_case(DType::kF16, c, rng);
 }
