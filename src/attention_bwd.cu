@@ -177,10 +177,10 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
   }
   // Rungs 2 and 3: rows x headdim floats, the dq accumulator, and D and lse log2(e) for batch x nheads x
   // seqlen_q rounded up to a query block (rows_padded).
-  const int64_t blocks = seqlen_q / kAttnBwdBlockM + (seqlen_q % kAttnBwdBlockM != 0);
+  const int64_t blocks = seqlen_q / kAttnBwdRowPad + (seqlen_q % kAttnBwdRowPad != 0);
   const int64_t heads = seqlen_q > 0 ? rows / seqlen_q : 0;  // batch x nheads (fits: rows did)
-  FLASHLAB_CHECK(heads == 0 || blocks <= kMaxFloats / 2 / kAttnBwdBlockM / heads, op, ": the size overflows int64");
-  const int64_t rows_padded = heads * blocks * kAttnBwdBlockM;
+  FLASHLAB_CHECK(heads == 0 || blocks <= kMaxFloats / 2 / kAttnBwdRowPad / heads, op, ": the size overflows int64");
+  const int64_t rows_padded = heads * blocks * kAttnBwdRowPad;
   FLASHLAB_CHECK(headdim == 0 || rows <= (kMaxFloats - 2 * rows_padded) / headdim, op, ": the size overflows int64");
   return (rows * headdim + 2 * rows_padded) * static_cast<int64_t>(sizeof(float));
 }
@@ -195,7 +195,7 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
   auto* ws = static_cast<float*>(
       detail::workspace(stream, attention_bwd_workspace_bytes(2, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim)));
   p.dq_accum = ws;  // batch x seqlen_q x nheads x headdim (varlen: total_q <= batch x max_seqlen_q rows)
-  p.dsum_rows = static_cast<int>(detail::ceil_div(p.seqlen_q, kAttnBwdBlockM) * kAttnBwdBlockM);
+  p.dsum_rows = static_cast<int>(detail::ceil_div(p.seqlen_q, kAttnBwdRowPad) * kAttnBwdRowPad);
   p.dsum = ws + static_cast<int64_t>(p.batch) * p.seqlen_q * p.nheads * p.headdim;
   p.lse_log2 = p.dsum + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows;
   detail::launch_attn_bwd_preprocess(p, q.dtype, stream);

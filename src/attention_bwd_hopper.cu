@@ -35,7 +35,7 @@ void launch_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
                  rows);
   const int64_t dq_dims[4] = {kHeadDim, p.nheads, rows, 1};
   const int64_t dq_strides[3] = {kHeadDim * 4, p.nheads * kHeadDim * 4, rows * p.nheads * kHeadDim * 4};
-  args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, Tr::kBlockM, 1});
+  args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, 64, 1});
   const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);

@@ -54,8 +54,9 @@ struct AttnFwdParams {
 
 // The backward (include/flashlab/attention.h, attention_bwd) reads everything above (lse is the
 // forward's, read here) plus the output's gradient, and writes dq, dk, dv.
-// Query rows per block of the tiled backward (rung 2): dsum_rows rounds seqlen_q up to it.
-inline constexpr int kAttnBwdBlockM = 64;
+// The tiled backward rungs (2, 3) read D and lse log2(e) for whole query blocks (64 or 128 rows):
+// dsum_rows rounds seqlen_q up to a multiple of this.
+inline constexpr int kAttnBwdRowPad = 128;
 
 struct AttnBwdParams : AttnFwdParams {
   // dout: like o; dq: like q; dk, dv: like k (each its own strides, head dim contiguous).

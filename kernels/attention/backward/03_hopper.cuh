@@ -29,8 +29,8 @@
 //     then dS while it runs.
 //   - Element-wise P and dS: per element as in rung 2 (AttnBwdScore::p_ds), lse and D per column
 //     (query row) from shared memory; the mask compiled in only for steps that straddle it.
-// Head dims 64 and 128 (dQ's halves: 32 or 64 columns; dK + dV: 64 or 128 registers a thread);
-// no dropout (rung 2 has it). Varlen: Q / dO rows past a sequence's end hold the next sequence's
+// Head dims 64 (steps of 128 query rows, dQ split by rows) and 128 (steps of 64 rows, dQ split
+// by columns); dK + dV take 64 or 128 registers a thread. No dropout (rung 2 has it). Varlen: Q / dO rows past a sequence's end hold the next sequence's
 // rows; their lse is +inf (the preprocess pads), so P = 0 and dS = 0 there, but a non-finite
 // value in them would reach dK as 0 x inf (the forward's rung 4 reads past the end alike).
 // Limits: within a consumer, the element-wise pass waits for S^T and dP^T, and the next step's
@@ -61,28 +61,35 @@ namespace flashlab::kernels {
 template <int kHeadDim_>
 struct HopperBwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kAttnBwdBlockM;  // query rows per step (the preprocess pads to it)
+  // Query rows per step: 128 at head dim 64 (S^T and dP^T take 64 registers each next to 64 of
+  // dK + dV), 64 at 128 (32 each next to 128). kAttnBwdRowPad (the preprocess's padding) is a
+  // multiple of both.
+  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
   static constexpr int kBlockN = 128;             // keys per block: 64 per consumer warpgroup
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
   static constexpr int kStages = 2;               // Q, dO, lse, D
   static constexpr int kBoxes = kHeadDim / 64;    // 64-column (128-byte) TMA boxes per row
   static constexpr int kKBytes = kBoxes * kBlockN * 128;  // K (and V): 128 keys
   static constexpr int kQBytes = kBoxes * kBlockM * 128;  // one stage of Q (and of dO)
-  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: 128 keys x 64 rows, 16-bit
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: 128 keys x kBlockM rows, 16-bit, in 64-row boxes
   static constexpr int kRowBytes = kBlockM * 4;           // lse or D of one step
   static constexpr int kStepBytes = 2 * kQBytes + 2 * kRowBytes;  // a stage's transaction bytes
-  static constexpr int kDqCols = kHeadDim / 2;  // dQ columns per consumer
-  static constexpr int kDqBoxes = kDqCols / 32;   // its 32-column (128-byte fp32) boxes
-  static constexpr int kDqBytes = kDqBoxes * kBlockM * 128;  // a consumer's fp32 dQ tile
+  // dQ (kBlockM rows x d) split between the consumers: by rows with 128-row steps (64 rows x d
+  // each), else by columns (64 rows x d / 2 each); one wgmma M (64 rows) each either way.
+  static constexpr bool kDqByRows = kBlockM == 128;
+  static constexpr int kDqCols = kDqByRows ? kHeadDim : kHeadDim / 2;  // dQ columns per consumer
+  static constexpr int kDqBoxes = kDqCols / 32;                        // its 32-column (128-byte fp32) boxes
+  static constexpr int kDqBytes = kDqBoxes * 64 * 128;                 // a consumer's fp32 dQ tile (64 rows)
   static constexpr int kSmemBytes =
       2 * kKBytes + kStages * (2 * kQBytes + 2 * kRowBytes) + 2 * kDsBytes + 2 * kDqBytes + 1024;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
-  static_assert(kBlockM == 64, "one wgmma M (64) of query rows per step: dS^T rows are 128 bytes");
+  static_assert((kBlockM == 64 || kBlockM == 128) && kAttnBwdRowPad % kBlockM == 0, "whole steps of padded rows");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
 // Q, dO (64-row boxes), K, V (128-row boxes) over (head dim, rows, heads, batch), 128-byte boxes;
-// dq_accum over (head dim, heads, rows (attn_dq_accum_row), 1) with boxes of 32 fp32 x 1 x 64 rows.
+// Q, dO boxes of kBlockM rows; dq_accum over (head dim, heads, rows (attn_dq_accum_row), 1) with
+// boxes of 32 fp32 x 1 x 64 rows.
 struct HopperBwdArgs {
   AttnBwdParams p;
   CUtensorMap q, k, v, dout, dq_accum;
@@ -198,16 +205,18 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // wgmma in flight (this step's dV and dK too).
   const auto dq_step = [&](int st) {
     const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
-    const uint32_t ds_base = smem_u32(sds + (st % 2) * Tr::kDsBytes);
+    // A: this consumer's 64 rows of dS (by rows: the cw-th 64-row box of dS^T), B: its columns of K
+    // (by columns: the cw-th half of each key's row, 64 or 32 columns).
+    const uint32_t ds_rows = smem_u32(sds + (st % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cw * kN * 128 : 0);
     mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
     float dq[Tr::kDqCols / 2];
-    constexpr int kColBytes = Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
+    constexpr int kColBytes = Tr::kDqByRows ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
     const uint32_t k_cols = smem_u32(sk) + (cw * kColBytes / 128) * kN * 128 + (cw * kColBytes) % 128;
     wgmma_fence_operands(dq);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_base + kk * 16 * 128, kN * 128, 1024),
+      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_rows + kk * 16 * 128, kN * 128, 1024),
                                                 wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
@@ -223,16 +232,17 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2;
-        *reinterpret_cast<float2*>(dq_tile + (j / 4) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
+        *reinterpret_cast<float2*>(dq_tile + (j / 4) * 64 * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
             make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
       }
     fence_proxy_async_smem();
     named_barrier_sync(2 + cw, 128);
     if (t128 == 0) {
-      const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
+      const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * cw : 0);
+      const int col0 = Tr::kDqByRows ? 0 : cw * Tr::kDqCols;
 #pragma unroll
       for (int x = 0; x < Tr::kDqBoxes; ++x)
-        tma_reduce_add_4d(&args.dq_accum, dq_tile + x * kM * 128, cw * Tr::kDqCols + 32 * x, h, row0, 0);
+        tma_reduce_add_4d(&args.dq_accum, dq_tile + x * 64 * 128, col0 + 32 * x, h, row0, 0);
       tma_store_commit();
     }
   };
@@ -306,8 +316,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128(do_base + kk * 16 * 128, kM * 128, 1024), 1);
       wgmma_commit();
     };
-    if constexpr (kScoreMod) {
-      // Softcap / ALiBi: one pass per element after both products (AttnBwdScore::p_ds).
+    if constexpr (kScoreMod || kM == 128) {
+      // Softcap / ALiBi, or 128-row steps (where P in fp32 next to P's fragments and dP^T spilled:
+      // 144 bytes): one pass per element after both products (AttnBwdScore::p_ds).
       wgmma_wait<0>();
       wgmma_fence_operands(sT);
       wgmma_fence_operands(dpT);
@@ -322,8 +333,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
-            score.template p_ds<true, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(j, e), lse_c[e % 2],
-                                             dsum_c[e % 2], 0.f, 1.f, pr[e], ds[e]);
+            score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(j, e),
+                                                  lse_c[e % 2], dsum_c[e % 2], dsum_c[e % 2] * mod.scale, 1.f, pr[e], ds[e]);
           }
           pack_p(j, pr);
           store_ds(j, ds);
@@ -372,13 +383,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     named_barrier_sync(2 + cw, 128);  // this consumer's half written
 
     // dK += dS^T Q: A = this consumer's 64 keys of dS^T (K-major: 16 rows are 32 bytes along a
-    // key's row), B = Q (MN-major, as dO above).
+    // key's row of a 64-row box), B = Q (MN-major, as dO above).
     const uint32_t ds_base = smem_u32(ds_buf);
     wgmma_fence_operands(dk);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kM / 16; ++kk)
-      Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + cw * 64 * 128 + kk * 32, 16, 1024),
+      Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cw * 64 * 128 + (kk % 4) * 32, 16, 1024),
                                        wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024), 1);
     wgmma_commit();
     if (st > 0) {
