@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     mbarrier_init(&kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);   // the producer's arrive + the copies' bytes
-      mbarrier_init(&empty[s], 8);  // one arrive per consumer warp
+      mbarrier_init(&empty[s], 256);  // every consumer thread (each reads lse and D itself)
     }
     for (int x = 0; x < 2; ++x) {
       mbarrier_init(&ds_full[x], 256);   // every consumer thread, after its dS^T writes
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       wgmma_fence_operands(dv);
       wgmma_fence_operands(dk);
     }
-    if (lane == 0) mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
+    mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
   }
   if (n_steps > 0) dq_step(n_steps - 1);
   if (t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
