@@ -33,6 +33,19 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// A consumer thread of a warp-specialized block whose warpgroup 0 is the producer: consumer
+// warpgroup cw (warpgroup cw + 1), its thread t128, warp and lane, and the accumulator fragment
+// coordinates g = lane / 4 (row), t = lane % 4 (column pair).
+struct ConsumerThread {
+  int cw, t128, warp, lane, g, t;
+};
+__device__ __forceinline__ ConsumerThread consumer_thread() {
+  const int wg = threadIdx.x / 128;
+  const int t128 = threadIdx.x - 128 * wg;
+  const int warp = t128 / 32, lane = t128 % 32;
+  return {wg - 1, t128, warp, lane, lane / 4, lane % 4};
+}
+
 // Keeps the compiler from moving accumulator accesses across an asynchronous wgmma.
 template <int kN>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {

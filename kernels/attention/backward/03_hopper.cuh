@@ -180,10 +180,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 
   // Consumers: warpgroup cw = 0, 1 owns keys n0 + 64 cw .. + 63.
   setmaxnreg_inc<240>();
-  const int cw = wg - 1;
-  const int t128 = threadIdx.x - 128 * wg;
-  const int warp = t128 / 32, lane = t128 % 32;
-  const int g = lane / 4, t = lane % 4;
+  const ConsumerThread c = consumer_thread();
+  const int cw = c.cw, t128 = c.t128, warp = c.warp, g = c.g, t = c.t;
   const int key_base = 64 * cw + 16 * warp + g;  // this thread's keys (in the block): key_base, + 8
 
   // dK, dV accumulators: d[4 j + 2 r + c] = key key_base + 8 r, column 8 j + 2 t + c.
@@ -256,24 +254,21 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     mbarrier_wait(&full[s], (st / kStages) & 1);
 
     // S^T = K Q^T and dP^T = V dO^T: d[4 j + 2 r + c] = key key_base + 8 r, query row 8 j + 2 t + c.
+    // Both K-major: the next k-step is 32 bytes further along the 128-byte rows of a box.
     float sT[kM / 2], dpT[kM / 2];
-    wgmma_fence_operands(sT);
-    wgmma_fence_operands(dpT);
-    wgmma_fence();
+    const auto gemm_t = [&](float (&acc)[kM / 2], uint32_t a_keys, uint32_t b_rows) {
+      wgmma_fence_operands(acc);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-      Wgmma<T, kM>::template mma<0, 0>(sT, wgmma_desc_sw128(k_wg + a_off, 16, 1024), wgmma_desc_sw128(q_base + b_off, 16, 1024),
-                                       kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-      Wgmma<T, kM>::template mma<0, 0>(dpT, wgmma_desc_sw128(v_wg + a_off, 16, 1024), wgmma_desc_sw128(do_base + b_off, 16, 1024),
-                                       kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
+      for (int kk = 0; kk < kDSteps; ++kk) {
+        const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
+        Wgmma<T, kM>::template mma<0, 0>(acc, wgmma_desc_sw128(a_keys + a_off, 16, 1024),
+                                         wgmma_desc_sw128(b_rows + b_off, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+    };
+    gemm_t(sT, k_wg, q_base);
+    gemm_t(dpT, v_wg, do_base);
     if (st >= 2) mbarrier_wait(&ds_empty[st % 2], ((st - 2) / 2) & 1);  // both consumers' dQ of step st - 2 done
 
     // P^T and dS^T g element by element, into the A fragments of dV's product (the accumulator's
