@@ -1,4 +1,5 @@
-// TVM-FFI exports of the serving ops (include/flashlab/serving.h): attention-state merges.
+// TVM-FFI exports of the serving ops (include/flashlab/serving.h): attention-state merges, the
+// paged KV cache's append.
 #include <tvm/ffi/function.h>
 
 #include "bindings/convert.h"
@@ -28,7 +29,25 @@ void merge_states(tvm::ffi::TensorView v, tvm::ffi::TensorView s, tvm::ffi::Tens
   });
 }
 
+// New tokens into a paged KV cache; layout 0: NHD, 1: HND (checked by the library).
+void append_paged_kv_cache(tvm::ffi::TensorView append_k, tvm::ffi::TensorView append_v, tvm::ffi::TensorView batch_indices,
+                           tvm::ffi::TensorView positions, tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache,
+                           tvm::ffi::TensorView kv_indices, tvm::ffi::TensorView kv_indptr,
+                           tvm::ffi::TensorView kv_last_page_len, int64_t layout) {
+  constexpr const char* op = "append_paged_kv_cache";
+  call([&] {
+    const TensorView Ak = to_flashlab(append_k, op, "append_k"), Av = to_flashlab(append_v, op, "append_v"),
+                     Bi = to_flashlab(batch_indices, op, "batch_indices"), Pos = to_flashlab(positions, op, "positions"),
+                     Kc = to_flashlab(k_cache, op, "k_cache"), Vc = to_flashlab(v_cache, op, "v_cache"),
+                     Ind = to_flashlab(kv_indices, op, "kv_indices"), Ptr = to_flashlab(kv_indptr, op, "kv_indptr"),
+                     Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len");
+    const auto kv_layout = layout >= 0 && layout <= 1 ? static_cast<KvLayout>(layout) : static_cast<KvLayout>(-1);
+    flashlab::append_paged_kv_cache(Ak, Av, Bi, Pos, Kc, Vc, Ind, Ptr, Last, kv_layout, current_stream(Kc));
+  });
+}
+
 }  // namespace flashlab::bindings
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_state, flashlab::bindings::merge_state);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_states, flashlab::bindings::merge_states);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(append_paged_kv_cache, flashlab::bindings::append_paged_kv_cache);

@@ -33,15 +33,6 @@ std::string head_dims_str() {
   return s;
 }
 
-// Reads a small int32 device vector (cu_seqlens) on `stream` and waits for it: the values are
-// validated on the host before any launch.
-std::vector<int> read_int32(const TensorView& t, cudaStream_t stream) {
-  std::vector<int> h(static_cast<size_t>(t.shape[0]));
-  FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(h.data(), t.data, h.size() * sizeof(int), cudaMemcpyDeviceToHost, stream));
-  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return h;
-}
-
 // cu_seqlens (host-side checks): int32 (batch + 1,), contiguous, on q's device.
 void check_cu_seqlens_tensor(const check::Arg& cu, const check::Arg& ref, int64_t batch) {
   check::cuda(cu);
@@ -58,7 +49,7 @@ void check_cu_seqlens_tensor(const check::Arg& cu, const check::Arg& ref, int64_
 void check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_t batch, int64_t total, int64_t max_len,
                              const char* max_name, cudaStream_t stream) {
   detail::DeviceGuard guard(cu.t.device.index);
-  const std::vector<int> v = read_int32(cu.t, stream);
+  const std::vector<int> v = detail::read_int32(cu.t, stream);
   if (v[0] != 0) check::fail(cu, "cu_seqlens[0] = 0", detail::concat("cu_seqlens[0] = ", v[0]));
   int64_t longest = 0;
   for (int64_t b = 0; b < batch; ++b) {

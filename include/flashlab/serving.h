@@ -1,6 +1,6 @@
 // Serving attention (issue 8): what a decode or prefill over split KV needs around its kernels.
-// So far the merge of attention states (FlashInfer's cascade merge_state / merge_states). Kernels:
-// kernels/serving/, doc: docs/ladder/attention.md (Serving).
+// So far the merge of attention states (FlashInfer's cascade merge_state / merge_states) and the
+// paged KV cache's append. Kernels: kernels/serving/, doc: docs/ladder/attention.md (Serving).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,5 +32,35 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
 //   s_out: fp32 (seq, nheads). Outputs must not overlap the inputs. Otherwise as merge_state.
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView& s_out,
                   cudaStream_t stream = nullptr);
+
+// Paged KV cache (FlashInfer's layout). The cache is a pool of pages of page_size tokens:
+//   NHD: k_cache, v_cache (max_pages, page_size, nheads_kv, headdim)
+//   HND: k_cache, v_cache (max_pages, nheads_kv, page_size, headdim)
+// Request b of a batch owns pages kv_indices[kv_indptr[b] .. kv_indptr[b + 1]) in order, the last
+// one holding kv_last_page_len[b] tokens: its KV length is (pages - 1) page_size +
+// kv_last_page_len[b] (0 without pages). Token position j of request b lives in page
+// kv_indices[kv_indptr[b] + j / page_size], slot j % page_size.
+enum class KvLayout { kNHD, kHND };
+
+// Writes nnz new tokens into the cache: append_k[i], append_v[i] (nheads_kv x headdim each) to
+// position positions[i] of request batch_indices[i]. The page table must already cover them
+// (the caller grows it first, as FlashInfer's append_paged_kv_cache): positions[i] < the
+// request's KV length. Tokens of one call must not share a slot.
+//   append_k, append_v: CUDA, (nnz, nheads_kv, headdim), fp16 / bf16 / fp32, the cache's dtype;
+//                       head dim contiguous, rows and heads 16-byte aligned, headdim a multiple of
+//                       16 bytes' worth of elements.
+//   batch_indices, positions: int32 (nnz,) contiguous.
+//   k_cache, v_cache: as above (page_size >= 1), head dim contiguous, 16-byte aligned strides.
+//   kv_indices: int32 1-D (>= kv_indptr[batch] pages), values in [0, max_pages); kv_indptr:
+//   int32 (batch + 1,), kv_indptr[0] = 0, non-decreasing; kv_last_page_len: int32 (batch,), in
+//   [1, page_size] for a request with pages, 0 without. All contiguous, on one device.
+// The caches are written (only the appended slots) and must not overlap the other arguments or
+// each other. Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid
+// arguments. The checks of the values of the int32 arrays read them from the device (and wait
+// for `stream`); they are skipped while `stream` is being captured into a CUDA graph.
+void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v, const TensorView& batch_indices,
+                           const TensorView& positions, const TensorView& k_cache, const TensorView& v_cache,
+                           const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+                           KvLayout layout = KvLayout::kNHD, cudaStream_t stream = nullptr);
 
 }  // namespace flashlab

@@ -1,5 +1,6 @@
 """Serving attention ops (C++: include/flashlab/serving.h): so far the merge of attention states,
-FlashInfer's ``merge_state`` / ``merge_states`` / ``merge_state_in_place``.
+FlashInfer's ``merge_state`` / ``merge_states`` / ``merge_state_in_place``, and the paged KV
+cache's ``append_paged_kv_cache``.
 
 An attention state is the output ``v`` of attention over one segment of the keys, (seq, nheads,
 headdim), and its log-sum-exp ``s``, fp32 (seq, nheads), natural log as ``softmax_lse`` (note:
@@ -45,3 +46,36 @@ def merge_states(v: Any, s: Any, v_out: Any = None, s_out: Any = None) -> tuple[
     s_out = _alloc.empty(s, (seq, nheads), "float32") if s_out is None else s_out
     _ffi.merge_states(v, s, v_out, s_out)
     return v_out, s_out
+
+
+_LAYOUTS = {"NHD": 0, "HND": 1}
+
+
+def append_paged_kv_cache(append_key: Any, append_value: Any, batch_indices: Any, positions: Any, paged_kv_cache: Any,
+                          kv_indices: Any, kv_indptr: Any, kv_last_page_len: Any, kv_layout: str = "NHD") -> None:
+    """Writes new tokens into a paged KV cache (FlashInfer's ``append_paged_kv_cache``).
+
+    append_key / append_value: (nnz, nheads_kv, headdim), the cache's dtype (fp32 / fp16 / bf16);
+    batch_indices / positions: int32 (nnz,), token i goes to position ``positions[i]`` of request
+    ``batch_indices[i]``; paged_kv_cache: ``(k_cache, v_cache)``, each (max_pages, page_size,
+    nheads_kv, headdim) for ``kv_layout="NHD"`` or (max_pages, nheads_kv, page_size, headdim) for
+    ``"HND"``, or one tensor with both along dim 1, (max_pages, 2, ...); kv_indices / kv_indptr /
+    kv_last_page_len: the int32 page table in CSR form (request b: pages
+    ``kv_indices[kv_indptr[b]:kv_indptr[b + 1]]``, the last one holding ``kv_last_page_len[b]``
+    tokens), already covering the new tokens. Only the appended slots are written.
+    """
+    if kv_layout not in _LAYOUTS:
+        raise ValueError(f"append_paged_kv_cache: argument 'kv_layout': expected 'NHD' or 'HND', got {kv_layout!r}")
+    if isinstance(paged_kv_cache, (tuple, list)):
+        if len(paged_kv_cache) != 2:
+            raise ValueError("append_paged_kv_cache: argument 'paged_kv_cache': expected (k_cache, v_cache), "
+                             f"got {len(paged_kv_cache)} tensors")
+        k_cache, v_cache = paged_kv_cache
+    else:
+        shape = _shape(paged_kv_cache)
+        if len(shape) != 5 or shape[1] != 2:
+            raise ValueError("append_paged_kv_cache: argument 'paged_kv_cache': expected (k_cache, v_cache) or one "
+                             f"(max_pages, 2, ...) tensor, got shape {list(shape)}")
+        k_cache, v_cache = paged_kv_cache[:, 0], paged_kv_cache[:, 1]
+    _ffi.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache, v_cache, kv_indices, kv_indptr,
+                               kv_last_page_len, _LAYOUTS[kv_layout])

@@ -105,3 +105,21 @@ void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind) {
 }
 
 }  // namespace flashlab::detail
+
+namespace flashlab::detail {
+
+std::vector<int> read_int32(const TensorView& t, cudaStream_t stream) {
+  std::vector<int> h(static_cast<size_t>(t.numel()));
+  if (h.empty()) return h;
+  FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(h.data(), t.data, h.size() * sizeof(int), cudaMemcpyDeviceToHost, stream));
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return h;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FLASHLAB_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace flashlab::detail

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -21,6 +22,14 @@ namespace flashlab::detail {
 
 // Multiprocessor count of the current device (cached per device).
 int sm_count();
+
+// Reads a small int32 device vector (cu_seqlens, a page table) on `stream` and waits for it: the
+// values are validated on the host before any launch. t: 1-D, contiguous.
+std::vector<int> read_int32(const TensorView& t, cudaStream_t stream);
+
+// Whether `stream` is being captured into a CUDA graph (a device-to-host read then cannot run:
+// the checks that read device memory are skipped and the kernels trust their inputs).
+bool capturing(cudaStream_t stream);
 
 // Compute capability major version of the current device (cached per device): 9 on Hopper.
 int cc_major();

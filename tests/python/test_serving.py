@@ -1,4 +1,5 @@
-"""flashlab.merge_state / merge_state_in_place / merge_states (python/flashlab/serving.py).
+"""flashlab.merge_state / merge_state_in_place / merge_states and append_paged_kv_cache
+(python/flashlab/serving.py).
 
 CPU part: the C++ validation messages through the bindings (test_bindings' `fake` tensors, which
 claim to be on cuda:0 and fail validation before anything runs), and the outputs' default shapes.
@@ -7,6 +8,9 @@ every state empty gives V = 0, S = -inf exactly), fp32 / fp16 / bf16, in place; 
 two key segments by flash_attn_func, merged, against attention over all keys (torch float64).
 Tolerances as tests/gpu/test_merge_state.cpp: V within u(dtype) |ref| + 2^-20 max|v|, S within
 2^-20 (1 + |S|); the split attention within the segments' own measured error + one rounding.
+append_paged_kv_cache: messages (CPU); on the GPU the cache byte for byte against torch's
+indexing of the same scatter (both layouts, page sizes 1 and 16, strided K/V, a tuple or one
+(max_pages, 2, ...) cache), and a bad page index rejected with the cache unchanged.
 """
 
 from __future__ import annotations
@@ -110,3 +114,72 @@ def test_split_attention_merges_to_the_whole():
     assert err <= part_err + 2.0 ** -8 * max_o + 2.0 ** -20 * max_o, (err, part_err)
     err_s = float((merged_s.double() - whole_s).abs().max())
     assert err_s <= part_s_err + 2.0 ** -20 * (1 + float(whole_s.abs().max())), (err_s, part_s_err)
+
+
+# ---------------------------------------------------------------------------------------------
+# append_paged_kv_cache
+
+def test_append_paged_kv_cache_messages():
+    k, bi = fake((5, 4, 128), "bfloat16"), fake((5,), "int32")
+    cache = (fake((32, 16, 4, 128), "bfloat16"), fake((32, 16, 4, 128), "bfloat16"))
+    table = (fake((40,), "int32"), fake((4,), "int32"), fake((3,), "int32"))
+    with raises("append_paged_kv_cache: argument 'append_v': expected shape [5, 4, 128], got [5, 4, 64]"):
+        flashlab.append_paged_kv_cache(k, fake((5, 4, 64), "bfloat16"), bi, bi, cache, *table)
+    with raises("append_paged_kv_cache: argument 'positions': expected dtype int32, got int64"):
+        flashlab.append_paged_kv_cache(k, k, bi, fake((5,), "int64"), cache, *table)
+    with raises("append_paged_kv_cache: argument 'kv_indptr': expected shape [4], got [3]"):
+        flashlab.append_paged_kv_cache(k, k, bi, bi, cache, table[0], fake((3,), "int32"), table[2])
+    with pytest.raises(ValueError, match="argument 'kv_layout': expected 'NHD' or 'HND', got 'NDH'"):
+        flashlab.append_paged_kv_cache(k, k, bi, bi, cache, *table, kv_layout="NDH")
+    with pytest.raises(ValueError, match="argument 'paged_kv_cache': expected \\(k_cache, v_cache\\)"):
+        flashlab.append_paged_kv_cache(k, k, bi, bi, cache[:1], *table)
+
+
+@gpu
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_append_paged_kv_cache(layout, page_size):
+    # Requests of lengths 0..70 appending their last tokens into pages from a shuffled pool; the
+    # cache against torch's indexing of the same scatter, the untouched slots unchanged.
+    g = torch.Generator().manual_seed(31 + page_size)
+    lens, appended, h, d = [0, 1, 17, 70, 33], [0, 1, 3, 70, 1], 4, 128
+    pages = [(n + page_size - 1) // page_size for n in lens]
+    max_pages = sum(pages) + 5
+    pool = torch.randperm(max_pages, generator=g)
+    indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32)
+    indices = pool[: int(indptr[-1])].to(torch.int32)
+    last = torch.tensor([n - (p - 1) * page_size if p else 0 for n, p in zip(lens, pages)], dtype=torch.int32)
+    bi = torch.tensor([b for b, a in enumerate(appended) for _ in range(a)], dtype=torch.int32)
+    pos = torch.tensor([j for n, a in zip(lens, appended) for j in range(n - a, n)], dtype=torch.int32)
+    nnz = len(bi)
+    qkv = torch.rand(nnz, 3 * h, d, generator=g).to(torch.bfloat16)  # K, V as strided slices of a packed QKV
+    shape = (max_pages, page_size, h, d) if layout == "NHD" else (max_pages, h, page_size, d)
+    k_cache, v_cache = (torch.rand(*shape, generator=g).to(torch.bfloat16) for _ in range(2))
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    for i in range(nnz):
+        b, j = int(bi[i]), int(pos[i])
+        page, slot = int(indices[int(indptr[b]) + j // page_size]), j % page_size
+        for cache, rows in ((want_k, qkv[i, h:2 * h]), (want_v, qkv[i, 2 * h:])):
+            if layout == "NHD":
+                cache[page, slot] = rows
+            else:
+                cache[page, :, slot] = rows
+    qkv_d, kc, vc = qkv.cuda(), k_cache.cuda(), v_cache.cuda()
+    flashlab.append_paged_kv_cache(qkv_d[:, h:2 * h], qkv_d[:, 2 * h:], bi.cuda(), pos.cuda(), (kc, vc), indices.cuda(),
+                                   indptr.cuda(), last.cuda(), kv_layout=layout)
+    torch.cuda.synchronize()
+    assert torch.equal(kc.cpu(), want_k) and torch.equal(vc.cpu(), want_v)
+    # One (max_pages, 2, ...) tensor holding both.
+    both = torch.stack([k_cache, v_cache], dim=1).cuda()
+    flashlab.append_paged_kv_cache(qkv_d[:, h:2 * h], qkv_d[:, 2 * h:], bi.cuda(), pos.cuda(), both, indices.cuda(),
+                                   indptr.cuda(), last.cuda(), kv_layout=layout)
+    torch.cuda.synchronize()
+    assert torch.equal(both[:, 0].cpu(), want_k) and torch.equal(both[:, 1].cpu(), want_v)
+    # A bad page index: rejected, the cache unchanged.
+    bad = indices.clone()
+    bad[0] = max_pages
+    with raises(f"append_paged_kv_cache: argument 'kv_indices': expected page indices in [0, {max_pages}) (the pages "
+                f"of 'k_cache'), got kv_indices[0] = {max_pages}"):
+        flashlab.append_paged_kv_cache(qkv_d[:, h:2 * h], qkv_d[:, 2 * h:], bi.cuda(), pos.cuda(), (kc, vc), bad.cuda(),
+                                       indptr.cuda(), last.cuda(), kv_layout=layout)
+    assert torch.equal(kc.cpu(), want_k)

@@ -1,0 +1,187 @@
+// append_paged_kv_cache (include/flashlab/serving.h): every host-side rejection (message names the
+// argument, what was expected and what was given; nothing launched), on fake device tensors. The
+// checks of the int32 arrays' values read device memory: tests/gpu/test_paged_kv.cpp.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "flashlab/serving.h"
+#include "tests/common/validation_utils.h"
+
+namespace flashlab {
+namespace {
+
+using testing::gpu;
+using testing::gpu_strided;
+constexpr DType kBf = DType::kBF16, kI32 = DType::kI32;
+enum Slot { kAk = 1, kAv, kBi, kPos, kKc, kVc, kInd, kPtr, kLast };
+
+// A valid call: 5 new tokens of 4 KV heads x 128 into an NHD cache of 32 pages of 16 tokens, a
+// batch of 3 requests.
+struct Call {
+  TensorView ak = gpu(kBf, {5, 4, 128}, kAk), av = gpu(kBf, {5, 4, 128}, kAv);
+  TensorView bi = gpu(kI32, {5}, kBi), pos = gpu(kI32, {5}, kPos);
+  TensorView kc = gpu(kBf, {32, 16, 4, 128}, kKc), vc = gpu(kBf, {32, 16, 4, 128}, kVc);
+  TensorView ind = gpu(kI32, {40}, kInd), ptr = gpu(kI32, {4}, kPtr), last = gpu(kI32, {3}, kLast);
+  KvLayout layout = KvLayout::kNHD;
+  void run() const { append_paged_kv_cache(ak, av, bi, pos, kc, vc, ind, ptr, last, layout); }
+};
+
+void rejected(const Call& c, const std::vector<std::string>& pieces) {
+  testing::expect_rejected([&] { c.run(); }, pieces);
+}
+
+TEST(PagedKvValidation, Tensors) {
+  const std::string op = "append_paged_kv_cache: argument ";
+  {
+    Call c;
+    c.layout = static_cast<KvLayout>(7);
+    rejected(c, {op + "'layout'", "expected NHD or HND", "got 7"});
+  }
+  {
+    Call c;
+    c.kc = gpu(kBf, {32, 16, 4}, kKc);
+    rejected(c, {op + "'k_cache'", "expected 4 dims"});
+  }
+  {
+    Call c;
+    c.vc = gpu(DType::kF16, {32, 16, 4, 128}, kVc);
+    rejected(c, {op + "'v_cache'", "dtype"});
+  }
+  {
+    Call c;
+    c.vc = gpu(kBf, {32, 8, 4, 128}, kVc);
+    rejected(c, {op + "'v_cache'", "shape"});
+  }
+  {
+    Call c;
+    c.kc = gpu(kBf, {32, 0, 4, 128}, kKc), c.vc = gpu(kBf, {32, 0, 4, 128}, kVc);
+    rejected(c, {op + "'k_cache'", "expected page_size >= 1", "got [32, 0, 4, 128]"});
+  }
+  {
+    Call c;
+    c.kc = gpu(DType::kI8, {32, 16, 4, 128}, kKc);
+    rejected(c, {op + "'k_cache'", "dtype"});
+  }
+  {
+    Call c;
+    c.kc = gpu(kBf, {32, 16, 4, 12}, kKc), c.vc = gpu(kBf, {32, 16, 4, 12}, kVc);
+    rejected(c, {op + "'k_cache'", "multiple of 8", "got 12"});
+  }
+  {
+    Call c;
+    c.kc = gpu_strided(kBf, {32, 16, 4, 128}, {8192, 512, 128, 2}, kKc);
+    rejected(c, {op + "'k_cache'", "expected unit stride in the last dim"});
+  }
+  {
+    Call c;
+    c.kc = gpu_strided(kBf, {32, 16, 4, 128}, {8196, 516, 129, 1}, kKc);
+    rejected(c, {op + "'k_cache'", "strides that are multiples of 8"});
+  }
+  {
+    Call c;
+    c.ak = gpu(kBf, {5, 4, 128}, kAk, 8);
+    rejected(c, {op + "'append_k'", "aligned"});
+  }
+  {
+    Call c;
+    c.ak = gpu(kBf, {5, 2, 128}, kAk);
+    rejected(c, {op + "'append_k'", "expected shape [5, 4, 128]", "got [5, 2, 128]"});
+  }
+  {
+    Call c;  // HND: the heads are dim 1 of the cache
+    c.layout = KvLayout::kHND;
+    rejected(c, {op + "'append_k'", "expected shape [5, 16, 128]"});
+  }
+  {
+    Call c;
+    c.av = gpu(DType::kF16, {5, 4, 128}, kAv);
+    rejected(c, {op + "'append_v'", "dtype"});
+  }
+  {
+    Call c;
+    c.av = gpu(kBf, {6, 4, 128}, kAv);
+    rejected(c, {op + "'append_v'", "expected shape [5, 4, 128]"});
+  }
+  {
+    Call c;
+    c.bi = gpu(DType::kI64, {5}, kBi);
+    rejected(c, {op + "'batch_indices'", "dtype"});
+  }
+  {
+    Call c;
+    c.pos = gpu(kI32, {4}, kPos);
+    rejected(c, {op + "'positions'", "expected shape [5]", "got [4]"});
+  }
+  {
+    Call c;
+    c.ind = gpu(kI32, {40, 1}, kInd);
+    rejected(c, {op + "'kv_indices'", "expected 1 dims"});
+  }
+  {
+    Call c;
+    c.ptr = gpu(kI32, {3}, kPtr);
+    rejected(c, {op + "'kv_indptr'", "expected shape [4]", "got [3]"});
+  }
+  {
+    Call c;
+    c.last = TensorView(testing::fake(0, kLast), kI32, {3}, testing::kCpu);
+    rejected(c, {op + "'kv_last_page_len'", "CUDA"});
+  }
+  {
+    Call c;
+    c.vc = gpu(kBf, {32, 16, 4, 128}, kKc);  // the same memory as k_cache
+    rejected(c, {op + "'v_cache'", "disjoint from 'k_cache'"});
+  }
+  {
+    Call c;
+    c.ak = gpu(kBf, {5, 4, 128}, kKc, 1024);  // inside k_cache
+    rejected(c, {op + "'k_cache'", "append_k"});
+  }
+  {
+    Call c;
+    c.ind = gpu(kI32, {40}, kVc);  // the page table inside v_cache
+    rejected(c, {op + "'v_cache'", "kv_indices"});
+  }
+}
+
+bool has_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// Valid calls pass every host check: on a machine without a GPU the first CUDA call then fails.
+TEST(PagedKvValidation, ValidCallsPassTheHostChecks) {
+  if (has_gpu()) GTEST_SKIP() << "a GPU is present: the fake pointers would reach it";
+  const auto passes = [](const Call& c) {
+    const int64_t launches = check::launch_count();
+    try {
+      c.run();
+      ADD_FAILURE() << "expected a CUDA error on a machine without a GPU";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("CUDA error"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(check::launch_count(), launches);
+  };
+  passes(Call{});
+  Call hnd;
+  hnd.layout = KvLayout::kHND;
+  hnd.kc = gpu(kBf, {32, 4, 16, 128}, kKc), hnd.vc = gpu(kBf, {32, 4, 16, 128}, kVc);
+  passes(hnd);
+  Call f32;
+  f32.ak = gpu(DType::kF32, {5, 4, 4}, kAk), f32.av = gpu(DType::kF32, {5, 4, 4}, kAv);
+  f32.kc = gpu(DType::kF32, {32, 1, 4, 4}, kKc), f32.vc = gpu(DType::kF32, {32, 1, 4, 4}, kVc);  // page size 1
+  passes(f32);
+  Call none;  // no new tokens
+  none.ak = gpu(kBf, {0, 4, 128}, kAk), none.av = gpu(kBf, {0, 4, 128}, kAv);
+  none.bi = gpu(kI32, {0}, kBi), none.pos = gpu(kI32, {0}, kPos);
+  passes(none);
+}
+
+}  // namespace
+}  // namespace flashlab
