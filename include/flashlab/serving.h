@@ -1,6 +1,7 @@
 // Serving attention (issue 8): what a decode or prefill over split KV needs around its kernels.
-// So far the merge of attention states (FlashInfer's cascade merge_state / merge_states) and the
-// paged KV cache's append. Kernels: kernels/serving/, doc: docs/ladder/attention.md (Serving).
+// So far the merge of attention states (FlashInfer's cascade merge_state / merge_states), the
+// paged KV cache's append and the batch decode over it (rung 1). Kernels: kernels/serving/,
+// kernels/attention/decode/; doc: docs/ladder/attention.md (Serving).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -62,5 +63,24 @@ void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_
                            const TensorView& positions, const TensorView& k_cache, const TensorView& v_cache,
                            const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                            KvLayout layout = KvLayout::kNHD, cudaStream_t stream = nullptr);
+
+// Batch decode over a paged KV cache: one query token per request attends to all of its keys
+// (no mask: the keys are the tokens before it), o = softmax(scale q K^T) V per query head, KV
+// head h / (nheads / nheads_kv) (GQA/MQA). Ladder (kernels/attention/decode/):
+//   1 naive: a thread block per (request, query head), warps round-robin over the keys (top)
+inline constexpr int kPagedDecodeRungs = 1;
+//   q, out: CUDA, (batch, nheads, headdim), fp16 / bf16 / fp32, the cache's dtype, head dim
+//           contiguous, headdim 32 .. 256 a multiple of 32; nheads a multiple of nheads_kv.
+//   k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, layout: as append_paged_kv_cache
+//           (batch = kv_last_page_len's length).
+//   lse: optional fp32 (batch, nheads) contiguous: the natural-log log-sum-exp (merge_state's s).
+//   softmax_scale <= 0 or NaN: 1 / sqrt(headdim).
+// A request without keys gets out = 0 and lse = -inf. The outputs must not overlap the inputs or
+// each other. Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid
+// arguments, the page table's values included (read from the device unless capturing).
+void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                        const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+                        const TensorView& out, const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD,
+                        float softmax_scale = 0.f, cudaStream_t stream = nullptr, int rung = 1);
 
 }  // namespace flashlab

@@ -1,8 +1,10 @@
-// append_paged_kv_cache (include/flashlab/serving.h): every host-side rejection (message names the
-// argument, what was expected and what was given; nothing launched), on fake device tensors. The
-// checks of the int32 arrays' values read device memory: tests/gpu/test_paged_kv.cpp.
+// append_paged_kv_cache and batch_decode_paged (include/flashlab/serving.h): every host-side
+// rejection (message names the argument, what was expected and what was given; nothing launched),
+// on fake device tensors. The checks of the int32 arrays' values read device memory:
+// tests/gpu/test_paged_kv.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -150,6 +152,82 @@ TEST(PagedKvValidation, Tensors) {
   }
 }
 
+// batch_decode_paged: 3 requests of 8 query heads x 128 over the NHD cache of Call (4 KV heads).
+struct Decode {
+  Call c;
+  TensorView q = gpu(kBf, {3, 8, 128}, kAk), out = gpu(kBf, {3, 8, 128}, kAv), lse = gpu(DType::kF32, {3, 8}, kBi);
+  const TensorView* lse_ptr = &lse;
+  float scale = 0.f;
+  int rung = 1;
+  void run() const {
+    batch_decode_paged(q, c.kc, c.vc, c.ind, c.ptr, c.last, out, lse_ptr, c.layout, scale, nullptr, rung);
+  }
+};
+
+void rejected(const Decode& d, const std::vector<std::string>& pieces) {
+  testing::expect_rejected([&] { d.run(); }, pieces);
+}
+
+TEST(PagedKvValidation, Decode) {
+  const std::string op = "batch_decode_paged: argument ";
+  {
+    Decode d;
+    d.rung = 2;
+    rejected(d, {"batch_decode_paged: argument 'rung'", "expected 1..1", "got 2"});
+  }
+  {
+    Decode d;
+    d.q = gpu(kBf, {3, 8, 64}, kAk);
+    rejected(d, {op + "'q'", "expected shape [3, 8, 128]", "got [3, 8, 64]"});
+  }
+  {
+    Decode d;
+    d.q = gpu(kBf, {2, 8, 128}, kAk);  // 2 queries for 3 requests
+    rejected(d, {op + "'q'", "expected shape [3, 8, 128]"});
+  }
+  {
+    Decode d;
+    d.q = gpu(kBf, {3, 6, 128}, kAk), d.out = gpu(kBf, {3, 6, 128}, kAv), d.lse = gpu(DType::kF32, {3, 6}, kBi);
+    rejected(d, {op + "'q'", "nheads (dim 1) a multiple of the cache's KV heads (4)", "got 6"});
+  }
+  {
+    Decode d;  // head dim 8: a whole 16-byte vector, but not a multiple of 32
+    d.c.kc = gpu(kBf, {32, 16, 4, 8}, kKc), d.c.vc = gpu(kBf, {32, 16, 4, 8}, kVc);
+    d.q = gpu(kBf, {3, 8, 8}, kAk), d.out = gpu(kBf, {3, 8, 8}, kAv);
+    rejected(d, {op + "'q'", "32 .. 256, a multiple of 32", "got 8"});
+  }
+  {
+    Decode d;
+    d.q = gpu(DType::kF16, {3, 8, 128}, kAk);
+    rejected(d, {op + "'q'", "dtype"});
+  }
+  {
+    Decode d;
+    d.out = gpu(kBf, {3, 8, 128}, kAk);  // the same memory as q
+    rejected(d, {op + "'out'", "disjoint from 'q'"});
+  }
+  {
+    Decode d;
+    d.lse = gpu(DType::kF32, {3, 4}, kBi);
+    rejected(d, {op + "'lse'", "expected shape [3, 8]"});
+  }
+  {
+    Decode d;
+    d.lse = gpu(DType::kF32, {3, 8}, kAv, 256);  // inside out
+    rejected(d, {op + "'lse'", "out"});
+  }
+  {
+    Decode d;
+    d.scale = INFINITY;
+    rejected(d, {op + "'softmax_scale'", "expected a finite value"});
+  }
+  {
+    Decode d;
+    d.c.layout = static_cast<KvLayout>(2);
+    rejected(d, {op + "'layout'", "expected NHD or HND"});
+  }
+}
+
 bool has_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -181,6 +259,10 @@ TEST(PagedKvValidation, ValidCallsPassTheHostChecks) {
   none.ak = gpu(kBf, {0, 4, 128}, kAk), none.av = gpu(kBf, {0, 4, 128}, kAv);
   none.bi = gpu(kI32, {0}, kBi), none.pos = gpu(kI32, {0}, kPos);
   passes(none);
+  Decode d;
+  testing::expect_rejected([&] { d.run(); }, {"CUDA error"});  // past every host check: the device read
+  d.lse_ptr = nullptr;
+  testing::expect_rejected([&] { d.run(); }, {"CUDA error"});
 }
 
 }  // namespace

@@ -5,9 +5,16 @@
 // Page sizes 1, 16, 64, layouts NHD and HND, fp32 / fp16 / bf16, K/V rows strided as slices of a
 // packed QKV tensor. Then the checks that read the int32 arrays: each bad value rejected with its
 // argument named, nothing launched, the cache unchanged.
+// batch_decode_paged (rung 1) against a float64 reference over the same page table: GQA, page
+// sizes 1 and 16, both layouts, requests of 0 .. 1000 keys; outputs poisoned (NaN) first.
+// Tolerance: the kernel computes in fp32 from the exact stored values and rounds out once, so
+// |out - ref| <= u(dtype) |ref| + (L + 8) 2^-23 max|v| (a sum of L fp32 terms whose weights
+// sum to 1, plus the exp2 errors), |lse - ref| <= (L + 8) 2^-23 (1 + |ref|).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -205,6 +212,83 @@ TEST(PagedKv, RejectsBadTableValues) {
   r = good;
   r.pos[0] = -1;
   rejected(r, {op + "'positions'", "positions[0] = -1"});
+}
+
+void check_decode(DType dt, int64_t page_size, KvLayout layout, int64_t nheads, int64_t nheads_kv, int64_t d,
+                  const std::vector<int64_t>& lens, std::mt19937_64& rng) {
+  const PagedCase c{dt, page_size, nheads_kv, d, 0, layout, lens, std::vector<int64_t>(lens.size(), 0)};
+  int64_t pages = 0;
+  for (int64_t l : lens) pages += (l + page_size - 1) / page_size;
+  PagedCase cs = c;
+  cs.max_pages = pages + 3;
+  const PagedRun r = make_run(cs, rng);  // the page table (its random cache bytes are not used)
+  const int64_t batch = static_cast<int64_t>(lens.size()), cache_n = cs.max_pages * page_size * nheads_kv * d;
+  const HostTensor kc = random_tensor(dt, cache_n, rng), vc = random_tensor(dt, cache_n, rng);
+  const HostTensor q = random_tensor(dt, batch * nheads * d, rng);
+  DeviceBuffer bq(q.bytes.size()), bk(kc.bytes.size()), bv(vc.bytes.size()), bo(q.bytes.size()), blse(batch * nheads * 4),
+      bind(std::max<size_t>(r.indices.size(), 1) * 4), bptr(r.indptr.size() * 4), blast(r.last.size() * 4);
+  upload(bq.ptr, q.bytes);
+  upload(bk.ptr, kc.bytes);
+  upload(bv.ptr, vc.bytes);
+  if (!r.indices.empty()) upload(bind.ptr, int32_bytes(r.indices));
+  upload(bptr.ptr, int32_bytes(r.indptr));
+  upload(blast.ptr, int32_bytes(r.last));
+  bo.poison();
+  blse.poison();
+  const std::vector<int64_t> cache_shape = layout == KvLayout::kNHD ? std::vector<int64_t>{cs.max_pages, page_size, nheads_kv, d}
+                                                                    : std::vector<int64_t>{cs.max_pages, nheads_kv, page_size, d};
+  const TensorView lse = device_view(blse.ptr, DType::kF32, {batch, nheads});
+  batch_decode_paged(device_view(bq.ptr, dt, {batch, nheads, d}), device_view(bk.ptr, dt, cache_shape),
+                     device_view(bv.ptr, dt, cache_shape),
+                     device_view(bind.ptr, DType::kI32, {static_cast<int64_t>(std::max<size_t>(r.indices.size(), 1))}),
+                     device_view(bptr.ptr, DType::kI32, {batch + 1}), device_view(blast.ptr, DType::kI32, {batch}),
+                     device_view(bo.ptr, dt, {batch, nheads, d}), &lse, layout);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> got = decode(dt, download(bo.ptr, bo.bytes)), got_lse = decode(DType::kF32, download(blse.ptr, blse.bytes));
+  double max_v = 0;
+  for (double x : vc.values) max_v = std::max(max_v, std::fabs(x));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  int64_t bad = 0, bad_lse = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < nheads; ++h) {
+      const int64_t hk = h / (nheads / nheads_kv), len = lens[b];
+      std::vector<double> sc(static_cast<size_t>(len));
+      double m = -std::numeric_limits<double>::infinity();
+      const auto at = [&](int64_t j, int64_t x) {
+        const int64_t page = r.indices[static_cast<size_t>(r.indptr[b] + j / page_size)];
+        return static_cast<size_t>(cache_offset(cs, page, j % page_size, hk) + x);
+      };
+      for (int64_t j = 0; j < len; ++j) {
+        double dot = 0;
+        for (int64_t x = 0; x < d; ++x) dot += q.values[static_cast<size_t>((b * nheads + h) * d + x)] * kc.values[at(j, x)];
+        sc[j] = dot * scale, m = std::max(m, sc[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < len; ++j) sum += std::exp(sc[j] - m);
+      const double tol = (len + 8) * std::ldexp(1.0, -23);
+      for (int64_t x = 0; x < d; ++x) {
+        double o = 0;
+        for (int64_t j = 0; j < len; ++j) o += std::exp(sc[j] - m) / sum * vc.values[at(j, x)];
+        const double g = got[static_cast<size_t>((b * nheads + h) * d + x)];
+        bad += !(std::fabs(g - o) <= unit_roundoff(dt) * std::fabs(o) + tol * max_v);  // NaN fails too
+      }
+      const double ref_lse = len > 0 ? m + std::log(sum) : -std::numeric_limits<double>::infinity();
+      const double gl = got_lse[static_cast<size_t>(b * nheads + h)];
+      bad_lse += len > 0 ? !(std::fabs(gl - ref_lse) <= tol * (1 + std::fabs(ref_lse))) : !(gl == ref_lse);
+    }
+  EXPECT_EQ(bad, 0) << dtype_name(dt) << " page_size " << page_size << " d " << d << ": out elements outside the tolerance";
+  EXPECT_EQ(bad_lse, 0) << dtype_name(dt) << " page_size " << page_size << " d " << d << ": lse outside the tolerance";
+}
+
+TEST(PagedDecode, MatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(813);
+  const std::vector<int64_t> lens = {0, 1, 17, 64, 300, 1000};  // an empty request: out 0, lse -inf
+  for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND})
+    for (int64_t page_size : {1, 16}) check_decode(DType::kBF16, page_size, layout, 8, 2, 128, lens, rng);
+  check_decode(DType::kF16, 16, KvLayout::kNHD, 4, 4, 64, lens, rng);   // MHA
+  check_decode(DType::kF32, 64, KvLayout::kHND, 8, 1, 256, lens, rng);  // MQA, d 256
+  check_decode(DType::kBF16, 16, KvLayout::kNHD, 4, 2, 96, {5, 40}, rng);
 }
 
 }  // namespace
