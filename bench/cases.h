@@ -58,4 +58,7 @@ double relative_difference(const void* got, const void* want, int64_t n, DType d
 void bench_attention(Harness& h, DType dt);
 void bench_attention_bwd(Harness& h, DType dt);
 
+// bench/cases_serving.cu: batch decode over a paged KV cache (op paged_decode)
+void bench_paged_decode(Harness& h, DType dt);
+
 }  // namespace flashlab::bench

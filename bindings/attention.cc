@@ -12,13 +12,6 @@ namespace flashlab::bindings {
 
 namespace {
 
-using OptTensor = tvm::ffi::Optional<tvm::ffi::TensorView>;
-
-// The flashlab view of an optional tensor; an empty view (unused) when None.
-TensorView to_flashlab_opt(const OptTensor& t, const char* op, const char* name) {
-  return t.has_value() ? to_flashlab(t.value(), op, name) : TensorView{};
-}
-
 // A float option from Python (double) as the C++ API's float. A finite value beyond float's
 // range becomes +-inf, which the API rejects by name, rather than a rounded valid one.
 float to_float(double v) {

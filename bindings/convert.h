@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 #include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/optional.h>
 #include <tvm/ffi/dtype.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
@@ -95,6 +96,13 @@ inline TensorView to_flashlab(const tvm::ffi::TensorView& tv, const char* op, co
 inline cudaStream_t current_stream(const TensorView& t) {
   if (!t.is_cuda()) return nullptr;
   return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, t.device.index));
+}
+
+using OptTensor = tvm::ffi::Optional<tvm::ffi::TensorView>;
+
+// The flashlab view of an optional tensor; an empty view (unused) when None.
+inline TensorView to_flashlab_opt(const OptTensor& t, const char* op, const char* name) {
+  return t.has_value() ? to_flashlab(t.value(), op, name) : TensorView{};
 }
 
 // A rung from Python (int64) as the C++ API's int; the C++ API checks its range, this only

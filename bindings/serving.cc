@@ -1,5 +1,5 @@
 // TVM-FFI exports of the serving ops (include/flashlab/serving.h): attention-state merges, the
-// paged KV cache's append.
+// paged KV cache's append and batch decode.
 #include <tvm/ffi/function.h>
 
 #include "bindings/convert.h"
@@ -46,8 +46,25 @@ void append_paged_kv_cache(tvm::ffi::TensorView append_k, tvm::ffi::TensorView a
   });
 }
 
+// out (and lse, when given) = batch decode of q over a paged KV cache; layout 0: NHD, 1: HND.
+void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache,
+                        tvm::ffi::TensorView kv_indices, tvm::ffi::TensorView kv_indptr, tvm::ffi::TensorView kv_last_page_len,
+                        tvm::ffi::TensorView out, OptTensor lse, int64_t layout, double softmax_scale, int64_t rung) {
+  constexpr const char* op = "batch_decode_paged";
+  call([&] {
+    const TensorView Q = to_flashlab(q, op, "q"), Kc = to_flashlab(k_cache, op, "k_cache"),
+                     Vc = to_flashlab(v_cache, op, "v_cache"), Ind = to_flashlab(kv_indices, op, "kv_indices"),
+                     Ptr = to_flashlab(kv_indptr, op, "kv_indptr"), Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"),
+                     O = to_flashlab(out, op, "out"), L = to_flashlab_opt(lse, op, "lse");
+    const auto kv_layout = layout >= 0 && layout <= 1 ? static_cast<KvLayout>(layout) : static_cast<KvLayout>(-1);
+    flashlab::batch_decode_paged(Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, kv_layout,
+                                 static_cast<float>(softmax_scale), current_stream(Q), to_rung(op, rung, kPagedDecodeRungs));
+  });
+}
+
 }  // namespace flashlab::bindings
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_state, flashlab::bindings::merge_state);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_states, flashlab::bindings::merge_states);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(append_paged_kv_cache, flashlab::bindings::append_paged_kv_cache);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_paged, flashlab::bindings::batch_decode_paged);

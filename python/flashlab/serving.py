@@ -1,6 +1,6 @@
 """Serving attention ops (C++: include/flashlab/serving.h): so far the merge of attention states,
 FlashInfer's ``merge_state`` / ``merge_states`` / ``merge_state_in_place``, and the paged KV
-cache's ``append_paged_kv_cache``.
+cache's ``append_paged_kv_cache`` and ``batch_decode_paged``.
 
 An attention state is the output ``v`` of attention over one segment of the keys, (seq, nheads,
 headdim), and its log-sum-exp ``s``, fp32 (seq, nheads), natural log as ``softmax_lse`` (note:
@@ -64,18 +64,44 @@ def append_paged_kv_cache(append_key: Any, append_value: Any, batch_indices: Any
     ``kv_indices[kv_indptr[b]:kv_indptr[b + 1]]``, the last one holding ``kv_last_page_len[b]``
     tokens), already covering the new tokens. Only the appended slots are written.
     """
+    layout, k_cache, v_cache = _paged_cache("append_paged_kv_cache", paged_kv_cache, kv_layout)
+    _ffi.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache, v_cache, kv_indices, kv_indptr,
+                               kv_last_page_len, layout)
+
+
+def _paged_cache(op: str, paged_kv_cache: Any, kv_layout: str) -> tuple[int, Any, Any]:
+    """The layout code and (k_cache, v_cache) of a tuple or of one (max_pages, 2, ...) tensor."""
     if kv_layout not in _LAYOUTS:
-        raise ValueError(f"append_paged_kv_cache: argument 'kv_layout': expected 'NHD' or 'HND', got {kv_layout!r}")
+        raise ValueError(f"{op}: argument 'kv_layout': expected 'NHD' or 'HND', got {kv_layout!r}")
     if isinstance(paged_kv_cache, (tuple, list)):
         if len(paged_kv_cache) != 2:
-            raise ValueError("append_paged_kv_cache: argument 'paged_kv_cache': expected (k_cache, v_cache), "
-                             f"got {len(paged_kv_cache)} tensors")
-        k_cache, v_cache = paged_kv_cache
-    else:
-        shape = _shape(paged_kv_cache)
-        if len(shape) != 5 or shape[1] != 2:
-            raise ValueError("append_paged_kv_cache: argument 'paged_kv_cache': expected (k_cache, v_cache) or one "
-                             f"(max_pages, 2, ...) tensor, got shape {list(shape)}")
-        k_cache, v_cache = paged_kv_cache[:, 0], paged_kv_cache[:, 1]
-    _ffi.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache, v_cache, kv_indices, kv_indptr,
-                               kv_last_page_len, _LAYOUTS[kv_layout])
+            raise ValueError(f"{op}: argument 'paged_kv_cache': expected (k_cache, v_cache), got {len(paged_kv_cache)} tensors")
+        return _LAYOUTS[kv_layout], paged_kv_cache[0], paged_kv_cache[1]
+    shape = _shape(paged_kv_cache)
+    if len(shape) != 5 or shape[1] != 2:
+        raise ValueError(f"{op}: argument 'paged_kv_cache': expected (k_cache, v_cache) or one (max_pages, 2, ...) tensor, "
+                         f"got shape {list(shape)}")
+    return _LAYOUTS[kv_layout], paged_kv_cache[:, 0], paged_kv_cache[:, 1]
+
+
+PAGED_DECODE_RUNGS = 1  # 1 naive (top)
+
+
+def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: Any, kv_last_page_len: Any,
+                       kv_layout: str = "NHD", sm_scale: float | None = None, return_lse: bool = False, out: Any = None,
+                       rung: int | None = None) -> Any:
+    """One query token per request attending to its paged KV (C++ ``batch_decode_paged``).
+
+    q: (batch, nheads, headdim), the cache's dtype, nheads a multiple of the cache's KV heads (GQA);
+    paged_kv_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout: as
+    ``append_paged_kv_cache`` (batch = len(kv_last_page_len)). Returns out (like q), or
+    ``(out, lse)`` with ``return_lse`` (fp32 (batch, nheads), natural log: merge_state's ``s``).
+    A request without keys gets out = 0, lse = -inf. ``sm_scale``: default 1 / sqrt(headdim).
+    """
+    layout, k_cache, v_cache = _paged_cache("batch_decode_paged", paged_kv_cache, kv_layout)
+    out = _alloc.empty(q, _shape(q)) if out is None else out
+    shape = _shape(q)
+    lse = _alloc.empty(q, shape[:2], "float32") if return_lse and len(shape) == 3 else None
+    _ffi.batch_decode_paged(q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout,
+                            0.0 if sm_scale is None else float(sm_scale), 1 if rung is None else rung)
+    return (out, lse) if return_lse else out

@@ -183,3 +183,58 @@ def test_append_paged_kv_cache(layout, page_size):
         flashlab.append_paged_kv_cache(qkv_d[:, h:2 * h], qkv_d[:, 2 * h:], bi.cuda(), pos.cuda(), (kc, vc), bad.cuda(),
                                        indptr.cuda(), last.cuda(), kv_layout=layout)
     assert torch.equal(kc.cpu(), want_k)
+
+
+# ---------------------------------------------------------------------------------------------
+# batch_decode_paged
+
+def test_batch_decode_paged_messages():
+    q, cache = fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"), fake((32, 16, 4, 128), "bfloat16"))
+    table = (fake((40,), "int32"), fake((4,), "int32"), fake((3,), "int32"))
+    assert flashlab.PAGED_DECODE_RUNGS == 1
+    with raises("batch_decode_paged: argument 'q': expected shape [3, 8, 128], got [2, 8, 128]"):
+        flashlab.batch_decode_paged(fake((2, 8, 128), "bfloat16"), cache, *table, out=fake((2, 8, 128), "bfloat16"))
+    with raises("batch_decode_paged: argument 'rung': expected 1..1, got 2"):
+        flashlab.batch_decode_paged(q, cache, *table, out=q, rung=2)
+    with pytest.raises(ValueError, match="argument 'kv_layout': expected 'NHD' or 'HND'"):
+        flashlab.batch_decode_paged(q, cache, *table, out=q, kv_layout="nhd")
+
+
+@gpu
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_batch_decode_paged(layout):
+    # GQA 8 / 2, page size 16, requests of 0 .. 300 keys in shuffled pages, against float64 torch
+    # attention over each request's gathered keys (tolerance as tests/gpu/test_paged_kv.cpp).
+    g = torch.Generator().manual_seed(41)
+    lens, hq, hk, d, ps = [0, 1, 16, 17, 300], 8, 2, 128, 16
+    pages = [(n + ps - 1) // ps for n in lens]
+    max_pages = sum(pages) + 3
+    indices = torch.randperm(max_pages, generator=g)[: sum(pages)].to(torch.int32)
+    indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32)
+    last = torch.tensor([n - (p - 1) * ps if p else 0 for n, p in zip(lens, pages)], dtype=torch.int32)
+    shape = (max_pages, ps, hk, d) if layout == "NHD" else (max_pages, hk, ps, d)
+    kc, vc = ((torch.rand(*shape, generator=g) * 2 - 1).to(torch.bfloat16) for _ in range(2))
+    q = (torch.rand(len(lens), hq, d, generator=g) * 2 - 1).to(torch.bfloat16)
+    out, lse = flashlab.batch_decode_paged(q.cuda(), (kc.cuda(), vc.cuda()), indices.cuda(), indptr.cuda(), last.cuda(),
+                                           kv_layout=layout, return_lse=True)
+    torch.cuda.synchronize()
+    out, lse = out.double().cpu(), lse.double().cpu()
+    max_v = float(vc.double().abs().max())
+    for b, n in enumerate(lens):
+        if n == 0:
+            assert (out[b] == 0).all() and torch.isneginf(lse[b]).all()
+            continue
+        rows = [(int(indices[int(indptr[b]) + j // ps]), j % ps) for j in range(n)]
+        if layout == "NHD":
+            k = torch.stack([kc[p, s] for p, s in rows]).double()  # (n, hk, d)
+            v = torch.stack([vc[p, s] for p, s in rows]).double()
+        else:
+            k = torch.stack([kc[p, :, s] for p, s in rows]).double()
+            v = torch.stack([vc[p, :, s] for p, s in rows]).double()
+        k, v = k.repeat_interleave(hq // hk, dim=1), v.repeat_interleave(hq // hk, dim=1)  # (n, hq, d)
+        sc = torch.einsum("hd,nhd->hn", q[b].double(), k) / math.sqrt(d)
+        ref_lse = torch.logsumexp(sc, dim=-1)
+        ref = torch.einsum("hn,nhd->hd", torch.softmax(sc, dim=-1), v)
+        tol = (n + 8) * 2.0 ** -23
+        assert (out[b] - ref).abs().le(2.0 ** -8 * ref.abs() + tol * max_v).all(), f"request {b} ({n} keys)"
+        assert (lse[b] - ref_lse).abs().le(tol * (1 + ref_lse.abs())).all(), f"request {b} lse"
