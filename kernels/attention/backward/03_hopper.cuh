@@ -5,15 +5,16 @@
 //     registers); warpgroups 1 and 2 are consumers with 240 registers each, and consumer cw owns
 //     keys n0 + 64 cw .. n0 + 64 cw + 63 of the block's 128: its dK and dV (64 x d fp32 each) live
 //     in its registers for the whole block.
-//   - TMA: K and V (128 keys x d) once per block; per step (query head h, 64 query rows m0..) Q and
-//     dO as 64-column, 128B-swizzled boxes of 4-D tensor maps (head dim, rows, heads, batch), and
-//     lse log2(e) and D (the preprocess's padded arrays, 256 bytes each) by 1-D bulk copies, all
-//     completing on one mbarrier per stage; two stages, so step n + 1 lands while n is computed.
+//   - TMA: K and V (128 keys x d) once per block; per step (query head h, kBlockM query rows
+//     m0..) Q and dO as 64-column, 128B-swizzled boxes of 4-D tensor maps (head dim, rows, heads,
+//     batch), and the step's lse log2(e) and D (the preprocess's padded arrays) by 1-D bulk
+//     copies, all completing on one mbarrier per stage; two stages, so step n + 1 lands while n
+//     is computed.
 //   - wgmma, transposed problem: each consumer computes S^T = K Q^T and dP^T = V dO^T (64 keys x
-//     64 rows, both operands K-major in shared memory), so P^T comes out of the accumulator in
+//     the step's rows, both operands K-major in shared memory), so P^T comes out of the accumulator in
 //     the register A-operand layout of dV += P^T dO (B = dO, MN-major: no transpose pass). dS^T
-//     goes to shared memory (16-bit, swizzled, a 128-byte row of query rows per key); after a
-//     barrier of the two consumers:
+//     goes to shared memory (16-bit, swizzled, 128-byte rows of 64 query rows per key); once both
+//     consumers' halves are written:
 //       dK += dS^T Q                       (A = its 64 keys of dS^T, K-major; B = Q, MN-major)
 //       dQ[:, half cw] = dS K[:, half cw]  (A = dS, MN-major, all 128 keys; B = K, MN-major)
 //     dQ goes to shared memory (fp32, 128B-swizzled 32-column boxes) and one thread per consumer
@@ -30,9 +31,10 @@
 //   - Element-wise P and dS: per element as in rung 2 (AttnBwdScore::p_ds), lse and D per column
 //     (query row) from shared memory; the mask compiled in only for steps that straddle it.
 // Head dims 64 (steps of 128 query rows, dQ split by rows) and 128 (steps of 64 rows, dQ split
-// by columns); dK + dV take 64 or 128 registers a thread. No dropout (rung 2 has it). Varlen: Q / dO rows past a sequence's end hold the next sequence's
-// rows; their lse is +inf (the preprocess pads), so P = 0 and dS = 0 there, but a non-finite
-// value in them would reach dK as 0 x inf (the forward's rung 4 reads past the end alike).
+// by columns); dK + dV take 64 or 128 registers a thread. No dropout (rung 2 has it). Varlen:
+// Q / dO rows past a sequence's end hold the next sequence's rows; their lse is +inf (the
+// preprocess pads), so P = 0 and dS = 0 there, but a non-finite value in them would reach dK as
+// 0 x inf (the forward's rung 4 reads past the end alike).
 // Limits: within a consumer, the element-wise pass waits for S^T and dP^T, and the next step's
 // products wait for that pass (two warpgroups of 240 registers, one block per SM: no third
 // consumer to fill the gaps).
