@@ -17,7 +17,7 @@ namespace flashlab::bench {
 
 namespace {
 
-const char* const kDecodeRungNames[] = {"", "naive"};
+const char* const kDecodeRungNames[] = {"", "naive", "gqa"};
 static_assert(sizeof(kDecodeRungNames) / sizeof(kDecodeRungNames[0]) == kPagedDecodeRungs + 1, "one name per rung");
 
 struct DecodeCase {

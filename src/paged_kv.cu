@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "flashlab/serving.h"
 #include "flashlab/validate.h"
 #include "kernels/attention/decode/01_naive.cuh"
+#include "kernels/attention/decode/02_gqa.cuh"
 #include "kernels/serving/paged_kv.cuh"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
@@ -204,7 +206,7 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   check::shape(Q, {batch, nheads, c.d});
   if (c.d < 32 || c.d > 256 || c.d % 32 != 0)
     check::fail(Q, "a head dim (last dim) of 32 .. 256, a multiple of 32", detail::concat(c.d));
-  if (c.nheads < 1 || nheads % c.nheads != 0 || nheads > 0x7fffffff)
+  if (c.nheads < 1 || nheads % c.nheads != 0 || nheads > 0x7fffffff || c.nheads * nheads > 0x7fffffff)
     check::fail(Q, detail::concat("nheads (dim 1) a multiple of the cache's KV heads (", c.nheads, ")"), detail::concat(nheads));
   FLASHLAB_CHECK(batch <= 65535, op, ": argument 'kv_last_page_len': expected a batch of at most 65535 requests, got ", batch);
   check_rows(O, 3);
@@ -242,10 +244,25 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   p.scale = std::isnan(softmax_scale) || softmax_scale <= 0.f ? 1.f / std::sqrt(static_cast<float>(c.d)) : softmax_scale;
   p.batch = static_cast<int>(batch), p.nheads = static_cast<int>(nheads), p.nheads_kv = static_cast<int>(c.nheads);
   p.page_size = static_cast<int>(c.page_size);
-  const dim3 grid(static_cast<unsigned>(nheads), static_cast<unsigned>(batch));
+  const int64_t group = nheads / c.nheads;
+  // Rung 2: kG query heads a block, the smallest power of two >= the group, at most 8.
+  const int kg = group >= 5 ? 8 : group >= 3 ? 4 : static_cast<int>(group);
   DTYPE_SWITCH(q.dtype, T, [&] {
     HEADDIM_SWITCH(static_cast<int>(c.d), kD, [&] {
-      FLASHLAB_LAUNCH((kernels::paged_decode_naive_kernel<T, kD>), grid, 128, 0, stream, p);
+      if (rung == 1) {
+        const dim3 grid(static_cast<unsigned>(nheads), static_cast<unsigned>(batch));
+        FLASHLAB_LAUNCH((kernels::paged_decode_naive_kernel<T, kD>), grid, 128, 0, stream, p);
+        return;
+      }
+      const auto launch = [&](auto kg_tag) {
+        constexpr int kG = decltype(kg_tag)::value;
+        const dim3 grid(static_cast<unsigned>(c.nheads * ((group + kG - 1) / kG)), static_cast<unsigned>(batch));
+        FLASHLAB_LAUNCH((kernels::paged_decode_gqa_kernel<T, kD, kG>), grid, 128, 0, stream, p);
+      };
+      if (kg == 8) launch(std::integral_constant<int, 8>{});
+      else if (kg == 4) launch(std::integral_constant<int, 4>{});
+      else if (kg == 2) launch(std::integral_constant<int, 2>{});
+      else launch(std::integral_constant<int, 1>{});
     });
   });
 }

@@ -67,8 +67,10 @@ void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_
 // Batch decode over a paged KV cache: one query token per request attends to all of its keys
 // (no mask: the keys are the tokens before it), o = softmax(scale q K^T) V per query head, KV
 // head h / (nheads / nheads_kv) (GQA/MQA). Ladder (kernels/attention/decode/):
-//   1 naive: a thread block per (request, query head), warps round-robin over the keys (top)
-inline constexpr int kPagedDecodeRungs = 1;
+//   1 naive: a thread block per (request, query head), warps round-robin over the keys
+//   2 GQA-aware: a block per (request, KV head, up to 8 of its query heads), each K/V row read
+//     once for them, contiguous per-lane slices (vector loads) (top)
+inline constexpr int kPagedDecodeRungs = 2;
 //   q, out: CUDA, (batch, nheads, headdim), fp16 / bf16 / fp32, the cache's dtype, head dim
 //           contiguous, headdim 32 .. 256 a multiple of 32; nheads a multiple of nheads_kv.
 //   k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, layout: as append_paged_kv_cache
@@ -81,6 +83,6 @@ inline constexpr int kPagedDecodeRungs = 1;
 void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                         const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                         const TensorView& out, const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD,
-                        float softmax_scale = 0.f, cudaStream_t stream = nullptr, int rung = 1);
+                        float softmax_scale = 0.f, cudaStream_t stream = nullptr, int rung = kPagedDecodeRungs);
 
 }  // namespace flashlab

@@ -84,7 +84,7 @@ def _paged_cache(op: str, paged_kv_cache: Any, kv_layout: str) -> tuple[int, Any
     return _LAYOUTS[kv_layout], paged_kv_cache[:, 0], paged_kv_cache[:, 1]
 
 
-PAGED_DECODE_RUNGS = 1  # 1 naive (top)
+PAGED_DECODE_RUNGS = 2  # 1 naive, 2 GQA-aware (top)
 
 
 def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: Any, kv_last_page_len: Any,
@@ -103,5 +103,5 @@ def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: 
     shape = _shape(q)
     lse = _alloc.empty(q, shape[:2], "float32") if return_lse and len(shape) == 3 else None
     _ffi.batch_decode_paged(q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout,
-                            0.0 if sm_scale is None else float(sm_scale), 1 if rung is None else rung)
+                            0.0 if sm_scale is None else float(sm_scale), PAGED_DECODE_RUNGS if rung is None else rung)
     return (out, lse) if return_lse else out

@@ -158,7 +158,7 @@ struct Decode {
   TensorView q = gpu(kBf, {3, 8, 128}, kAk), out = gpu(kBf, {3, 8, 128}, kAv), lse = gpu(DType::kF32, {3, 8}, kBi);
   const TensorView* lse_ptr = &lse;
   float scale = 0.f;
-  int rung = 1;
+  int rung = kPagedDecodeRungs;
   void run() const {
     batch_decode_paged(q, c.kc, c.vc, c.ind, c.ptr, c.last, out, lse_ptr, c.layout, scale, nullptr, rung);
   }
@@ -172,8 +172,8 @@ TEST(PagedKvValidation, Decode) {
   const std::string op = "batch_decode_paged: argument ";
   {
     Decode d;
-    d.rung = 2;
-    rejected(d, {"batch_decode_paged: argument 'rung'", "expected 1..1", "got 2"});
+    d.rung = 3;
+    rejected(d, {"batch_decode_paged: argument 'rung'", "expected 1..2", "got 3"});
   }
   {
     Decode d;

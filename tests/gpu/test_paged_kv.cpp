@@ -5,8 +5,9 @@
 // Page sizes 1, 16, 64, layouts NHD and HND, fp32 / fp16 / bf16, K/V rows strided as slices of a
 // packed QKV tensor. Then the checks that read the int32 arrays: each bad value rejected with its
 // argument named, nothing launched, the cache unchanged.
-// batch_decode_paged (rung 1) against a float64 reference over the same page table: GQA, page
-// sizes 1 and 16, both layouts, requests of 0 .. 1000 keys; outputs poisoned (NaN) first.
+// batch_decode_paged (every rung) against a float64 reference over the same page table: GQA, page
+// sizes 1, 16, 64, both layouts, groups 1-12 (rung 2's head chunks), head dims 32-256, requests of
+// 0 .. 1000 keys; outputs poisoned (NaN) first.
 // Tolerance: the kernel computes in fp32 from the exact stored values and rounds out once, so
 // |out - ref| <= u(dtype) |ref| + (L + 8) 2^-23 max|v| (a sum of L fp32 terms whose weights
 // sum to 1, plus the exp2 errors), |lse - ref| <= (L + 8) 2^-23 (1 + |ref|).
@@ -214,8 +215,8 @@ TEST(PagedKv, RejectsBadTableValues) {
   rejected(r, {op + "'positions'", "positions[0] = -1"});
 }
 
-void check_decode(DType dt, int64_t page_size, KvLayout layout, int64_t nheads, int64_t nheads_kv, int64_t d,
-                  const std::vector<int64_t>& lens, std::mt19937_64& rng) {
+void check_decode_on(int rung, DType dt, int64_t page_size, KvLayout layout, int64_t nheads, int64_t nheads_kv, int64_t d,
+                     const std::vector<int64_t>& lens, std::mt19937_64& rng) {
   const PagedCase c{dt, page_size, nheads_kv, d, 0, layout, lens, std::vector<int64_t>(lens.size(), 0)};
   int64_t pages = 0;
   for (int64_t l : lens) pages += (l + page_size - 1) / page_size;
@@ -242,7 +243,7 @@ void check_decode(DType dt, int64_t page_size, KvLayout layout, int64_t nheads, 
                      device_view(bv.ptr, dt, cache_shape),
                      device_view(bind.ptr, DType::kI32, {static_cast<int64_t>(std::max<size_t>(r.indices.size(), 1))}),
                      device_view(bptr.ptr, DType::kI32, {batch + 1}), device_view(blast.ptr, DType::kI32, {batch}),
-                     device_view(bo.ptr, dt, {batch, nheads, d}), &lse, layout);
+                     device_view(bo.ptr, dt, {batch, nheads, d}), &lse, layout, 0.f, nullptr, rung);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<double> got = decode(dt, download(bo.ptr, bo.bytes)), got_lse = decode(DType::kF32, download(blse.ptr, blse.bytes));
   double max_v = 0;
@@ -276,8 +277,16 @@ void check_decode(DType dt, int64_t page_size, KvLayout layout, int64_t nheads, 
       const double gl = got_lse[static_cast<size_t>(b * nheads + h)];
       bad_lse += len > 0 ? !(std::fabs(gl - ref_lse) <= tol * (1 + std::fabs(ref_lse))) : !(gl == ref_lse);
     }
-  EXPECT_EQ(bad, 0) << dtype_name(dt) << " page_size " << page_size << " d " << d << ": out elements outside the tolerance";
-  EXPECT_EQ(bad_lse, 0) << dtype_name(dt) << " page_size " << page_size << " d " << d << ": lse outside the tolerance";
+  const ::testing::Message what = ::testing::Message() << "rung " << rung << " " << dtype_name(dt) << " page_size " << page_size
+                                                       << " heads " << nheads << "/" << nheads_kv << " d " << d;
+  EXPECT_EQ(bad, 0) << what << ": out elements outside the tolerance";
+  EXPECT_EQ(bad_lse, 0) << what << ": lse outside the tolerance";
+}
+
+// Every rung.
+void check_decode(DType dt, int64_t page_size, KvLayout layout, int64_t nheads, int64_t nheads_kv, int64_t d,
+                  const std::vector<int64_t>& lens, std::mt19937_64& rng) {
+  for (int rung = 1; rung <= kPagedDecodeRungs; ++rung) check_decode_on(rung, dt, page_size, layout, nheads, nheads_kv, d, lens, rng);
 }
 
 TEST(PagedDecode, MatchesTheReference) {
@@ -289,6 +298,10 @@ TEST(PagedDecode, MatchesTheReference) {
   check_decode(DType::kF16, 16, KvLayout::kNHD, 4, 4, 64, lens, rng);   // MHA
   check_decode(DType::kF32, 64, KvLayout::kHND, 8, 1, 256, lens, rng);  // MQA, d 256
   check_decode(DType::kBF16, 16, KvLayout::kNHD, 4, 2, 96, {5, 40}, rng);
+  // Rung 2's head chunks: a group of 6 (one chunk of 8, 6 used), of 12 (8 + 4), of 3 (4, 3 used).
+  check_decode(DType::kF16, 16, KvLayout::kHND, 12, 2, 64, {3, 100, 0}, rng);
+  check_decode(DType::kBF16, 1, KvLayout::kNHD, 12, 1, 192, {7, 65}, rng);
+  check_decode(DType::kBF16, 16, KvLayout::kNHD, 6, 2, 32, {33, 1}, rng);
 }
 
 }  // namespace

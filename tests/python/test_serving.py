@@ -191,18 +191,19 @@ def test_append_paged_kv_cache(layout, page_size):
 def test_batch_decode_paged_messages():
     q, cache = fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"), fake((32, 16, 4, 128), "bfloat16"))
     table = (fake((40,), "int32"), fake((4,), "int32"), fake((3,), "int32"))
-    assert flashlab.PAGED_DECODE_RUNGS == 1
+    assert flashlab.PAGED_DECODE_RUNGS == 2
     with raises("batch_decode_paged: argument 'q': expected shape [3, 8, 128], got [2, 8, 128]"):
         flashlab.batch_decode_paged(fake((2, 8, 128), "bfloat16"), cache, *table, out=fake((2, 8, 128), "bfloat16"))
-    with raises("batch_decode_paged: argument 'rung': expected 1..1, got 2"):
-        flashlab.batch_decode_paged(q, cache, *table, out=q, rung=2)
+    with raises("batch_decode_paged: argument 'rung': expected 1..2, got 3"):
+        flashlab.batch_decode_paged(q, cache, *table, out=q, rung=3)
     with pytest.raises(ValueError, match="argument 'kv_layout': expected 'NHD' or 'HND'"):
         flashlab.batch_decode_paged(q, cache, *table, out=q, kv_layout="nhd")
 
 
 @gpu
+@pytest.mark.parametrize("rung", [1, 2])
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
-def test_batch_decode_paged(layout):
+def test_batch_decode_paged(layout, rung):
     # GQA 8 / 2, page size 16, requests of 0 .. 300 keys in shuffled pages, against float64 torch
     # attention over each request's gathered keys (tolerance as tests/gpu/test_paged_kv.cpp).
     g = torch.Generator().manual_seed(41)
@@ -216,7 +217,7 @@ def test_batch_decode_paged(layout):
     kc, vc = ((torch.rand(*shape, generator=g) * 2 - 1).to(torch.bfloat16) for _ in range(2))
     q = (torch.rand(len(lens), hq, d, generator=g) * 2 - 1).to(torch.bfloat16)
     out, lse = flashlab.batch_decode_paged(q.cuda(), (kc.cuda(), vc.cuda()), indices.cuda(), indptr.cuda(), last.cuda(),
-                                           kv_layout=layout, return_lse=True)
+                                           kv_layout=layout, return_lse=True, rung=rung)
     torch.cuda.synchronize()
     out, lse = out.double().cpu(), lse.double().cpu()
     max_v = float(vc.double().abs().max())
