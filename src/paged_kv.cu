@@ -101,6 +101,8 @@ std::vector<int64_t> check_table_values(const check::Arg& Ind, const check::Arg&
                                   : std::string("0 for a request without pages"),
                   detail::concat("kv_last_page_len[", b, "] = ", last[b], " (", pages, " pages)"));
     len[b] = pages > 0 ? (pages - 1) * c.page_size + last[b] : 0;
+    if (len[b] > 0x7fffffff)
+      check::fail(Ptr, "requests of fewer than 2^31 tokens", detail::concat("request ", b, ": ", pages, " pages of ", c.page_size));
   }
   if (ptr[batch] > Ind.t.shape[0])
     check::fail(Ind, detail::concat("at least kv_indptr[", batch, "] = ", ptr[batch], " pages"), detail::concat(Ind.t.shape[0]));
@@ -115,6 +117,25 @@ std::vector<int64_t> check_table_values(const check::Arg& Ind, const check::Arg&
 void cache_strides(const TensorView& t, KvLayout layout, int64_t& page, int64_t& slot, int64_t& head) {
   const bool nhd = layout == KvLayout::kNHD;
   page = t.strides[0], slot = t.strides[nhd ? 1 : 2], head = t.strides[nhd ? 2 : 1];
+}
+
+// Two views of one layout whose pages interleave without sharing an element: k = t[:, 0] and
+// v = t[:, 1] of one (max_pages, 2, ...) cache (their address ranges overlap, their elements do
+// not): the second starts at least one page's span after the first and ends its page before the
+// first's next page begins.
+bool interleaved_disjoint(const TensorView& a, const TensorView& b) {
+  if (a.dtype != b.dtype || a.shape != b.shape || a.strides != b.strides || a.ndim() < 1) return false;
+  int64_t inner = 1;  // elements from a page's first to its last, + 1
+  for (int i = 1; i < a.ndim(); ++i) {
+    if (a.strides[i] < 0) return false;
+    inner += (a.shape[i] - 1) * a.strides[i];
+  }
+  const int64_t es = dtype_size(a.dtype);
+  const auto pa = reinterpret_cast<intptr_t>(a.data), pb = reinterpret_cast<intptr_t>(b.data);
+  const int64_t diff = pa > pb ? pa - pb : pb - pa;
+  if (diff % es != 0) return false;
+  const int64_t delta = diff / es;
+  return delta >= inner && (a.shape[0] == 1 || delta + inner <= a.strides[0]);
 }
 
 // An output written by the kernel: disjoint from every input and from each other.
@@ -154,8 +175,8 @@ void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_
   check::shape(Pos, {nnz});
   const int64_t batch = check_table(Ind, Ptr, Last, Kc);
   check_outputs_disjoint({&Kc, &Vc}, {&Ak, &Av, &Bi, &Pos, &Ind, &Ptr, &Last});
-  check::no_overlap(Kc, Vc);
   if (k_cache.data == v_cache.data) check::fail(Vc, "memory disjoint from 'k_cache'", "the same memory as 'k_cache'");
+  if (!interleaved_disjoint(k_cache, v_cache)) check::no_overlap(Kc, Vc);
 
   detail::DeviceGuard guard(k_cache.device.index);
   if (!detail::capturing(stream)) {
@@ -204,8 +225,8 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   const int64_t batch = check_table(Ind, Ptr, Last, Kc);
   const int64_t nheads = q.shape[1];
   check::shape(Q, {batch, nheads, c.d});
-  if (c.d < 32 || c.d > 256 || c.d % 32 != 0)
-    check::fail(Q, "a head dim (last dim) of 32 .. 256, a multiple of 32", detail::concat(c.d));
+  if (c.d != 32 && c.d != 64 && c.d != 96 && c.d != 128 && c.d != 192 && c.d != 256)
+    check::fail(Q, "a head dim (last dim) of 32, 64, 96, 128, 192 or 256", detail::concat(c.d));
   if (c.nheads < 1 || nheads % c.nheads != 0 || nheads > 0x7fffffff || c.nheads * nheads > 0x7fffffff)
     check::fail(Q, detail::concat("nheads (dim 1) a multiple of the cache's KV heads (", c.nheads, ")"), detail::concat(nheads));
   FLASHLAB_CHECK(batch <= 65535, op, ": argument 'kv_last_page_len': expected a batch of at most 65535 requests, got ", batch);

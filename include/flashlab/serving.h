@@ -56,7 +56,8 @@ enum class KvLayout { kNHD, kHND };
 //   int32 (batch + 1,), kv_indptr[0] = 0, non-decreasing; kv_last_page_len: int32 (batch,), in
 //   [1, page_size] for a request with pages, 0 without. All contiguous, on one device.
 // The caches are written (only the appended slots) and must not overlap the other arguments or
-// each other. Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid
+// each other (k_cache = t[:, 0], v_cache = t[:, 1] of one (max_pages, 2, ...) tensor interleave
+// without overlapping: allowed). Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid
 // arguments. The checks of the values of the int32 arrays read them from the device (and wait
 // for `stream`); they are skipped while `stream` is being captured into a CUDA graph.
 void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v, const TensorView& batch_indices,
@@ -72,7 +73,8 @@ void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_
 //     once for them, contiguous per-lane slices (vector loads) (top)
 inline constexpr int kPagedDecodeRungs = 2;
 //   q, out: CUDA, (batch, nheads, headdim), fp16 / bf16 / fp32, the cache's dtype, head dim
-//           contiguous, headdim 32 .. 256 a multiple of 32; nheads a multiple of nheads_kv.
+//           contiguous, 16-byte aligned data and strides; headdim 32, 64, 96, 128, 192 or 256;
+//           nheads a multiple of nheads_kv.
 //   k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, layout: as append_paged_kv_cache
 //           (batch = kv_last_page_len's length).
 //   lse: optional fp32 (batch, nheads) contiguous: the natural-log log-sum-exp (merge_state's s).

@@ -92,7 +92,8 @@ def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: 
                        rung: int | None = None) -> Any:
     """One query token per request attending to its paged KV (C++ ``batch_decode_paged``).
 
-    q: (batch, nheads, headdim), the cache's dtype, nheads a multiple of the cache's KV heads (GQA);
+    q: (batch, nheads, headdim), the cache's dtype, headdim 32, 64, 96, 128, 192 or 256, nheads a
+    multiple of the cache's KV heads (GQA);
     paged_kv_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout: as
     ``append_paged_kv_cache`` (batch = len(kv_last_page_len)). Returns out (like q), or
     ``(out, lse)`` with ``return_lse`` (fp32 (batch, nheads), natural log: merge_state's ``s``).

@@ -141,6 +141,11 @@ TEST(PagedKvValidation, Tensors) {
     rejected(c, {op + "'v_cache'", "disjoint from 'k_cache'"});
   }
   {
+    Call c;  // half a page after k_cache: elements shared
+    c.vc = gpu(kBf, {32, 16, 4, 128}, kKc, 16 * 4 * 128);
+    rejected(c, {op + "'k_cache'", "disjoint from 'v_cache'"});
+  }
+  {
     Call c;
     c.ak = gpu(kBf, {5, 4, 128}, kKc, 1024);  // inside k_cache
     rejected(c, {op + "'k_cache'", "append_k"});
@@ -194,7 +199,7 @@ TEST(PagedKvValidation, Decode) {
     Decode d;  // head dim 8: a whole 16-byte vector, but not a multiple of 32
     d.c.kc = gpu(kBf, {32, 16, 4, 8}, kKc), d.c.vc = gpu(kBf, {32, 16, 4, 8}, kVc);
     d.q = gpu(kBf, {3, 8, 8}, kAk), d.out = gpu(kBf, {3, 8, 8}, kAv);
-    rejected(d, {op + "'q'", "32 .. 256, a multiple of 32", "got 8"});
+    rejected(d, {op + "'q'", "32, 64, 96, 128, 192 or 256", "got 8"});
   }
   {
     Decode d;
@@ -259,6 +264,13 @@ TEST(PagedKvValidation, ValidCallsPassTheHostChecks) {
   none.ak = gpu(kBf, {0, 4, 128}, kAk), none.av = gpu(kBf, {0, 4, 128}, kAv);
   none.bi = gpu(kI32, {0}, kBi), none.pos = gpu(kI32, {0}, kPos);
   passes(none);
+  // One (max_pages, 2, page_size, heads, d) tensor: k = t[:, 0], v = t[:, 1] interleave page by
+  // page without sharing an element (their address ranges overlap).
+  Call one;
+  const int64_t page = 16 * 4 * 128;
+  one.kc = TensorView(testing::fake(0, kKc), kBf, {32, 16, 4, 128}, {2 * page, 4 * 128, 128, 1}, testing::kGpu);
+  one.vc = TensorView(testing::fake(page * 2, kKc), kBf, {32, 16, 4, 128}, {2 * page, 4 * 128, 128, 1}, testing::kGpu);
+  passes(one);
   Decode d;
   testing::expect_rejected([&] { d.run(); }, {"CUDA error"});  // past every host check: the device read
   d.lse_ptr = nullptr;

@@ -6,8 +6,8 @@
 // packed QKV tensor. Then the checks that read the int32 arrays: each bad value rejected with its
 // argument named, nothing launched, the cache unchanged.
 // batch_decode_paged (every rung) against a float64 reference over the same page table: GQA, page
-// sizes 1, 16, 64, both layouts, groups 1-12 (rung 2's head chunks), head dims 32-256, requests of
-// 0 .. 1000 keys; outputs poisoned (NaN) first.
+// sizes 1, 16, 64, both layouts, groups 1, 2, 3, 4, 5, 6, 8, 9, 12 (rung 2's head chunks), head
+// dims 32, 64, 96, 128, 192, 256, requests of 0 .. 1000 keys; outputs poisoned (NaN) first.
 // Tolerance: the kernel computes in fp32 from the exact stored values and rounds out once, so
 // |out - ref| <= u(dtype) |ref| + (L + 8) 2^-23 max|v| (a sum of L fp32 terms whose weights
 // sum to 1, plus the exp2 errors), |lse - ref| <= (L + 8) 2^-23 (1 + |ref|).
@@ -302,6 +302,34 @@ TEST(PagedDecode, MatchesTheReference) {
   check_decode(DType::kF16, 16, KvLayout::kHND, 12, 2, 64, {3, 100, 0}, rng);
   check_decode(DType::kBF16, 1, KvLayout::kNHD, 12, 1, 192, {7, 65}, rng);
   check_decode(DType::kBF16, 16, KvLayout::kNHD, 6, 2, 32, {33, 1}, rng);
+  check_decode(DType::kBF16, 16, KvLayout::kNHD, 5, 1, 128, {50}, rng);  // one chunk of 8, 5 used
+  check_decode(DType::kF16, 16, KvLayout::kHND, 9, 1, 64, {20, 2}, rng);  // chunks 8 + 1
+}
+
+// The decode checks the page table's values as the append does (one shared function): one bad
+// value, rejected before any launch, out untouched.
+TEST(PagedDecode, RejectsBadTableValues) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(814);
+  const PagedCase c{DType::kBF16, 16, 2, 64, 16, KvLayout::kNHD, {20, 33}, {0, 0}};
+  PagedRun r = make_run(c, rng);
+  r.last[1] = 0;  // request 1 has pages
+  const DeviceRun dev(c, r);
+  DeviceBuffer q(2 * 4 * 64 * 2), out(2 * 4 * 64 * 2);
+  FLASHLAB_CUDA_CHECK(cudaMemset(q.ptr, 0, q.bytes));
+  out.poison();
+  const std::vector<int64_t> cache_shape = {c.max_pages, c.page_size, c.nheads, c.d};
+  expect_rejected(
+      [&] {
+        batch_decode_paged(device_view(q.ptr, c.dt, {2, 4, 64}), device_view(dev.kc.ptr, c.dt, cache_shape),
+                           device_view(dev.vc.ptr, c.dt, cache_shape),
+                           device_view(dev.indices.ptr, DType::kI32, {static_cast<int64_t>(r.indices.size())}),
+                           device_view(dev.indptr.ptr, DType::kI32, {3}), device_view(dev.last.ptr, DType::kI32, {2}),
+                           device_view(out.ptr, c.dt, {2, 4, 64}));
+      },
+      {"batch_decode_paged: argument 'kv_last_page_len'", "kv_last_page_len[1] = 0"});
+  const std::vector<uint8_t> after = download(out.ptr, out.bytes);
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint8_t x) { return x == 0xff; })) << "out was written";
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ __device__ __forceinline__ void load_slice(const T* p, float (&out)[kE]) {
   constexpr int kPer = kChunk / static_cast<int>(sizeof(T));  // elements per load
 #pragma unroll
   for (int c = 0; c < kE / kPer; ++c) {
-    T v[kPer];
+    alignas(kChunk) T v[kPer];
     if constexpr (kChunk == 16) *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(p + c * kPer);
     else if constexpr (kChunk == 8) *reinterpret_cast<uint2*>(v) = *reinterpret_cast<const uint2*>(p + c * kPer);
     else if constexpr (kChunk == 4) *reinterpret_cast<uint32_t*>(v) = *reinterpret_cast<const uint32_t*>(p + c * kPer);
