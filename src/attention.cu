@@ -64,14 +64,6 @@ void check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_
                  "), got ", max_len);
 }
 
-// a and b are disjoint; no_overlap lets identical views through (the in-place case of other
-// ops), which here would let one kernel read what another block writes.
-void disjoint(const check::Arg& a, const check::Arg& b) {
-  check::no_overlap(a, b);
-  if (a.t.numel() > 0 && b.t.numel() > 0 && a.t.data == b.t.data)
-    check::fail(a, detail::concat("memory disjoint from '", b.name, "'"), detail::concat("the same memory as '", b.name, "'"));
-}
-
 // No two elements of a (an output) at one address: with its dims sorted by stride, each stride
 // is at least the span of the dims inside it (several blocks would write one element otherwise).
 void no_self_overlap(const check::Arg& a) {
@@ -98,18 +90,16 @@ void check_f32_aux(const check::Arg& a, const check::Arg& q) {
   check::aligned(a, 4);
 }
 
-// TMA (rung 4) walks a tensor with positive strides only: no broadcast (0) or reversed dims.
+}  // namespace
+
+namespace detail {
+
 bool tma_strides(const TensorView& t) {
   for (int dim = 0; dim + 1 < t.ndim(); ++dim)
     if (t.shape[dim] > 1 && t.strides[dim] <= 0) return false;
   return true;
 }
 
-}  // namespace
-
-namespace detail {
-
-void attention_disjoint(const check::Arg& a, const check::Arg& b) { disjoint(a, b); }
 void attention_no_self_overlap(const check::Arg& a) { no_self_overlap(a); }
 
 // Every check of attention_fwd() (messages naming `op`); throws flashlab::Error on the first that
@@ -147,15 +137,8 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
     check::fail(K, detail::concat("a number of heads that divides q's ", nheads, " (GQA/MQA)"), detail::concat(nheads_kv));
   FLASHLAB_CHECK(nheads <= kMaxGridYZ, op, ": argument 'q': expected at most ", kMaxGridYZ, " heads, got ", nheads);
   // 16-byte aligned rows for the cp.async copies of rung 3 (all rungs take the same inputs).
-  for (const check::Arg* x : {&Q, &K, &V, &O}) {
-    check::aligned(*x, 16);
-    const int per16 = 16 / dtype_size(x->t.dtype);  // elements in 16 bytes
-    for (int dim = 0; dim < hd; ++dim)
-      if (x->t.shape[dim] > 1 && x->t.strides[dim] % per16 != 0)
-        check::fail(*x, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
-                    detail::concat("strides ", shape_str(x->t.strides)));
-  }
-  for (const check::Arg* x : {&Q, &K, &V}) disjoint(O, *x);
+  for (const check::Arg* x : {&Q, &K, &V, &O}) check::aligned_rows(*x);
+  for (const check::Arg* x : {&Q, &K, &V}) check::disjoint(O, *x);
   no_self_overlap(O);
 
   AttnFwdParams p{};
@@ -228,7 +211,7 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
     check_f32_aux(L, Q);
     if (varlen) check::shape(L, {nheads, q.shape[0]});
     else check::shape(L, {batch, nheads, max_sq});
-    for (const check::Arg* x : {&Q, &K, &V, &O}) disjoint(L, *x);
+    for (const check::Arg* x : {&Q, &K, &V, &O}) check::disjoint(L, *x);
     p.lse = static_cast<float*>(opt.softmax_lse->data);
     p.lse_batch_stride = varlen ? 0 : nheads * max_sq;
     p.lse_head_stride = varlen ? q.shape[0] : max_sq;
@@ -288,8 +271,8 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
     check::contiguous(P);
     check::aligned(P, dtype_size(q.dtype));
     check::shape(P, {batch, nheads, max_sq, max_sk});
-    for (const check::Arg* x : {&Q, &K, &V, &O}) disjoint(P, *x);
-    disjoint(P, check::Arg{op, "softmax_lse", *opt.softmax_lse});
+    for (const check::Arg* x : {&Q, &K, &V, &O}) check::disjoint(P, *x);
+    check::disjoint(P, check::Arg{op, "softmax_lse", *opt.softmax_lse});
   }
   // What the kernels read (cu_seqlens, slopes) must not lie inside what they write.
   {
@@ -300,7 +283,7 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
     if (opt.softmax_lse != nullptr) writes.push_back({op, "softmax_lse", *opt.softmax_lse});
     if (opt.attn_probs != nullptr) writes.push_back({op, "attn_probs", *opt.attn_probs});
     for (const check::Arg& r : reads)
-      for (const check::Arg& w : writes) disjoint(r, w);
+      for (const check::Arg& w : writes) check::disjoint(r, w);
   }
   if (rung == 4 || fp8) {  // TMA + wgmma: 128-byte boxes, positive strides, built for sm_90a only
     if (d < 64) check::fail(Q, "head dim (last dim) 64, 96, 128, 192 or 256 for rung 4 (64-column TMA boxes)", detail::concat(d));
@@ -317,14 +300,12 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
   // Last: the only checks that read device memory (and wait for `stream`). Skipped while the
   // stream is being captured into a CUDA graph (a device-to-host copy cannot be captured); the
   // kernels then trust cu_seqlens as given.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (varlen) {
     detail::DeviceGuard guard(q.device.index);
-    FLASHLAB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  }
-  if (varlen && capture == cudaStreamCaptureStatusNone) {
-    check_cu_seqlens_values(check::Arg{op, "cu_seqlens_q", *opt.cu_seqlens_q}, Q, batch, q.shape[0], max_sq, "max_seqlen_q", stream);
-    check_cu_seqlens_values(check::Arg{op, "cu_seqlens_k", *opt.cu_seqlens_k}, K, batch, k.shape[0], max_sk, "max_seqlen_k", stream);
+    if (!detail::capturing(stream)) {
+      check_cu_seqlens_values(check::Arg{op, "cu_seqlens_q", *opt.cu_seqlens_q}, Q, batch, q.shape[0], max_sq, "max_seqlen_q", stream);
+      check_cu_seqlens_values(check::Arg{op, "cu_seqlens_k", *opt.cu_seqlens_k}, K, batch, k.shape[0], max_sk, "max_seqlen_k", stream);
+    }
   }
   return p;
 }
@@ -368,7 +349,7 @@ int resolved_rung(int rung, const TensorView& q, const TensorView& k, const Tens
   if (opt.dropout_p > 0.f) return 3;  // the tiled rung that has dropout
   if (q.dtype == DType::kE4M3) return 4;  // FP8: the Hopper rung (validated: sm_90)
   detail::DeviceGuard guard(q.device.index);
-  const bool tma = tma_strides(q) && tma_strides(k) && tma_strides(v) && tma_strides(out);
+  const bool tma = detail::tma_strides(q) && detail::tma_strides(k) && detail::tma_strides(v) && detail::tma_strides(out);
   return detail::cc_major() == 9 && q.shape[q.ndim() - 1] >= 64 && tma ? 4 : 3;
 }
 

@@ -28,12 +28,6 @@ Strides3 strides_of(const TensorView& t, bool varlen) {
   return varlen ? Strides3{0, t.strides[0], t.strides[1]} : Strides3{t.strides[0], t.strides[1], t.strides[2]};
 }
 
-// TMA (rung 3) walks a tensor with positive strides only: no broadcast (0) or reversed dims.
-bool positive_strides(const TensorView& t) {
-  for (int dim = 0; dim + 1 < t.ndim(); ++dim)
-    if (t.shape[dim] > 1 && t.strides[dim] <= 0) return false;
-  return true;
-}
 
 // The automatic choice: rung 1 when deterministic; rung 2 with dropout, or off sm_90, or for
 // head dims rung 3 does not take (or strides TMA cannot walk); rung 3 otherwise.
@@ -43,7 +37,7 @@ int resolved_rung(int rung, const TensorView& q, const TensorView& k, const Tens
   if (opt.deterministic) return 1;
   const int64_t d = q.shape[q.ndim() - 1];
   if (opt.dropout_p > 0.f || (d != 64 && d != 128)) return 2;
-  if (!(positive_strides(q) && positive_strides(k) && positive_strides(v) && positive_strides(dout))) return 2;
+  if (!(detail::tma_strides(q) && detail::tma_strides(k) && detail::tma_strides(v) && detail::tma_strides(dout))) return 2;
   detail::DeviceGuard guard(q.device.index);
   return detail::cc_major() == 9 ? 3 : 2;
 }
@@ -73,12 +67,7 @@ AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const T
       check::ndim(*x, rank);
       check::last_dim_contiguous(*x);
       check::dtype_eq(*x, Q);
-      check::aligned(*x, 16);
-      const int per16 = 16 / dtype_size(x->t.dtype);
-      for (int dim = 0; dim + 1 < rank; ++dim)
-        if (x->t.shape[dim] > 1 && x->t.strides[dim] % per16 != 0)
-          check::fail(*x, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
-                      detail::concat("strides ", shape_str(x->t.strides)));
+      check::aligned_rows(*x);
     }
     check::shape_eq(dO, O);
     check::shape_eq(dQ, Q);
@@ -91,18 +80,18 @@ AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const T
     if (opt.alibi_slopes != nullptr) reads.push_back({kOp, "alibi_slopes", *opt.alibi_slopes});
     for (const check::Arg* w : {&dQ, &dK, &dV}) {
       detail::attention_no_self_overlap(*w);
-      for (const check::Arg& r : reads) detail::attention_disjoint(*w, r);
+      for (const check::Arg& r : reads) check::disjoint(*w, r);
     }
-    detail::attention_disjoint(dQ, dK);
-    detail::attention_disjoint(dQ, dV);
-    detail::attention_disjoint(dK, dV);
+    check::disjoint(dQ, dK);
+    check::disjoint(dQ, dV);
+    check::disjoint(dK, dV);
     if (rung == 3) {  // TMA + wgmma: 64-column boxes of positive strides, built for sm_90a only
       const int64_t d = q.shape[q.ndim() - 1];
       if (d != 64 && d != 128) check::fail(Q, "head dim (last dim) 64 or 128 for rung 3", detail::concat(d));
       FLASHLAB_CHECK(!(opt.dropout_p > 0.f), kOp, ": argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got ",
                      opt.dropout_p);
       for (const check::Arg* x : {&Q, &K, &V, &dO})
-        if (!positive_strides(x->t))
+        if (!detail::tma_strides(x->t))
           check::fail(*x, "positive strides on every dim of size > 1 for rung 3 (TMA)", detail::concat("strides ", shape_str(x->t.strides)));
       detail::DeviceGuard guard(q.device.index);
       if (detail::cc_major() != 9)

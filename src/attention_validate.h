@@ -21,8 +21,9 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
                                          const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream,
                                          const std::function<void()>& more_host_checks = {});
 
-// a and b share no element (identical views included).
-void attention_disjoint(const check::Arg& a, const check::Arg& b);
+// TMA (forward rung 4, backward rung 3) walks a tensor with positive strides only: no broadcast
+// (0) or reversed dims.
+bool tma_strides(const TensorView& t);
 
 // No two elements of the output a at one address.
 void attention_no_self_overlap(const check::Arg& a);

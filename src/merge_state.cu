@@ -102,11 +102,8 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
   check_s(S, V, {seq, num_states, nheads});
   check_s(So, V, {seq, nheads});
   for (const check::Arg* out : {&Vo, &So})
-    for (const check::Arg* in : {&V, &S}) {
-      check::no_overlap(*out, *in);
-      if (out->t.data == in->t.data) check::fail(*out, detail::concat("memory disjoint from '", in->name, "'"), "the same memory");
-    }
-  check::no_overlap(Vo, So);
+    for (const check::Arg* in : {&V, &S}) check::disjoint(*out, *in);
+  check::disjoint(Vo, So);
   kernels::MergeStateParams p{};
   p.v[0] = v.data, p.v[1] = nullptr;
   p.s[0] = static_cast<const float*>(s.data), p.s[1] = nullptr;

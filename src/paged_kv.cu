@@ -36,11 +36,7 @@ void check_rows(const check::Arg& a, int rank) {
   if (d < 1 || d % per16 != 0)
     check::fail(a, detail::concat("a head dim (last dim) that is a positive multiple of ", per16, " (16-byte vectors)"),
                 detail::concat(d));
-  check::aligned(a, 16);
-  for (int dim = 0; dim + 1 < rank; ++dim)
-    if (a.t.shape[dim] > 1 && a.t.strides[dim] % per16 != 0)
-      check::fail(a, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
-                  detail::concat("strides ", shape_str(a.t.strides)));
+  check::aligned_rows(a);
 }
 
 // int32 index arrays: CUDA, on `ref`'s device, 1-D contiguous.
@@ -119,34 +115,10 @@ void cache_strides(const TensorView& t, KvLayout layout, int64_t& page, int64_t&
   page = t.strides[0], slot = t.strides[nhd ? 1 : 2], head = t.strides[nhd ? 2 : 1];
 }
 
-// Two views of one layout whose pages interleave without sharing an element: k = t[:, 0] and
-// v = t[:, 1] of one (max_pages, 2, ...) cache (their address ranges overlap, their elements do
-// not): the second starts at least one page's span after the first and ends its page before the
-// first's next page begins.
-bool interleaved_disjoint(const TensorView& a, const TensorView& b) {
-  if (a.dtype != b.dtype || a.shape != b.shape || a.strides != b.strides || a.ndim() < 1) return false;
-  int64_t inner = 1;  // elements from a page's first to its last, + 1
-  for (int i = 1; i < a.ndim(); ++i) {
-    if (a.strides[i] < 0) return false;
-    inner += (a.shape[i] - 1) * a.strides[i];
-  }
-  const int64_t es = dtype_size(a.dtype);
-  const auto pa = reinterpret_cast<intptr_t>(a.data), pb = reinterpret_cast<intptr_t>(b.data);
-  const int64_t diff = pa > pb ? pa - pb : pb - pa;
-  if (diff % es != 0) return false;
-  const int64_t delta = diff / es;
-  return delta >= inner && (a.shape[0] == 1 || delta + inner <= a.strides[0]);
-}
-
-// An output written by the kernel: disjoint from every input and from each other.
+// Outputs written by a kernel: disjoint from every input.
 void check_outputs_disjoint(std::initializer_list<const check::Arg*> outs, std::initializer_list<const check::Arg*> ins) {
-  for (const check::Arg* out : outs) {
-    for (const check::Arg* in : ins) {
-      check::no_overlap(*out, *in);
-      if (out->t.numel() > 0 && in->t.numel() > 0 && out->t.data == in->t.data)
-        check::fail(*out, detail::concat("memory disjoint from '", in->name, "'"), detail::concat("the same memory as '", in->name, "'"));
-    }
-  }
+  for (const check::Arg* out : outs)
+    for (const check::Arg* in : ins) check::disjoint(*out, *in);
 }
 
 }  // namespace
@@ -175,8 +147,7 @@ void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_
   check::shape(Pos, {nnz});
   const int64_t batch = check_table(Ind, Ptr, Last, Kc);
   check_outputs_disjoint({&Kc, &Vc}, {&Ak, &Av, &Bi, &Pos, &Ind, &Ptr, &Last});
-  if (k_cache.data == v_cache.data) check::fail(Vc, "memory disjoint from 'k_cache'", "the same memory as 'k_cache'");
-  if (!interleaved_disjoint(k_cache, v_cache)) check::no_overlap(Kc, Vc);
+  check::disjoint(Vc, Kc);  // k and v of one (max_pages, 2, ...) tensor interleave: allowed
 
   detail::DeviceGuard guard(k_cache.device.index);
   if (!detail::capturing(stream)) {
@@ -234,7 +205,6 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   check::same_device(O, Q);
   check::dtype_eq(O, Q);
   check::shape_eq(O, Q);
-  std::vector<const check::Arg*> outs{&O};
   const check::Arg L{op, "lse", lse != nullptr ? *lse : out};
   if (lse != nullptr) {
     check::cuda(L);

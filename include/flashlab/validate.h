@@ -32,6 +32,14 @@ void nonempty(const Arg& a);
 void aligned(const Arg& a, int64_t bytes);                   // data pointer multiple of bytes
 void last_dim_contiguous(const Arg& a);                      // stride[-1] == 1
 void no_overlap(const Arg& a, const Arg& b);                 // disjoint memory ranges (unless identical)
+// a and b share no element, identical views rejected too (an output and an input a kernel reads
+// from other blocks). Views whose rows (dim 0) interleave in one buffer without sharing an
+// element pass although their address ranges overlap: q and k sliced from a packed qkv, k and
+// v = t[:, 0], t[:, 1] of one paged cache.
+void disjoint(const Arg& a, const Arg& b);
+// 16-byte aligned rows: the data pointer, and the stride of every dim of size > 1 but the last,
+// multiples of 16 bytes (vector and cp.async / TMA copies of each row).
+void aligned_rows(const Arg& a);
 // 2-D a: rows do not overlap (row stride >= the row length, any stride for one row); `dim`
 // names the row length in the message ("cols", "hidden").
 void rows_disjoint(const Arg& a, const char* dim);

@@ -110,6 +110,51 @@ void no_overlap(const Arg& a, const Arg& b) {
          "a partial overlap");
 }
 
+namespace {
+
+// Elements from a view's first to its last along the dims past dim 0, + 1 (-1 for a negative
+// stride: no interleaving claimed then).
+int64_t row_span(const TensorView& t) {
+  int64_t span = 1;
+  for (int i = 1; i < t.ndim(); ++i) {
+    if (t.shape[i] > 1 && t.strides[i] < 0) return -1;
+    if (t.shape[i] > 0) span += (t.shape[i] - 1) * t.strides[i];
+  }
+  return span;
+}
+
+// a's and b's rows share a dim-0 stride S (bytes), each row fits in S, and their offsets modulo
+// S do not meet: row i of a and row j of b never share a byte.
+bool rows_interleave(const TensorView& a, const TensorView& b) {
+  if (a.ndim() < 1 || b.ndim() < 1) return false;
+  const int64_t es_a = dtype_size(a.dtype), es_b = dtype_size(b.dtype), S = a.strides[0] * es_a;
+  const int64_t span_a = row_span(a), span_b = row_span(b);
+  if (S <= 0 || b.strides[0] * es_b != S || span_a < 0 || span_b < 0) return false;
+  const int64_t ea = span_a * es_a, eb = span_b * es_b;
+  if (ea > S || eb > S) return false;
+  const int64_t delta = static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.data) - reinterpret_cast<uintptr_t>(b.data));
+  const int64_t r = ((delta % S) + S) % S;  // a's row offset within b's row, in [0, S)
+  return r >= eb && r + ea <= S;
+}
+
+}  // namespace
+
+void disjoint(const Arg& a, const Arg& b) {
+  if (a.t.numel() == 0 || b.t.numel() == 0) return;
+  if (a.t.data == b.t.data)
+    fail(a, detail::concat("memory disjoint from '", b.name, "'"), detail::concat("the same memory as '", b.name, "'"));
+  if (!rows_interleave(a.t, b.t)) no_overlap(a, b);
+}
+
+void aligned_rows(const Arg& a) {
+  aligned(a, 16);
+  const int per16 = 16 / static_cast<int>(dtype_size(a.t.dtype));  // elements in 16 bytes
+  for (int dim = 0; dim + 1 < a.t.ndim(); ++dim)
+    if (a.t.shape[dim] > 1 && a.t.strides[dim] % per16 != 0)
+      fail(a, detail::concat("strides that are multiples of ", per16, " elements (16-byte aligned rows)"),
+           detail::concat("strides ", shape_str(a.t.strides)));
+}
+
 void rows_disjoint(const Arg& a, const char* dim) {
   if (a.t.shape[0] > 1 && a.t.strides[0] < a.t.shape[1])
     fail(a, detail::concat(">= ", dim, " row stride (rows must not overlap)"),

@@ -143,7 +143,7 @@ TEST(PagedKvValidation, Tensors) {
   {
     Call c;  // half a page after k_cache: elements shared
     c.vc = gpu(kBf, {32, 16, 4, 128}, kKc, 16 * 4 * 128);
-    rejected(c, {op + "'k_cache'", "disjoint from 'v_cache'"});
+    rejected(c, {op + "'v_cache'", "disjoint from 'k_cache'", "a partial overlap"});
   }
   {
     Call c;
