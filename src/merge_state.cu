@@ -13,20 +13,11 @@ namespace flashlab {
 
 namespace {
 
-// v-like tensors: CUDA, fp32/fp16/bf16, contiguous, the last dim a whole number of 16-byte
-// vectors, 16-byte aligned; the shape (rank) is checked by the caller.
+// v-like tensors: rows of 16-byte vectors (check::vector_rows), contiguous; the shape (rank) is
+// checked by the caller.
 void check_v(const check::Arg& a, int rank) {
-  check::cuda(a);
-  check::dtype_in(a, {DType::kF32, DType::kF16, DType::kBF16});
-  check::ndim(a, rank);
+  check::vector_rows(a, rank);
   check::contiguous(a);
-  const int per16 = 16 / dtype_size(a.t.dtype);
-  const int64_t d = a.t.shape.back();
-  if (d < 1 || d % per16 != 0)
-    check::fail(a, detail::concat("a head dim (last dim) that is a positive multiple of ", per16,
-                                  " (16-byte vectors)"),
-                detail::concat(d));
-  check::aligned(a, 16);
 }
 
 // s-like tensors: fp32, contiguous, on v's device.

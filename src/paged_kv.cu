@@ -24,21 +24,6 @@ namespace {
 
 constexpr const char* kOp = "append_paged_kv_cache";
 
-// K/V-like tensors: CUDA, fp16 / bf16 / fp32, rank `rank`, a contiguous head dim of whole
-// 16-byte vectors, 16-byte aligned data and strides.
-void check_rows(const check::Arg& a, int rank) {
-  check::cuda(a);
-  check::dtype_in(a, {DType::kF16, DType::kBF16, DType::kF32});
-  check::ndim(a, rank);
-  check::last_dim_contiguous(a);
-  const int per16 = 16 / dtype_size(a.t.dtype);
-  const int64_t d = a.t.shape.back();
-  if (d < 1 || d % per16 != 0)
-    check::fail(a, detail::concat("a head dim (last dim) that is a positive multiple of ", per16, " (16-byte vectors)"),
-                detail::concat(d));
-  check::aligned_rows(a);
-}
-
 // int32 index arrays: CUDA, on `ref`'s device, 1-D contiguous.
 void check_index(const check::Arg& a, const check::Arg& ref) {
   check::cuda(a);
@@ -55,8 +40,8 @@ struct CacheDims {
 CacheDims check_cache(const check::Arg& Kc, const check::Arg& Vc, KvLayout layout) {
   FLASHLAB_CHECK(layout == KvLayout::kNHD || layout == KvLayout::kHND, Kc.op, ": argument 'layout': expected NHD or HND, got ",
                  static_cast<int>(layout));
-  check_rows(Kc, 4);
-  check_rows(Vc, 4);
+  check::vector_rows(Kc, 4);
+  check::vector_rows(Vc, 4);
   check::same_device(Vc, Kc);
   check::dtype_eq(Vc, Kc);
   check::shape_eq(Vc, Kc);
@@ -132,8 +117,8 @@ void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_
       Ind{kOp, "kv_indices", kv_indices}, Ptr{kOp, "kv_indptr", kv_indptr}, Last{kOp, "kv_last_page_len", kv_last_page_len};
   const CacheDims c = check_cache(Kc, Vc, layout);
   const int64_t nheads = c.nheads, d = c.d;
-  check_rows(Ak, 3);
-  check_rows(Av, 3);
+  check::vector_rows(Ak, 3);
+  check::vector_rows(Av, 3);
   for (const check::Arg* a : {&Ak, &Av}) {
     check::same_device(*a, Kc);
     check::dtype_eq(*a, Kc);
@@ -190,7 +175,7 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   const check::Arg Q{op, "q", q}, Kc{op, "k_cache", k_cache}, Vc{op, "v_cache", v_cache}, Ind{op, "kv_indices", kv_indices},
       Ptr{op, "kv_indptr", kv_indptr}, Last{op, "kv_last_page_len", kv_last_page_len}, O{op, "out", out};
   const CacheDims c = check_cache(Kc, Vc, layout);
-  check_rows(Q, 3);
+  check::vector_rows(Q, 3);
   check::same_device(Q, Kc);
   check::dtype_eq(Q, Kc);
   const int64_t batch = check_table(Ind, Ptr, Last, Kc);
@@ -201,7 +186,7 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   if (c.nheads < 1 || nheads % c.nheads != 0 || nheads > 0x7fffffff || c.nheads * nheads > 0x7fffffff)
     check::fail(Q, detail::concat("nheads (dim 1) a multiple of the cache's KV heads (", c.nheads, ")"), detail::concat(nheads));
   FLASHLAB_CHECK(batch <= 65535, op, ": argument 'kv_last_page_len': expected a batch of at most 65535 requests, got ", batch);
-  check_rows(O, 3);
+  check::vector_rows(O, 3);
   check::same_device(O, Q);
   check::dtype_eq(O, Q);
   check::shape_eq(O, Q);

@@ -155,6 +155,18 @@ void aligned_rows(const Arg& a) {
            detail::concat("strides ", shape_str(a.t.strides)));
 }
 
+void vector_rows(const Arg& a, int rank) {
+  cuda(a);
+  dtype_in(a, {DType::kF32, DType::kF16, DType::kBF16});
+  ndim(a, rank);
+  last_dim_contiguous(a);
+  const int per16 = 16 / static_cast<int>(dtype_size(a.t.dtype));
+  const int64_t d = a.t.shape.back();
+  if (d < 1 || d % per16 != 0)
+    fail(a, detail::concat("a head dim (last dim) that is a positive multiple of ", per16, " (16-byte vectors)"), detail::concat(d));
+  aligned_rows(a);
+}
+
 void rows_disjoint(const Arg& a, const char* dim) {
   if (a.t.shape[0] > 1 && a.t.strides[0] < a.t.shape[1])
     fail(a, detail::concat(">= ", dim, " row stride (rows must not overlap)"),
