@@ -1,13 +1,19 @@
 // Serving benchmarks (op "paged_decode"): batch decode over a paged KV cache, the shapes of
 // issue 8's acceptance: bf16, 32 query heads / 8 KV heads, head dim 128, page size 16, NHD;
-// batch 64 at KV 4k and 16k, batch 1 at 128k (quick: batch 64 at 4k). Every request owns
-// contiguous pages (the kernel still reads them through the page table). Bytes: K and V read
-// once plus q and out (what a decode step must move), so TB/s reads against the copy peak.
-// Timed as the replay of a CUDA graph of the call (checks of the page table's values run once,
-// before the capture, as a server would run a planned step).
+// batch 64 at KV 4k and 16k, batch 1 at 128k, and a skewed batch of 64 (lengths Zipf-distributed
+// over 1 .. 32k; shape key "zipf" = 1, kv_len = the longest) (quick: batch 64 at 4k). Each
+// request owns contiguous pages (the kernel still reads them through the page table). Bytes: K
+// and V read once plus q and out (what a decode step must move), so TB/s reads against the copy
+// peak. Timed as the replay of a CUDA graph: rungs 1-2 of the call (the page table's values
+// checked once before the capture, as a server would run a planned step), rung 3 of
+// batch_decode_run after batch_decode_plan (the plan outside the graph, as FlashInfer's wrapper).
 // Rung 0 is torch SDPA on contiguous KV (bench/peers.py): what paging must not cost.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "bench/cases.h"
@@ -17,57 +23,102 @@ namespace flashlab::bench {
 
 namespace {
 
-const char* const kDecodeRungNames[] = {"", "naive", "gqa"};
+const char* const kDecodeRungNames[] = {"", "naive", "gqa", "split"};
 static_assert(sizeof(kDecodeRungNames) / sizeof(kDecodeRungNames[0]) == kPagedDecodeRungs + 1, "one name per rung");
 
 struct DecodeCase {
   int64_t batch, kv_len;
+  bool zipf;  // lengths Zipf-distributed over 1 .. kv_len (s = 1), else all kv_len
 };
+
+// Request lengths: kv_len each, or Zipf(1) over 1 .. kv_len (seeded: the same batch every run).
+std::vector<int64_t> request_lengths(const DecodeCase& c) {
+  if (!c.zipf) return std::vector<int64_t>(static_cast<size_t>(c.batch), c.kv_len);
+  std::vector<double> cdf(static_cast<size_t>(c.kv_len));
+  double sum = 0;
+  for (int64_t k = 1; k <= c.kv_len; ++k) cdf[k - 1] = sum += 1.0 / static_cast<double>(k);
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> u(0.0, sum);
+  std::vector<int64_t> len(static_cast<size_t>(c.batch));
+  for (int64_t& l : len) l = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin() + 1;
+  len[0] = c.kv_len;  // the longest request present: the case is about it
+  return len;
+}
+
+// Captures fn into a CUDA graph on the harness's stream and times its replay.
+double time_graph(Harness& h, const std::function<void()>& fn) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  FLASHLAB_CUDA_CHECK(cudaStreamBeginCapture(h.stream(), cudaStreamCaptureModeThreadLocal));
+  fn();
+  FLASHLAB_CUDA_CHECK(cudaStreamEndCapture(h.stream(), &graph));
+  FLASHLAB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = h.time_ms([&] { FLASHLAB_CUDA_CHECK(cudaGraphLaunch(exec, h.stream())); });
+  FLASHLAB_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  FLASHLAB_CUDA_CHECK(cudaGraphDestroy(graph));
+  return ms;
+}
 
 }  // namespace
 
 void bench_paged_decode(Harness& h, DType dt) {
   constexpr int64_t kHeads = 32, kHeadsKv = 8, kD = 128, kPage = 16;
   const std::vector<DecodeCase> cases =
-      h.options().quick ? std::vector<DecodeCase>{{64, 4096}} : std::vector<DecodeCase>{{64, 4096}, {64, 16384}, {1, 131072}};
+      h.options().quick ? std::vector<DecodeCase>{{64, 4096, false}}
+                        : std::vector<DecodeCase>{{64, 4096, false}, {64, 16384, false}, {1, 131072, false}, {64, 32768, true}};
   const int64_t es = dtype_size(dt);
   for (const DecodeCase& c : cases) {
-    const int64_t pages_per = c.kv_len / kPage, pages = c.batch * pages_per;
+    const std::vector<int64_t> len = request_lengths(c);
+    std::vector<int> indptr(static_cast<size_t>(c.batch + 1), 0), last_len(static_cast<size_t>(c.batch));
+    int64_t tokens = 0;
+    for (int64_t b = 0; b < c.batch; ++b) {
+      const int64_t pages_b = (len[b] + kPage - 1) / kPage;
+      indptr[b + 1] = static_cast<int>(indptr[b] + pages_b);
+      last_len[b] = static_cast<int>(len[b] - (pages_b - 1) * kPage);
+      tokens += len[b];
+    }
+    const int64_t pages = indptr[c.batch];
     const int64_t cache_n = pages * kPage * kHeadsKv * kD, q_n = c.batch * kHeads * kD;
     DeviceMem kc(cache_n * es), vc(cache_n * es), q(q_n * es), out(q_n * es), lse(c.batch * kHeads * 4),
         ind(pages * 4), ptr((c.batch + 1) * 4), last(c.batch * 4);
     fill_random(kc.p, cache_n, dt == DType::kBF16, 81, h.stream());
     fill_random(vc.p, cache_n, dt == DType::kBF16, 82, h.stream());
     fill_random(q.p, q_n, dt == DType::kBF16, 83, h.stream());
-    std::vector<int> indices(static_cast<size_t>(pages)), indptr(static_cast<size_t>(c.batch + 1)),
-        last_len(static_cast<size_t>(c.batch), static_cast<int>(kPage));
+    std::vector<int> indices(static_cast<size_t>(pages));
     std::iota(indices.begin(), indices.end(), 0);
-    for (int64_t b = 0; b <= c.batch; ++b) indptr[b] = static_cast<int>(b * pages_per);
     FLASHLAB_CUDA_CHECK(cudaMemcpy(ind.p, indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
     FLASHLAB_CUDA_CHECK(cudaMemcpy(ptr.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
     FLASHLAB_CUDA_CHECK(cudaMemcpy(last.p, last_len.data(), last_len.size() * 4, cudaMemcpyHostToDevice));
     const std::vector<int64_t> cache_shape = {pages, kPage, kHeadsKv, kD};
-    const TensorView lse_v = view(lse.p, DType::kF32, {c.batch, kHeads});
+    const TensorView qv = view(q.p, dt, {c.batch, kHeads, kD}), kv = view(kc.p, dt, cache_shape),
+                     vv = view(vc.p, dt, cache_shape), iv = view(ind.p, DType::kI32, {pages}),
+                     pv = view(ptr.p, DType::kI32, {c.batch + 1}), lv = view(last.p, DType::kI32, {c.batch}),
+                     ov = view(out.p, dt, {c.batch, kHeads, kD}), lse_v = view(lse.p, DType::kF32, {c.batch, kHeads});
+    const int64_t ws_bytes = batch_decode_workspace_bytes(c.batch, kHeads, kHeadsKv, kD, 0);
+    DeviceMem ws(static_cast<size_t>(ws_bytes));
+    const TensorView wv = view(ws.p, DType::kU8, {ws_bytes});
     for (int rung = kPagedDecodeRungs; rung >= 1; --rung) {
-      const auto call = [&] {
-        batch_decode_paged(view(q.p, dt, {c.batch, kHeads, kD}), view(kc.p, dt, cache_shape), view(vc.p, dt, cache_shape),
-                           view(ind.p, DType::kI32, {pages}), view(ptr.p, DType::kI32, {c.batch + 1}),
-                           view(last.p, DType::kI32, {c.batch}), view(out.p, dt, {c.batch, kHeads, kD}), &lse_v,
-                           KvLayout::kNHD, 0.f, h.stream(), rung);
-      };
-      // Once as is (the page table's values checked: a device read and a wait), then captured
-      // into a CUDA graph, whose replay is timed: a server's decode step, without the checks.
-      call();
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      FLASHLAB_CUDA_CHECK(cudaStreamBeginCapture(h.stream(), cudaStreamCaptureModeThreadLocal));
-      call();
-      FLASHLAB_CUDA_CHECK(cudaStreamEndCapture(h.stream(), &graph));
-      FLASHLAB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double ms = h.time_ms([&] { FLASHLAB_CUDA_CHECK(cudaGraphLaunch(exec, h.stream())); });
-      FLASHLAB_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      FLASHLAB_CUDA_CHECK(cudaGraphDestroy(graph));
+      if (c.zipf && rung == 1) continue;  // the skewed case is about the split
       Row r;
+      double ms = 0;
+      if (rung == 3) {
+        const DecodePlanInfo plan = batch_decode_plan(
+            TensorView(indptr.data(), DType::kI32, {c.batch + 1}, Device{DeviceType::kCPU, 0}), kPage, kHeads, kHeadsKv, kD, wv,
+            h.stream());
+        const auto call = [&] {
+          batch_decode_run(plan, wv, qv, kv, vv, iv, pv, lv, ov, &lse_v, KvLayout::kNHD, 0.f, h.stream());
+        };
+        call();  // the page table's values checked (a device read and a wait), outside the graph
+        ms = time_graph(h, call);
+        r.extra["chunks"] = static_cast<double>(plan.chunks);
+        r.extra["chunk_pages"] = static_cast<double>(plan.chunk_pages);
+      } else {
+        const auto call = [&] {
+          batch_decode_paged(qv, kv, vv, iv, pv, lv, ov, &lse_v, KvLayout::kNHD, 0.f, h.stream(), rung);
+        };
+        call();
+        ms = time_graph(h, call);
+      }
       r.op = "paged_decode";
       r.impl = "flashlab";
       r.rung_name = kDecodeRungNames[rung];
@@ -75,9 +126,10 @@ void bench_paged_decode(Harness& h, DType dt) {
       r.dtype = dtype_name(dt);
       r.shape = {{"batch", c.batch}, {"kv_len", c.kv_len}, {"nheads_q", kHeads}, {"nheads_kv", kHeadsKv}, {"headdim", kD},
                  {"page_size", kPage}};
+      if (c.zipf) r.shape.emplace_back("zipf", 1);
       r.ms = ms;
-      r.bytes = static_cast<double>(2 * cache_n * es + 2 * q_n * es);
-      r.flops = 4.0 * c.batch * kHeads * c.kv_len * kD;
+      r.bytes = static_cast<double>(2 * tokens * kHeadsKv * kD * es + 2 * q_n * es);
+      r.flops = 4.0 * static_cast<double>(tokens) * kHeads * kD;
       h.add(r);
     }
   }

@@ -19,7 +19,7 @@ with the same op, dtype and shape, so every ratio is read from one file of one r
     gelu_tanh_and_mul  torch (F.gelu(x[..., :d], approximate="tanh") * x[..., d:]), torch-compile
     rope        torch (NeoX rotation of q and k, fp32 cos/sin from pos_ids, cast once), torch-compile
     attn_fwd / attn_bwd  torch SDPA (flash, cuDNN, efficient backends), (batch, heads, seq, d) layout
-    paged_decode  torch SDPA (the same backends) on contiguous K/V, one query token, enable_gqa
+    paged_decode  torch SDPA (flash, cuDNN) on contiguous K/V, one query token, enable_gqa (none for "zipf")
     quantize_fp8 / quantize_int8 / quantize_fp8_per_tensor  torch (s = absmax(x) / qmax per row or
                 whole; q = (x.float() / s).clamp(-qmax, qmax) -> float8_e4m3fn, or round() -> int8),
                 torch-compile (the same, one graph)
@@ -66,7 +66,7 @@ PEERS = {
     "quantize_fp8_per_tensor": ("torch", "torch-compile"),
     "attn_fwd": ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient"),
     "attn_bwd": ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient"),
-    "paged_decode": ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient"),
+    "paged_decode": ("torch-sdpa-flash", "torch-sdpa-cudnn"),
 }
 # Rows whose shapes the peers follow: our rungs, and the harness's own copy baseline.
 SOURCE_IMPLS = ("flashlab", "cudaMemcpy")
@@ -260,6 +260,8 @@ def _peer_builders(torch, case):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+        if s.get("zipf"):  # ragged lengths: no contiguous SDPA equivalent (the bar is the copy peak)
+            return {}
         b, hq, hk, d, n = s["batch"], s["nheads_q"], s["nheads_kv"], s["headdim"], s["kv_len"]
         q = _random(torch, (b, hq, 1, d), dtype)
         k, v = (_random(torch, (b, hk, n, d), dtype) for _ in range(2))
@@ -270,9 +272,9 @@ def _peer_builders(torch, case):
                     return sdpa(q, k, v, enable_gqa=hq != hk)
             return run
 
+        # (no efficient backend: it lacks enable_gqa for dense inputs)
         return {"torch-sdpa-flash": lambda: decode(SDPBackend.FLASH_ATTENTION),
-                "torch-sdpa-cudnn": lambda: decode(SDPBackend.CUDNN_ATTENTION),
-                "torch-sdpa-efficient": lambda: decode(SDPBackend.EFFICIENT_ATTENTION)}
+                "torch-sdpa-cudnn": lambda: decode(SDPBackend.CUDNN_ATTENTION)}
     if op == "vector_add":
         n = s["n"]
         a, b = _random(torch, n, dtype), _random(torch, n, dtype)

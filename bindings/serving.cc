@@ -1,5 +1,6 @@
 // TVM-FFI exports of the serving ops (include/flashlab/serving.h): attention-state merges, the
 // paged KV cache's append and batch decode.
+#include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/function.h>
 
 #include "bindings/convert.h"
@@ -62,9 +63,69 @@ void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tv
   });
 }
 
+// A plan as the 10 integers Python keeps: batch, nheads, nheads_kv, headdim, page_size, device,
+// capacity, chunks, chunk_pages, split.
+tvm::ffi::Shape plan_to_shape(const DecodePlanInfo& p) {
+  return tvm::ffi::Shape({p.batch, p.nheads, p.nheads_kv, p.headdim, p.page_size, static_cast<int64_t>(p.device), p.capacity,
+                          p.chunks, p.chunk_pages, static_cast<int64_t>(p.split)});
+}
+DecodePlanInfo shape_to_plan(const tvm::ffi::Shape& s, const char* op) {
+  if (s.size() != 10)
+    throw Error(detail::concat(op, ": argument 'plan': expected the 10 integers batch_decode_plan returned, got ", s.size()));
+  DecodePlanInfo p;
+  p.batch = s[0], p.nheads = s[1], p.nheads_kv = s[2], p.headdim = s[3], p.page_size = s[4];
+  p.device = static_cast<int>(s[5]), p.capacity = s[6], p.chunks = s[7], p.chunk_pages = s[8], p.split = s[9] != 0;
+  return p;
+}
+
+// Bytes of a decode plan's workspace for this shape on CUDA device `device`.
+int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t headdim, int64_t device) {
+  int64_t bytes = 0;
+  call([&] {
+    const int dev = device >= 0 && device <= 1 << 20 ? static_cast<int>(device) : -1;
+    bytes = flashlab::batch_decode_workspace_bytes(batch, nheads, nheads_kv, headdim, dev);
+  });
+  return bytes;
+}
+
+// The plan of a decode (rung 3) from host page counts, copied into `workspace` on the caller's
+// current stream of its device.
+tvm::ffi::Shape batch_decode_plan(tvm::ffi::TensorView kv_indptr_host, int64_t page_size, int64_t nheads, int64_t nheads_kv,
+                                  int64_t headdim, tvm::ffi::TensorView workspace) {
+  constexpr const char* op = "batch_decode_plan";
+  DecodePlanInfo info;
+  call([&] {
+    const TensorView Ptr = to_flashlab(kv_indptr_host, op, "kv_indptr_host"), W = to_flashlab(workspace, op, "workspace");
+    info = flashlab::batch_decode_plan(Ptr, page_size, nheads, nheads_kv, headdim, W, current_stream(W));
+  });
+  return plan_to_shape(info);
+}
+
+// out (and lse, when given) = decode rung 3 under a plan; layout 0: NHD, 1: HND.
+void batch_decode_run(tvm::ffi::Shape plan, tvm::ffi::TensorView workspace, tvm::ffi::TensorView q,
+                      tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm::ffi::TensorView kv_indices,
+                      tvm::ffi::TensorView kv_indptr, tvm::ffi::TensorView kv_last_page_len, tvm::ffi::TensorView out,
+                      OptTensor lse, int64_t layout, double softmax_scale) {
+  constexpr const char* op = "batch_decode_run";
+  call([&] {
+    const DecodePlanInfo info = shape_to_plan(plan, op);
+    const TensorView W = to_flashlab(workspace, op, "workspace"), Q = to_flashlab(q, op, "q"),
+                     Kc = to_flashlab(k_cache, op, "k_cache"), Vc = to_flashlab(v_cache, op, "v_cache"),
+                     Ind = to_flashlab(kv_indices, op, "kv_indices"), Ptr = to_flashlab(kv_indptr, op, "kv_indptr"),
+                     Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"), O = to_flashlab(out, op, "out"),
+                     L = to_flashlab_opt(lse, op, "lse");
+    const auto kv_layout = layout >= 0 && layout <= 1 ? static_cast<KvLayout>(layout) : static_cast<KvLayout>(-1);
+    flashlab::batch_decode_run(info, W, Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, kv_layout,
+                               static_cast<float>(softmax_scale), current_stream(Q));
+  });
+}
+
 }  // namespace flashlab::bindings
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_state, flashlab::bindings::merge_state);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_states, flashlab::bindings::merge_states);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(append_paged_kv_cache, flashlab::bindings::append_paged_kv_cache);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_paged, flashlab::bindings::batch_decode_paged);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_workspace_bytes, flashlab::bindings::batch_decode_workspace_bytes);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_plan, flashlab::bindings::batch_decode_plan);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_run, flashlab::bindings::batch_decode_run);

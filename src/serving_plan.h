@@ -1,7 +1,7 @@
-// The split-KV planner of the batch decode (issue 8; used by the decode rung that splits long
-// requests, flash-decoding style): on the host, once per batch shape, it cuts every request's KV
-// pages into chunks of one common length so that the (request, chunk, KV head) work items fill
-// the GPU in one wave, then the chunks' partial states are merged (merge_states) per request.
+// The split-KV planner of the batch decode (issue 8; decode rung 3, flash-decoding style): on
+// the host, once per batch shape, it cuts every request's KV pages into chunks of one common
+// length, chosen so that the (chunk x KV head) work items finish soonest on the GPU's work
+// slots; the chunks' partial states are then merged per request.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +21,21 @@ struct DecodePlan {
   bool split = false;                   // some request has more than one chunk (a merge is needed)
 };
 
-// pages[b]: request b's number of KV pages (>= 0). work_slots: the work items that run at once
-// (SMs x resident blocks per SM), >= 1; nheads_kv >= 1: each chunk is one item per KV head.
-// Picks the shortest chunk (in pages, >= min_chunk_pages) whose items, nheads_kv x sum_b
-// ceil(pages[b] / chunk) (a request with no pages: one empty chunk), fit in work_slots; when even
-// whole requests do not fit, chunk = the longest request (no split). Throws flashlab::Error on
-// invalid arguments.
-DecodePlan plan_decode(const std::vector<int64_t>& pages, int64_t nheads_kv, int64_t work_slots,
-                       int64_t min_chunk_pages = 1);
+// pages[b]: request b's number of KV pages (>= 0). items_per_chunk >= 1: the work items of one
+// chunk (its KV heads x query-head blocks). work_slots >= 1: the items that run at once (SMs x
+// resident blocks per SM). max_chunks >= the batch size: the most chunks allowed (the run's
+// grid). overhead_pages >= 0: an item's fixed cost (start, first loads, its share of the merge)
+// in pages.
+// The chunk length c (a request of p pages: max(1, ceil(p / c)) chunks, an empty request one
+// empty chunk) minimizes the estimated time of a work-conserving schedule,
+//   max(min(c, longest) + overhead, ceil(items_per_chunk x sum over chunks (pages + overhead) / work_slots)),
+// over c = ceil(longest / k), k = 1, 2, ... while the chunks fit in max_chunks (ties: the longer
+// chunk, fewer merges). Throws flashlab::Error on invalid arguments.
+DecodePlan plan_decode(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t max_chunks,
+                       int64_t overhead_pages = 0);
+
+// The estimate above for chunk length c (exposed for the tests).
+double decode_plan_cost(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t chunk,
+                        int64_t overhead_pages);
 
 }  // namespace flashlab::detail

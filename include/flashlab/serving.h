@@ -70,8 +70,11 @@ void append_paged_kv_cache(const TensorView& append_k, const TensorView& append_
 // head h / (nheads / nheads_kv) (GQA/MQA). Ladder (kernels/attention/decode/):
 //   1 naive: a thread block per (request, query head), warps round-robin over the keys
 //   2 GQA-aware: a block per (request, KV head, up to 8 of its query heads), each K/V row read
-//     once for them, contiguous per-lane slices (vector loads) (top)
-inline constexpr int kPagedDecodeRungs = 2;
+//     once for them, contiguous per-lane slices (vector loads)
+//   3 split-KV (flash-decoding): tensor cores over the group's query heads, a 3-stage cp.async
+//     pipeline of 64-key tiles, long requests cut into chunks that run in parallel (planned on
+//     the host from the page counts) and merged (top; fp16/bf16 — fp32 runs rung 2)
+inline constexpr int kPagedDecodeRungs = 3;
 //   q, out: CUDA, (batch, nheads, headdim), fp16 / bf16 / fp32, the cache's dtype, head dim
 //           contiguous, 16-byte aligned data and strides; headdim 32, 64, 96, 128, 192 or 256;
 //           nheads a multiple of nheads_kv.
@@ -82,9 +85,52 @@ inline constexpr int kPagedDecodeRungs = 2;
 // A request without keys gets out = 0 and lse = -inf. The outputs must not overlap the inputs or
 // each other. Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid
 // arguments, the page table's values included (read from the device unless capturing).
+// Rung 3 plans its split from the page counts it read; while `stream` is being captured there
+// is no read, and every request runs as one chunk (capture batch_decode_run for a split decode).
+// It uses the stream's internal workspace (as attention_bwd).
 void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                         const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                         const TensorView& out, const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD,
                         float softmax_scale = 0.f, cudaStream_t stream = nullptr, int rung = kPagedDecodeRungs);
+
+// Plan / run (FlashInfer's BatchDecodeWithPagedKVCacheWrapper): decode rung 3 with its split
+// planned once per batch shape on the host, and launches whose addresses and grid do not change
+// between plans, so a decode step captured in a CUDA graph replays correctly after a new plan of
+// other lengths (same batch and heads). plan() returns what it decided; run() takes it back.
+struct DecodePlanInfo {
+  int64_t batch = 0, nheads = 0, nheads_kv = 0, headdim = 0, page_size = 0;
+  int device = 0;
+  int64_t capacity = 0;     // work items the run's grid has room for (depends on the shape only)
+  int64_t chunks = 0;       // work items of this plan (<= capacity): request chunks, each for all heads
+  int64_t chunk_pages = 0;  // pages per chunk (a request's last chunk may be shorter)
+  bool split = false;       // some request is cut into more than one chunk
+};
+
+// Bytes of the workspace of a plan for this shape on CUDA device `device` (plan metadata and
+// the chunks' partial states, fp32).
+int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t headdim, int device);
+
+// Plans the decode of a batch whose page counts are given on the host and enqueues the copy of
+// the plan into `workspace` on `stream` (call it outside a graph capture; the host data is
+// copied before it returns).
+//   kv_indptr_host: CPU (or CUDA-host) int32 (batch + 1,) contiguous, kv_indptr[0] = 0,
+//                   non-decreasing, batch <= 65535: the kv_indptr that run() will read.
+//   page_size >= 1; nheads a multiple of nheads_kv >= 1; headdim as batch_decode_paged.
+//   workspace: CUDA uint8 1-D contiguous, 16-byte aligned, at least
+//              batch_decode_workspace_bytes(...) bytes; it holds the plan until run() (keep it).
+// Each request's last chunk extends to the request's end when run() reads the page table, so a
+// request that grew since plan() is still decoded whole (less evenly spread).
+DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_size, int64_t nheads, int64_t nheads_kv,
+                                 int64_t headdim, const TensorView& workspace, cudaStream_t stream = nullptr);
+
+// Decode rung 3 under a plan: the arguments as batch_decode_paged (fp16 / bf16 only), their
+// batch, heads, head dim and page size those of the plan, `workspace` the plan's (on the plan's
+// device). Two launches (the chunks, then the merge of split requests), neither reading the
+// host; the page table's values are checked by a device read unless capturing.
+void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, const TensorView& q,
+                      const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
+                      const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,
+                      const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD, float softmax_scale = 0.f,
+                      cudaStream_t stream = nullptr);
 
 }  // namespace flashlab

@@ -1,6 +1,7 @@
 """Serving attention ops (C++: include/flashlab/serving.h): so far the merge of attention states,
 FlashInfer's ``merge_state`` / ``merge_states`` / ``merge_state_in_place``, and the paged KV
-cache's ``append_paged_kv_cache`` and ``batch_decode_paged``.
+cache's ``append_paged_kv_cache``, ``batch_decode_paged`` and the plan/run wrapper
+``BatchDecodeWithPagedKVCacheWrapper`` (FlashInfer's, for CUDA-graph decode steps).
 
 An attention state is the output ``v`` of attention over one segment of the keys, (seq, nheads,
 headdim), and its log-sum-exp ``s``, fp32 (seq, nheads), natural log as ``softmax_lse`` (note:
@@ -12,6 +13,8 @@ DLPack producer; outputs default to new tensors like the inputs.
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from . import _alloc
 from . import _ffi  # set by __init__ before this module is imported
@@ -84,7 +87,7 @@ def _paged_cache(op: str, paged_kv_cache: Any, kv_layout: str) -> tuple[int, Any
     return _LAYOUTS[kv_layout], paged_kv_cache[:, 0], paged_kv_cache[:, 1]
 
 
-PAGED_DECODE_RUNGS = 2  # 1 naive, 2 GQA-aware (top)
+PAGED_DECODE_RUNGS = 3  # 1 naive, 2 GQA-aware, 3 split-KV on tensor cores (top; fp32 runs rung 2)
 
 
 def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: Any, kv_last_page_len: Any,
@@ -106,3 +109,87 @@ def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: 
     _ffi.batch_decode_paged(q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout,
                             0.0 if sm_scale is None else float(sm_scale), PAGED_DECODE_RUNGS if rung is None else rung)
     return (out, lse) if return_lse else out
+
+
+def _host_int32(op: str, name: str, x: Any) -> Any:
+    """x on the host as a contiguous array (torch: a CPU tensor; numpy as is; else via .get())."""
+    if hasattr(x, "is_cuda") and hasattr(x, "cpu"):  # torch
+        return x.detach().cpu().contiguous()
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    if hasattr(x, "get"):  # CuPy
+        return np.ascontiguousarray(x.get())
+    raise TypeError(f"{op}: argument '{name}': expected a torch tensor, a numpy array or a CuPy array, got {type(x).__name__}")
+
+
+def _device_index(x: Any) -> int:
+    return int(x.__dlpack_device__()[1])
+
+
+def batch_decode_workspace_bytes(batch: int, num_qo_heads: int, num_kv_heads: int, head_dim: int, device: int = 0) -> int:
+    """Bytes of the workspace a ``BatchDecodeWithPagedKVCacheWrapper`` plan needs for this shape."""
+    return int(_ffi.batch_decode_workspace_bytes(batch, num_qo_heads, num_kv_heads, head_dim, device))
+
+
+class BatchDecodeWithPagedKVCacheWrapper:
+    """Batch decode over a paged KV cache, planned once per batch shape (FlashInfer's wrapper of
+    the same name; C++ ``batch_decode_plan`` / ``batch_decode_run``, decode rung 3, fp16 / bf16).
+
+    ``plan()`` reads the page counts on the host (``indptr`` is copied there: call it outside a
+    CUDA-graph capture), cuts long requests into chunks that spread over the GPU and copies that
+    plan into ``workspace_buffer`` (a CUDA uint8 tensor, at least
+    ``batch_decode_workspace_bytes(...)`` bytes; FlashInfer's 128 MB buffers are plenty).
+    ``run()`` launches with fixed addresses and grid: a decode step captured in a CUDA graph
+    replays correctly after a new ``plan()`` of other lengths, as long as the page-table tensors
+    given to ``plan()`` are the same (updated in place) and the batch and heads do not change.
+    """
+
+    def __init__(self, workspace_buffer: Any, kv_layout: str = "NHD") -> None:
+        if kv_layout not in _LAYOUTS:
+            raise ValueError(f"BatchDecodeWithPagedKVCacheWrapper: argument 'kv_layout': expected 'NHD' or 'HND', "
+                             f"got {kv_layout!r}")
+        self._workspace = workspace_buffer
+        self._kv_layout = kv_layout
+        self._plan: Any = None
+        self._table: tuple[Any, Any, Any] | None = None
+        self._sm_scale = 0.0
+
+    def plan(self, indptr: Any, indices: Any, last_page_len: Any, num_qo_heads: int, num_kv_heads: int, head_dim: int,
+             page_size: int, pos_encoding_mode: str = "NONE", window_left: int = -1,
+             logits_soft_cap: float | None = None, q_data_type: Any = None, kv_data_type: Any = None,
+             data_type: Any = None, sm_scale: float | None = None, **unused: Any) -> None:
+        """Plans the decode of the batch whose page table is (indptr, indices, last_page_len),
+        int32 CUDA tensors that ``run()`` reads (keep them; update them in place between plans
+        when replaying a graph). Features flashlab's decode lacks (rotary inside the kernel,
+        a sliding window, logit soft-capping) are rejected; dtypes are taken from ``run()``'s
+        tensors."""
+        op = "BatchDecodeWithPagedKVCacheWrapper.plan"
+        if pos_encoding_mode != "NONE":
+            raise ValueError(f"{op}: argument 'pos_encoding_mode': expected 'NONE' (apply RoPE before the decode: "
+                             f"flashlab.apply_rope), got {pos_encoding_mode!r}")
+        if window_left != -1:
+            raise ValueError(f"{op}: argument 'window_left': expected -1 (no sliding window), got {window_left}")
+        if logits_soft_cap not in (None, 0, 0.0):
+            raise ValueError(f"{op}: argument 'logits_soft_cap': expected None or 0, got {logits_soft_cap}")
+        host = _host_int32(op, "indptr", indptr)
+        self._plan = _ffi.batch_decode_plan(host, page_size, num_qo_heads, num_kv_heads, head_dim, self._workspace)
+        self._table = (indices, indptr, last_page_len)
+        self._sm_scale = 0.0 if sm_scale is None else float(sm_scale)
+
+    def run(self, q: Any, paged_kv_cache: Any, out: Any = None, lse: Any = None, return_lse: bool = False) -> Any:
+        """out = the decode of q (batch, num_qo_heads, head_dim) over ``paged_kv_cache``
+        (``(k_cache, v_cache)`` or one (max_pages, 2, ...) tensor, the wrapper's layout), or
+        ``(out, lse)`` with ``return_lse`` (lse fp32 (batch, num_qo_heads), natural log)."""
+        if self._plan is None or self._table is None:
+            raise RuntimeError("BatchDecodeWithPagedKVCacheWrapper.run: plan() first")
+        layout, k_cache, v_cache = _paged_cache("BatchDecodeWithPagedKVCacheWrapper.run", paged_kv_cache, self._kv_layout)
+        shape = _shape(q)
+        out = _alloc.empty(q, shape) if out is None else out
+        if lse is None and return_lse and len(shape) == 3:
+            lse = _alloc.empty(q, shape[:2], "float32")
+        indices, indptr, last_page_len = self._table
+        _ffi.batch_decode_run(self._plan, self._workspace, q, k_cache, v_cache, indices, indptr, last_page_len, out, lse,
+                              layout, self._sm_scale)
+        return (out, lse) if return_lse else out
+
+    forward = run  # FlashInfer's older name

@@ -191,17 +191,17 @@ def test_append_paged_kv_cache(layout, page_size):
 def test_batch_decode_paged_messages():
     q, cache = fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"), fake((32, 16, 4, 128), "bfloat16"))
     table = (fake((40,), "int32"), fake((4,), "int32"), fake((3,), "int32"))
-    assert flashlab.PAGED_DECODE_RUNGS == 2
+    assert flashlab.PAGED_DECODE_RUNGS == 3
     with raises("batch_decode_paged: argument 'q': expected shape [3, 8, 128], got [2, 8, 128]"):
         flashlab.batch_decode_paged(fake((2, 8, 128), "bfloat16"), cache, *table, out=fake((2, 8, 128), "bfloat16"))
-    with raises("batch_decode_paged: argument 'rung': expected 1..2, got 3"):
-        flashlab.batch_decode_paged(q, cache, *table, out=q, rung=3)
+    with raises("batch_decode_paged: argument 'rung': expected 1..3, got 4"):
+        flashlab.batch_decode_paged(q, cache, *table, out=q, rung=4)
     with pytest.raises(ValueError, match="argument 'kv_layout': expected 'NHD' or 'HND'"):
         flashlab.batch_decode_paged(q, cache, *table, out=q, kv_layout="nhd")
 
 
 @gpu
-@pytest.mark.parametrize("rung", [1, 2])
+@pytest.mark.parametrize("rung", [1, 2, 3])
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_batch_decode_paged(layout, rung):
     # GQA 8 / 2, page size 16, requests of 0 .. 300 keys in shuffled pages, against float64 torch
@@ -239,3 +239,125 @@ def test_batch_decode_paged(layout, rung):
         tol = (n + 8) * 2.0 ** -23
         assert (out[b] - ref).abs().le(2.0 ** -8 * ref.abs() + tol * max_v).all(), f"request {b} ({n} keys)"
         assert (lse[b] - ref_lse).abs().le(tol * (1 + ref_lse.abs())).all(), f"request {b} lse"
+
+
+# ---------------------------------------------------------------------------------------------
+# BatchDecodeWithPagedKVCacheWrapper (plan / run, decode rung 3)
+
+def _decode_reference(q, kc, vc, indices, indptr, last, ps):
+    """float64 decode of every request over its gathered pages (NHD), out (b, hq, d) and lse."""
+    b_n, hq, d = q.shape
+    hk = kc.shape[2]
+    out, lse = torch.zeros(b_n, hq, d, dtype=torch.float64), torch.full((b_n, hq), -math.inf, dtype=torch.float64)
+    for b in range(b_n):
+        pages = indices[int(indptr[b]):int(indptr[b + 1])].long()
+        if len(pages) == 0:
+            continue
+        n = (len(pages) - 1) * ps + int(last[b])
+        k = kc[pages].reshape(-1, hk, d)[:n].double().repeat_interleave(hq // hk, dim=1)
+        v = vc[pages].reshape(-1, hk, d)[:n].double().repeat_interleave(hq // hk, dim=1)
+        sc = torch.einsum("hd,nhd->hn", q[b].double(), k) / math.sqrt(d)
+        lse[b] = torch.logsumexp(sc, dim=-1)
+        out[b] = torch.einsum("hn,nhd->hd", torch.softmax(sc, dim=-1), v)
+    return out, lse
+
+
+def _page_table(lens, ps, max_pages, g):
+    pages = [(n + ps - 1) // ps for n in lens]
+    indices = torch.randperm(max_pages, generator=g)[: sum(pages)].to(torch.int32)
+    indptr = torch.tensor([0] + [sum(pages[: i + 1]) for i in range(len(pages))], dtype=torch.int32)
+    last = torch.tensor([n - (p - 1) * ps if p else 0 for n, p in zip(lens, pages)], dtype=torch.int32)
+    return indices, indptr, last
+
+
+def _check_decode(out, lse, ref, ref_lse, lens, max_v):
+    out, lse = out.double().cpu(), lse.double().cpu()
+    for b, n in enumerate(lens):
+        if n == 0:
+            assert (out[b] == 0).all() and torch.isneginf(lse[b]).all()
+            continue
+        tol = (n + 8) * 2.0 ** -23
+        assert (out[b] - ref[b]).abs().le(2.0 ** -8 * ref[b].abs() + tol * max_v).all(), f"request {b} ({n} keys)"
+        assert (lse[b] - ref_lse[b]).abs().le(tol * (1 + ref_lse[b].abs())).all(), f"request {b} lse"
+
+
+def test_decode_wrapper_messages():
+    with pytest.raises(ValueError, match="argument 'kv_layout': expected 'NHD' or 'HND'"):
+        flashlab.BatchDecodeWithPagedKVCacheWrapper(fake((1024,), "uint8"), kv_layout="nhd")
+    w = flashlab.BatchDecodeWithPagedKVCacheWrapper(fake((1024,), "uint8"))
+    with pytest.raises(RuntimeError, match="plan\\(\\) first"):
+        w.run(fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"),) * 2)
+    with pytest.raises(ValueError, match="argument 'window_left': expected -1"):
+        w.plan(np.zeros(4, np.int32), None, None, 8, 4, 128, 16, window_left=128)
+    with pytest.raises(ValueError, match="argument 'pos_encoding_mode': expected 'NONE'"):
+        w.plan(np.zeros(4, np.int32), None, None, 8, 4, 128, 16, pos_encoding_mode="ROPE_LLAMA")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_decode_wrapper_matches_reference_and_replays_in_a_graph(dtype):
+    # GQA 16 / 4, d 128, page 16: a long request (split across the GPU), short and empty ones;
+    # then a CUDA graph of run() replayed after a new plan of other lengths (same tensors,
+    # updated in place), and again after tokens were appended without a new plan.
+    g = torch.Generator().manual_seed(7)
+    dt = getattr(torch, dtype)
+    hq, hk, d, ps, max_pages = 16, 4, 128, 16, 1400
+    kc, vc = ((torch.rand(max_pages, ps, hk, d, generator=g) * 2 - 1).to(dt) for _ in range(2))
+    max_v = float(vc.double().abs().max())
+    lens = [20000, 0, 1, 300, 17]
+    q = (torch.rand(len(lens), hq, d, generator=g) * 2 - 1).to(dt)
+    indices, indptr, last = _page_table(lens, ps, max_pages, g)
+    ind_d, ptr_d, last_d = (torch.zeros(max_pages, dtype=torch.int32, device="cuda"), indptr.cuda(), last.cuda())
+    ind_d[: len(indices)] = indices.cuda()
+    ws = torch.empty(flashlab.batch_decode_workspace_bytes(len(lens), hq, hk, d), dtype=torch.uint8, device="cuda")
+    w = flashlab.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+    w.plan(ptr_d, ind_d, last_d, hq, hk, d, ps)
+    cache = (kc.cuda(), vc.cuda())
+    q_d = q.cuda()
+    out = torch.full((len(lens), hq, d), float("nan"), dtype=dt, device="cuda")
+    lse = torch.full((len(lens), hq), float("nan"), dtype=torch.float32, device="cuda")
+    w.run(q_d, cache, out=out, lse=lse)
+    torch.cuda.synchronize()
+    ref, ref_lse = _decode_reference(q, kc, vc, indices, indptr, last, ps)
+    _check_decode(out, lse, ref, ref_lse, lens, max_v)
+
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        w.run(q_d, cache, out=out, lse=lse)  # warm-up on the capture stream
+        with torch.cuda.graph(graph, stream=stream):
+            w.run(q_d, cache, out=out, lse=lse)
+    torch.cuda.current_stream().wait_stream(stream)
+
+    lens2 = [5, 18000, 0, 4097, 900]  # other lengths, the same batch
+    indices2, indptr2, last2 = _page_table(lens2, ps, max_pages, g)
+    ind_d[: len(indices2)] = indices2.cuda()
+    ptr_d.copy_(indptr2.cuda())
+    last_d.copy_(last2.cuda())
+    w.plan(ptr_d, ind_d, last_d, hq, hk, d, ps)
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref, ref_lse = _decode_reference(q, kc, vc, indices2, indptr2, last2, ps)
+    _check_decode(out, lse, ref, ref_lse, lens2, max_v)
+
+    # Tokens appended without a new plan: request 1 grows into a new page (its last chunk runs to
+    # the end), request 4 within its last page.
+    lens3 = [5, 18000 + 20, 0, 4097, 903]
+    pages2 = [(n + ps - 1) // ps for n in lens2]
+    free = sorted(set(range(max_pages)) - set(indices2.tolist()))
+    seq = [indices2[int(indptr2[b]):int(indptr2[b + 1])].tolist() for b in range(len(lens2))]
+    seq[1] += free[: (lens3[1] + ps - 1) // ps - pages2[1]]
+    indices3 = torch.tensor([p for s in seq for p in s], dtype=torch.int32)
+    indptr3 = torch.tensor([0] + [sum(len(s) for s in seq[: i + 1]) for i in range(len(seq))], dtype=torch.int32)
+    last3 = torch.tensor([n - (len(s) - 1) * ps if s else 0 for n, s in zip(lens3, seq)], dtype=torch.int32)
+    ind_d[: len(indices3)] = indices3.cuda()
+    ptr_d.copy_(indptr3.cuda())
+    last_d.copy_(last3.cuda())
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref, ref_lse = _decode_reference(q, kc, vc, indices3, indptr3, last3, ps)
+    _check_decode(out, lse, ref, ref_lse, lens3, max_v)

@@ -1,0 +1,267 @@
+// Decode rung 3 — split-KV (flash-decoding) on tensor cores with a cp.async pipeline: a thread
+// block per (chunk of a request's pages, KV head, up to 16 of its query heads).
+//
+// Changes from rung 2:
+//   - Work items instead of one block per request: a host planner (src/serving_plan.cpp) cuts
+//     long requests into chunks of a common page count so that the items fill the GPU evenly,
+//     whatever the batch mix (batch 1 at 128k keys runs on every SM, not on 8). A chunk's state
+//     (O normalized, lse) goes to an fp32 partial buffer; paged_decode_merge_kernel merges a
+//     request's chunks (merge_states' formula). A request of one chunk writes out and lse
+//     directly. Without a plan (items == nullptr) item x is request x, whole.
+//   - A 3-stage cp.async pipeline of 64-key tiles (K and V): two tiles are in flight while one
+//     is computed, each key's page looked up by the thread that copies it; keys past the chunk
+//     are zero-filled and masked. Rung 2 had one key per warp in flight.
+//   - Tensor cores: the group's query heads are the 16 rows of an mma.sync m16n8k16 (rows past
+//     the group are zeros, their results dropped), so S = Q K^T and O += P V cost a few mma per
+//     16 keys instead of a shuffle reduction per key and head; P stays in registers (the S
+//     accumulator layout is the P V A-fragment, as forward rung 3). Each warp takes 16 keys of
+//     the tile and keeps its own online softmax; the 4 warps' states merge in shared memory.
+//     Compute is far below the memory time, so the choice is about issue slots: rung 2 spent
+//     them on shuffles.
+// Shared memory: Q (16 rows) and kStages x (K, V) 64-row tiles, 16-bit, rows padded by 8
+// elements (odd 16-byte chunk count: ldmatrix without bank conflicts).
+// Limits: 16-bit caches only (fp32 runs rung 2); the 16-row mma wastes 3/4 of the tensor work
+// at a group of 4 (free while memory-bound); one page-table load per copied row.
+#pragma once
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/decode/01_naive.cuh"
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/mma.cuh"
+
+namespace flashlab::kernels {
+
+// The split of a decode into work items (rung 3). One item is a chunk of a request's pages,
+// run for every (KV head, 16-query-head block): grid (capacity, nheads_kv x ceil(group / 16)).
+struct PagedDecodeSplit {
+  const int4* items;         // (request, page_begin, page_end or -1 = the request's end, partial row or -1 = final)
+                             // per item; nullptr: item x = request x, all its pages, final
+  const int* num_items;      // items in use (a plan's count, read on the device); nullptr: gridDim.x
+  const int* request_items;  // (batch + 1,) CSR: request b's items (the merge's input rows)
+  float* partial_o;          // (rows, nheads, headdim) fp32: a chunk's normalized output
+  float* partial_lse;        // (rows, nheads) fp32, log2 units (-inf: no key)
+};
+
+template <int kHeadDim>
+struct DecodeSplitTraits {
+  static constexpr int kWarps = 4, kThreads = 128;
+  static constexpr int kRows = 16;       // query heads per block (the mma's M)
+  static constexpr int kTileKeys = 64;   // keys per pipeline stage, 16 per warp
+  static constexpr int kStages = 3;
+  static constexpr int kRowElems = kHeadDim + 8;  // padded smem row
+  static constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks per row
+  static constexpr int kTileElems = kTileKeys * kRowElems;
+  static constexpr int kSmemBytes = (kRows * kRowElems + 2 * kStages * kTileElems) * 2;
+  // The end-of-chunk merge of the warps' states reuses the tiles' space.
+  static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
+  static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256, "head dims: multiples of 16 up to 256");
+  static_assert(kMergeBytes <= kSmemBytes, "merge buffers fit in the tiles' space");
+};
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(128) paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p,
+                                                                 const __grid_constant__ PagedDecodeSplit s) {
+  using Tr = DecodeSplitTraits<kHeadDim>;
+  constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* sq = reinterpret_cast<T*>(smem);
+  T* sk = sq + Tr::kRows * kRowElems;  // stage st: sk + st * kTileElems
+  T* sv = sk + kStages * Tr::kTileElems;
+
+  // The item: request b, pages [pb, pe) of it.
+  int b, pb = 0, pe = INT_MAX, row = -1;
+  if (s.items != nullptr) {
+    if (static_cast<int>(blockIdx.x) >= *s.num_items) return;
+    const int4 it = s.items[blockIdx.x];
+    b = it.x, pb = it.y, pe = it.z < 0 ? INT_MAX : it.z, row = it.w;
+  } else {
+    b = blockIdx.x;
+  }
+  const int group = p.nheads / p.nheads_kv, blocks = (group + Tr::kRows - 1) / Tr::kRows;
+  const int hk = blockIdx.y / blocks, hb = blockIdx.y % blocks;
+  const int h0 = hk * group + hb * Tr::kRows, ng = min(Tr::kRows, group - hb * Tr::kRows);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int first = p.kv_indptr[b], pages = p.kv_indptr[b + 1] - first;
+  const int len = pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+  pe = min(pe, pages);
+  // Keys [k_begin, k_end) of the request (the end clamped to its length: pages past a shrunk
+  // request's end give an empty chunk).
+  const int k_begin = pb < pages ? pb * p.page_size : len;
+  const int k_end = max(k_begin, min(pe >= pages ? len : pe * p.page_size, len));
+  const int tiles = (k_end - k_begin + kTileKeys - 1) / kTileKeys;
+
+  // Q: rows past the group's heads zero-filled (no read).
+  for (int i = tid; i < Tr::kRows * kChunks; i += Tr::kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool ok = r < ng;
+    const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + (h0 + (ok ? r : 0)) * p.q_head_stride + c * 8;
+    cp_async_16(sq + r * kRowElems + c * 8, src, ok ? 16 : 0);
+  }
+  const auto load_tile = [&](int t) {
+    T* dk = sk + (t % kStages) * Tr::kTileElems;
+    T* dv = sv + (t % kStages) * Tr::kTileElems;
+    const int key0 = k_begin + t * kTileKeys;
+#pragma unroll
+    for (int i = tid; i < kTileKeys * kChunks; i += Tr::kThreads) {
+      const int r = i / kChunks, c = i % kChunks, key = key0 + r;
+      const bool ok = key < k_end;
+      const int kk = ok ? key : k_begin;  // a valid key for the (unread) address
+      const int64_t page = p.kv_indices[first + kk / p.page_size], slot = kk % p.page_size;
+      const T* kp = static_cast<const T*>(p.k_cache) + page * p.page_stride + slot * p.slot_stride + hk * p.head_stride + c * 8;
+      const T* vp =
+          static_cast<const T*>(p.v_cache) + page * p.v_page_stride + slot * p.v_slot_stride + hk * p.v_head_stride + c * 8;
+      cp_async_16(dk + r * kRowElems + c * 8, kp, ok ? 16 : 0);
+      cp_async_16(dv + r * kRowElems + c * 8, vp, ok ? 16 : 0);
+    }
+  };
+  // Prologue: Q with tile 0, then tiles up to kStages - 2 (a group committed for each, empty or not).
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < tiles) load_tile(t);
+    cp_async_commit();
+  }
+
+  float o[kHeadDim / 8][4] = {};  // rows g, g + 8 (g = lane / 4) of each 8-column tile, this warp's keys
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // log2 units; l a per-thread partial sum
+  const float scale_log2 = p.scale * kLog2e;
+  const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(sq));
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile t visible to all; tile t - 1's stage free for tile t + kStages - 1
+    if (t + kStages - 1 < tiles) load_tile(t + kStages - 1);
+    cp_async_commit();
+
+    const int key0 = k_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
+    if (key0 >= k_end) continue;
+    const uint32_t k_base =
+        static_cast<uint32_t>(__cvta_generic_to_shared(sk + (t % kStages) * Tr::kTileElems + warp * 16 * kRowElems));
+    const uint32_t v_base =
+        static_cast<uint32_t>(__cvta_generic_to_shared(sv + (t % kStages) * Tr::kTileElems + warp * 16 * kRowElems));
+    // S = Q K^T: 16 heads x 16 keys (two n8 tiles).
+    float sc[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      uint32_t a[4], bk[4];
+      ldmatrix_x4(a, q_base + ((lane % 16) * kRowElems + kk * 16 + (lane / 16) * 8) * 2);
+      ldmatrix_x4(bk, k_base + (((lane / 16) * 8 + lane % 8) * kRowElems + kk * 16 + ((lane / 8) % 2) * 8) * 2);
+      mma_m16n8k16_x2<T>(sc[0], sc[1], a, bk);
+    }
+    // Online softmax per row (query head); keys past the chunk masked.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * (lane % 4) + e % 2;
+        sc[nt][e] = key < k_end ? sc[nt][e] * scale_log2 : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+      }
+    float corr[2], base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      base[r] = mx[r] == -INFINITY ? 0.f : mx[r];  // every key so far masked: no NaN from -inf - -inf
+      corr[r] = exp2f(m[r] - base[r]);
+      m[r] = mx[r];
+      l[r] *= corr[r];
+    }
+    uint32_t pa[4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pr[e] = exp2f(sc[nt][e] - base[e / 2]), l[e / 2] += pr[e];
+      pa[2 * nt] = pack2<T>(pr[0], pr[1]);
+      pa[2 * nt + 1] = pack2<T>(pr[2], pr[3]);
+    }
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+    // O += P V: V's rows are the keys (ldmatrix .trans), two 8-column tiles per load.
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 16; ++j) {
+      uint32_t bv[4];
+      ldmatrix_x4_trans(bv, v_base + ((((lane / 8) % 2) * 8 + lane % 8) * kRowElems + j * 16 + (lane / 16) * 8) * 2);
+      mma_m16n8k16_x2<T>(o[2 * j], o[2 * j + 1], pa, bv);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp done with the tiles: their space holds the merge buffers
+
+  // The warps' states: m, l per row, O (unnormalized) per row and column.
+  float* s_m = reinterpret_cast<float*>(smem);
+  float* s_l = s_m + Tr::kWarps * Tr::kRows;
+  float* s_o = s_l + Tr::kWarps * Tr::kRows;  // [warp][row][kHeadDim]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const int g = lane / 4;
+  if (lane % 4 == 0) {
+    s_m[warp * Tr::kRows + g] = m[0], s_m[warp * Tr::kRows + g + 8] = m[1];
+    s_l[warp * Tr::kRows + g] = l[0], s_l[warp * Tr::kRows + g + 8] = l[1];
+  }
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; ++j) {
+    float* dst = s_o + (warp * Tr::kRows + g) * kHeadDim + j * 8 + 2 * (lane % 4);
+    *reinterpret_cast<float2*>(dst) = make_float2(o[j][0], o[j][1]);
+    *reinterpret_cast<float2*>(dst + 8 * kHeadDim) = make_float2(o[j][2], o[j][3]);
+  }
+  __syncthreads();
+
+  // Per head: M = max m_w, L = sum l_w 2^(m_w - M), O = sum O_w 2^(m_w - M) / L.
+  for (int x = tid; x < ng * kHeadDim; x += Tr::kThreads) {
+    const int r = x / kHeadDim, c = x % kHeadDim;
+    float big = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < Tr::kWarps; ++w) big = fmaxf(big, s_m[w * Tr::kRows + r]);
+    const float off = big == -INFINITY ? 0.f : big;
+    float wsum = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < Tr::kWarps; ++w) {
+      const float wt = exp2f(s_m[w * Tr::kRows + r] - off);
+      wsum += s_l[w * Tr::kRows + r] * wt, acc += s_o[(w * Tr::kRows + r) * kHeadDim + c] * wt;
+    }
+    const float val = wsum > 0.f ? acc / wsum : 0.f, lse2 = wsum > 0.f ? off + log2f(wsum) : -INFINITY;
+    const int h = h0 + r;
+    if (row < 0) {
+      static_cast<T*>(p.out)[b * p.out_batch_stride + h * p.out_head_stride + c] = from_float<T>(val);
+      if (c == 0 && p.lse != nullptr) p.lse[static_cast<int64_t>(b) * p.nheads + h] = lse2 * 0.6931471805599453f;
+    } else {
+      s.partial_o[(static_cast<int64_t>(row) * p.nheads + h) * kHeadDim + c] = val;
+      if (c == 0) s.partial_lse[static_cast<int64_t>(row) * p.nheads + h] = lse2;
+    }
+  }
+}
+
+// The merge of the split requests' chunks: a block per request (requests of one item return at
+// once: the decode kernel wrote them), looping over its heads and columns:
+// S = log2 sum_i 2^{s_i}, O = sum_i o_i 2^{s_i - S} (o_i normalized), out = O, lse = S ln 2.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(128) paged_decode_merge_kernel(const __grid_constant__ PagedDecodeParams p,
+                                                                 const __grid_constant__ PagedDecodeSplit s) {
+  const int b = blockIdx.x, i0 = s.request_items[b], i1 = s.request_items[b + 1];
+  if (i1 - i0 <= 1) return;
+  for (int x = threadIdx.x; x < p.nheads * kHeadDim; x += blockDim.x) {
+    const int h = x / kHeadDim, c = x % kHeadDim;
+    float big = -INFINITY;
+    for (int i = i0; i < i1; ++i) big = fmaxf(big, s.partial_lse[static_cast<int64_t>(i) * p.nheads + h]);
+    const float off = big == -INFINITY ? 0.f : big;
+    float wsum = 0.f, acc = 0.f;
+    for (int i = i0; i < i1; ++i) {
+      const float wt = exp2f(s.partial_lse[static_cast<int64_t>(i) * p.nheads + h] - off);
+      wsum += wt, acc += wt * s.partial_o[(static_cast<int64_t>(i) * p.nheads + h) * kHeadDim + c];
+    }
+    static_cast<T*>(p.out)[b * p.out_batch_stride + h * p.out_head_stride + c] = from_float<T>(wsum > 0.f ? acc / wsum : 0.f);
+    if (c == 0 && p.lse != nullptr)
+      p.lse[static_cast<int64_t>(b) * p.nheads + h] = wsum > 0.f ? (off + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+  }
+}
+
+}  // namespace flashlab::kernels

@@ -1,0 +1,347 @@
+// Host side of the batch decode over a paged KV cache (include/flashlab/serving.h): the tensors'
+// checks, the page table's values (read from the device unless the stream is being captured),
+// rung 3's split plan (src/serving_plan.cpp) and workspace, and the launches
+// (kernels/attention/decode/).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "flashlab/serving.h"
+#include "flashlab/validate.h"
+#include "kernels/attention/decode/01_naive.cuh"
+#include "kernels/attention/decode/02_gqa.cuh"
+#include "kernels/attention/decode/03_split.cuh"
+#include "src/attention_launch.h"
+#include "src/core/launch.h"
+#include "src/core/static_switch.h"
+#include "src/paged_kv_validate.h"
+#include "src/serving_plan.h"
+
+namespace flashlab {
+
+namespace {
+
+using detail::CacheDims;
+
+// A checked decode call: the kernels' parameters and the arguments for the later checks.
+struct DecodeCall {
+  kernels::PagedDecodeParams p{};
+  CacheDims c{};
+  int64_t batch = 0, nheads = 0;
+  DType dtype = DType::kF32;
+};
+
+// Every host-side check of a decode's tensors (batch_decode_paged and batch_decode_run).
+DecodeCall check_decode(const char* op, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                        const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+                        const TensorView& out, const TensorView* lse, KvLayout layout, float softmax_scale) {
+  const check::Arg Q{op, "q", q}, Kc{op, "k_cache", k_cache}, Vc{op, "v_cache", v_cache}, Ind{op, "kv_indices", kv_indices},
+      Ptr{op, "kv_indptr", kv_indptr}, Last{op, "kv_last_page_len", kv_last_page_len}, O{op, "out", out};
+  DecodeCall call;
+  const CacheDims c = call.c = detail::check_cache(Kc, Vc, layout);
+  check::vector_rows(Q, 3);
+  check::same_device(Q, Kc);
+  check::dtype_eq(Q, Kc);
+  const int64_t batch = detail::check_table(Ind, Ptr, Last, Kc);
+  const int64_t nheads = q.shape[1];
+  check::shape(Q, {batch, nheads, c.d});
+  if (c.d != 32 && c.d != 64 && c.d != 96 && c.d != 128 && c.d != 192 && c.d != 256)
+    check::fail(Q, "a head dim (last dim) of 32, 64, 96, 128, 192 or 256", detail::concat(c.d));
+  if (c.nheads < 1 || nheads % c.nheads != 0 || nheads > 0x7fffffff || c.nheads * nheads > 0x7fffffff)
+    check::fail(Q, detail::concat("nheads (dim 1) a multiple of the cache's KV heads (", c.nheads, ")"), detail::concat(nheads));
+  FLASHLAB_CHECK(batch <= 65535, op, ": argument 'kv_last_page_len': expected a batch of at most 65535 requests, got ", batch);
+  check::vector_rows(O, 3);
+  check::same_device(O, Q);
+  check::dtype_eq(O, Q);
+  check::shape_eq(O, Q);
+  const check::Arg L{op, "lse", lse != nullptr ? *lse : out};
+  if (lse != nullptr) {
+    check::cuda(L);
+    check::same_device(L, Q);
+    check::dtype_in(L, {DType::kF32});
+    check::shape(L, {batch, nheads});
+    check::contiguous(L);
+    check::aligned(L, 4);
+    detail::check_outputs_disjoint({&L}, {&Q, &Kc, &Vc, &Ind, &Ptr, &Last, &O});
+  }
+  detail::check_outputs_disjoint({&O}, {&Q, &Kc, &Vc, &Ind, &Ptr, &Last});
+  FLASHLAB_CHECK(std::isnan(softmax_scale) || std::isfinite(softmax_scale), op,
+                 ": argument 'softmax_scale': expected a finite value, got ", softmax_scale);
+
+  kernels::PagedDecodeParams& p = call.p;
+  p.q = q.data, p.q_batch_stride = q.strides[0], p.q_head_stride = q.strides[1];
+  p.k_cache = k_cache.data, p.v_cache = v_cache.data;
+  detail::cache_strides(k_cache, layout, p.page_stride, p.slot_stride, p.head_stride);
+  detail::cache_strides(v_cache, layout, p.v_page_stride, p.v_slot_stride, p.v_head_stride);
+  p.kv_indices = static_cast<const int*>(kv_indices.data), p.kv_indptr = static_cast<const int*>(kv_indptr.data);
+  p.kv_last_page_len = static_cast<const int*>(kv_last_page_len.data);
+  p.out = out.data, p.out_batch_stride = out.strides[0], p.out_head_stride = out.strides[1];
+  p.lse = lse != nullptr ? static_cast<float*>(lse->data) : nullptr;
+  p.scale = std::isnan(softmax_scale) || softmax_scale <= 0.f ? 1.f / std::sqrt(static_cast<float>(c.d)) : softmax_scale;
+  p.batch = static_cast<int>(batch), p.nheads = static_cast<int>(nheads), p.nheads_kv = static_cast<int>(c.nheads);
+  p.page_size = static_cast<int>(c.page_size);
+  call.batch = batch, call.nheads = nheads, call.dtype = q.dtype;
+  return call;
+}
+
+// The page table's values: checked by a device read unless `stream` is being captured; the
+// requests' KV lengths (empty when not read).
+std::vector<int64_t> check_values(const char* op, const TensorView& kv_indices, const TensorView& kv_indptr,
+                                  const TensorView& kv_last_page_len, const DecodeCall& call, cudaStream_t stream) {
+  if (detail::capturing(stream)) return {};
+  const check::Arg Ind{op, "kv_indices", kv_indices}, Ptr{op, "kv_indptr", kv_indptr},
+      Last{op, "kv_last_page_len", kv_last_page_len};
+  return detail::check_table_values(Ind, Ptr, Last, call.batch, call.c, stream);
+}
+
+// Rung 3 ----------------------------------------------------------------------------------------
+
+// The work items of one chunk: KV heads x blocks of 16 query heads.
+int64_t items_per_chunk(int64_t nheads, int64_t nheads_kv) {
+  const int64_t group = nheads / nheads_kv, rows = kernels::DecodeSplitTraits<128>::kRows;
+  return nheads_kv * ((group + rows - 1) / rows);
+}
+
+template <int kD>
+const void* split_kernel_for() {
+  return reinterpret_cast<const void*>(&kernels::paged_decode_split_kernel<__nv_bfloat16, kD>);
+}
+
+// Blocks of rung 3 resident at once on device `device` at head dim d (the same for fp16/bf16).
+int64_t split_slots(int64_t d, int device) {
+  detail::DeviceGuard guard(device);
+  return HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
+    const auto* kernel = split_kernel_for<kD>();
+    constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
+    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per_sm = 0;
+    FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem));
+    return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
+  });
+}
+
+// A plan's workspace: [num_items int32, padded to 16 | items int4 x capacity | request_items
+// int32 x (batch + 1), padded | partial lse fp32 x capacity x nheads, padded | partial O fp32 x
+// capacity x nheads x d]. The capacity (the run's grid) depends on the shape only: the batch plus
+// room for two waves' worth of extra chunks.
+struct SplitLayout {
+  int64_t slots = 0, capacity = 0, items = 0, request_items = 0, lse = 0, o = 0, bytes = 0;
+};
+int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
+SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t d, int device) {
+  SplitLayout s;
+  s.slots = split_slots(d, device);
+  const int64_t per = items_per_chunk(nheads, nheads_kv);
+  s.capacity = batch + 2 * ((s.slots + per - 1) / per);
+  s.items = 16;
+  s.request_items = s.items + s.capacity * 16;
+  s.lse = s.request_items + pad16((batch + 1) * 4);
+  s.o = s.lse + pad16(s.capacity * nheads * 4);
+  s.bytes = s.o + s.capacity * nheads * d * 4;
+  return s;
+}
+
+// Plans on the host and enqueues the copy of the plan's metadata (everything before the partial
+// states) to `ws` on `stream`.
+DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, int64_t nheads, int64_t nheads_kv,
+                         int64_t d, int device, void* ws, cudaStream_t stream) {
+  const auto batch = static_cast<int64_t>(pages.size());
+  const SplitLayout s = split_layout(batch, nheads, nheads_kv, d, device);
+  // An item's fixed cost (its start, the first tiles' latency, the merge's share) ~ 64 keys.
+  const int64_t overhead = (64 + page_size - 1) / page_size;
+  const detail::DecodePlan plan =
+      detail::plan_decode(pages, items_per_chunk(nheads, nheads_kv), s.slots, s.capacity, overhead);
+  std::vector<unsigned char> host(static_cast<size_t>(s.lse), 0);
+  const auto chunks = static_cast<int32_t>(plan.chunks.size());
+  std::memcpy(host.data(), &chunks, 4);
+  for (size_t b = 0; b < pages.size(); ++b) {
+    const int32_t first = plan.request_chunks[b], last = plan.request_chunks[b + 1];
+    for (int32_t i = first; i < last; ++i) {
+      const detail::DecodeChunk& ch = plan.chunks[i];
+      // The request's last chunk runs to its end as run() finds it; a split request's chunks
+      // write partial rows (row = item), a whole request writes out directly.
+      const int32_t item[4] = {ch.request, ch.page_begin, i + 1 == last ? -1 : ch.page_end, last - first > 1 ? i : -1};
+      std::memcpy(host.data() + s.items + 16 * static_cast<int64_t>(i), item, 16);
+    }
+  }
+  std::memcpy(host.data() + s.request_items, plan.request_chunks.data(), plan.request_chunks.size() * 4);
+  FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(ws, host.data(), host.size(), cudaMemcpyHostToDevice, stream));
+  DecodePlanInfo info;
+  info.batch = batch, info.nheads = nheads, info.nheads_kv = nheads_kv, info.headdim = d, info.page_size = page_size;
+  info.device = device, info.capacity = s.capacity, info.chunks = chunks, info.chunk_pages = plan.chunk_pages;
+  info.split = plan.split;
+  return info;
+}
+
+// Rung 3's launches: the chunks (grid_items items; with `ws`, a plan's workspace, else one
+// item per request) and, when `merge`, the merge of split requests.
+void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, bool merge, cudaStream_t stream) {
+  kernels::PagedDecodeSplit sp{};
+  int64_t grid_items = call.batch;
+  if (ws != nullptr) {
+    const auto* base = static_cast<const unsigned char*>(ws);
+    sp.num_items = reinterpret_cast<const int*>(base);
+    sp.items = reinterpret_cast<const int4*>(base + s->items);
+    sp.request_items = reinterpret_cast<const int*>(base + s->request_items);
+    sp.partial_lse = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->lse);
+    sp.partial_o = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->o);
+    grid_items = s->capacity;
+  }
+  const dim3 grid(static_cast<unsigned>(grid_items), static_cast<unsigned>(items_per_chunk(call.nheads, call.c.nheads)));
+  HALF_DTYPE_SWITCH(call.dtype, T, [&] {
+    HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
+      constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
+      const auto kernel = kernels::paged_decode_split_kernel<T, kD>;
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      FLASHLAB_LAUNCH(kernel, grid, 128, smem, stream, call.p, sp);
+      if (merge)
+        FLASHLAB_LAUNCH((kernels::paged_decode_merge_kernel<T, kD>), dim3(static_cast<unsigned>(call.batch)), 128, 0, stream,
+                        call.p, sp);
+    });
+  });
+}
+
+// Workspace tensor of a plan: CUDA uint8 1-D contiguous, 16-byte aligned, >= bytes, on `device`.
+void check_workspace(const char* op, const TensorView& workspace, int64_t bytes, int device) {
+  const check::Arg W{op, "workspace", workspace};
+  check::cuda(W);
+  check::dtype_in(W, {DType::kU8});
+  check::ndim(W, 1);
+  check::contiguous(W);
+  check::aligned(W, 16);
+  if (workspace.device.index != device)
+    check::fail(W, detail::concat("the plan's device cuda:", device), device_str(workspace.device));
+  if (workspace.shape[0] < bytes)
+    check::fail(W, detail::concat("at least ", bytes, " bytes (batch_decode_workspace_bytes)"),
+                detail::concat(workspace.shape[0], " bytes"));
+}
+
+}  // namespace
+
+void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                        const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+                        const TensorView& out, const TensorView* lse, KvLayout layout, float softmax_scale,
+                        cudaStream_t stream, int rung) {
+  constexpr const char* op = "batch_decode_paged";
+  check::rung(op, rung, kPagedDecodeRungs);
+  const DecodeCall call =
+      check_decode(op, q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout, softmax_scale);
+  detail::DeviceGuard guard(q.device.index);
+  const std::vector<int64_t> len = check_values(op, kv_indices, kv_indptr, kv_last_page_len, call, stream);
+  if (call.batch == 0 || call.nheads == 0) return;
+  const kernels::PagedDecodeParams& p = call.p;
+  if (rung == 3 && call.dtype != DType::kF32) {
+    if (len.empty() && call.batch > 0) {  // capturing: no page counts to plan with, one item per request
+      launch_split(call, nullptr, nullptr, false, stream);
+      return;
+    }
+    std::vector<int64_t> pages(len.size());
+    for (size_t b = 0; b < len.size(); ++b) pages[b] = (len[b] + call.c.page_size - 1) / call.c.page_size;
+    const SplitLayout s = split_layout(call.batch, call.nheads, call.c.nheads, call.c.d, q.device.index);
+    void* ws = detail::workspace(stream, s.bytes);
+    const DecodePlanInfo info = plan_into(pages, call.c.page_size, call.nheads, call.c.nheads, call.c.d, q.device.index, ws, stream);
+    launch_split(call, ws, &s, info.split, stream);
+    return;
+  }
+  const int64_t group = call.nheads / call.c.nheads;
+  // Rung 2 (and fp32 at rung 3): kG query heads a block, the smallest power of two >= the group, at most 8.
+  const int kg = group >= 5 ? 8 : group >= 3 ? 4 : static_cast<int>(group);
+  DTYPE_SWITCH(call.dtype, T, [&] {
+    HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
+      if (rung == 1) {
+        const dim3 grid(static_cast<unsigned>(call.nheads), static_cast<unsigned>(call.batch));
+        FLASHLAB_LAUNCH((kernels::paged_decode_naive_kernel<T, kD>), grid, 128, 0, stream, p);
+        return;
+      }
+      const auto launch = [&](auto kg_tag) {
+        constexpr int kG = decltype(kg_tag)::value;
+        const dim3 grid(static_cast<unsigned>(call.c.nheads * ((group + kG - 1) / kG)), static_cast<unsigned>(call.batch));
+        FLASHLAB_LAUNCH((kernels::paged_decode_gqa_kernel<T, kD, kG>), grid, 128, 0, stream, p);
+      };
+      if (kg == 8) launch(std::integral_constant<int, 8>{});
+      else if (kg == 4) launch(std::integral_constant<int, 4>{});
+      else if (kg == 2) launch(std::integral_constant<int, 2>{});
+      else launch(std::integral_constant<int, 1>{});
+    });
+  });
+}
+
+int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t headdim, int device) {
+  constexpr const char* op = "batch_decode_workspace_bytes";
+  FLASHLAB_CHECK(batch >= 0 && batch <= 65535, op, ": argument 'batch': expected 0 .. 65535, got ", batch);
+  FLASHLAB_CHECK(nheads_kv >= 1 && nheads_kv <= 0x7fffffff, op, ": argument 'nheads_kv': expected 1 .. 2^31 - 1, got ",
+                 nheads_kv);
+  FLASHLAB_CHECK(nheads >= 0 && nheads % nheads_kv == 0 && nheads * nheads_kv <= 0x7fffffff, op,
+                 ": argument 'nheads': expected a multiple of nheads_kv (", nheads_kv, "), got ", nheads);
+  FLASHLAB_CHECK(headdim == 32 || headdim == 64 || headdim == 96 || headdim == 128 || headdim == 192 || headdim == 256, op,
+                 ": argument 'headdim': expected 32, 64, 96, 128, 192 or 256, got ", headdim);
+  int count = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDeviceCount(&count));
+  FLASHLAB_CHECK(device >= 0 && device < count, op, ": argument 'device': expected a CUDA device in [0, ", count, "), got ",
+                 device);
+  return split_layout(batch, nheads, nheads_kv, headdim, device).bytes;
+}
+
+DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_size, int64_t nheads, int64_t nheads_kv,
+                                 int64_t headdim, const TensorView& workspace, cudaStream_t stream) {
+  constexpr const char* op = "batch_decode_plan";
+  const check::Arg Ptr{op, "kv_indptr_host", kv_indptr_host};
+  FLASHLAB_CHECK(kv_indptr_host.device.type == DeviceType::kCPU || kv_indptr_host.device.type == DeviceType::kCUDAHost, op,
+                 ": argument 'kv_indptr_host': expected a host tensor (cpu or cuda_host), got ", device_str(kv_indptr_host.device));
+  check::dtype_in(Ptr, {DType::kI32});
+  check::ndim(Ptr, 1);
+  check::contiguous(Ptr);
+  FLASHLAB_CHECK(kv_indptr_host.shape[0] >= 1, op, ": argument 'kv_indptr_host': expected (batch + 1,) values, got none");
+  const int64_t batch = kv_indptr_host.shape[0] - 1;
+  FLASHLAB_CHECK(page_size >= 1 && page_size <= 0x7fffffff, op, ": argument 'page_size': expected >= 1, got ", page_size);
+  FLASHLAB_CHECK(workspace.is_cuda(), op, ": argument 'workspace': expected a CUDA tensor, got ", device_str(workspace.device));
+  const int device = workspace.device.index;
+  const int64_t bytes = batch_decode_workspace_bytes(batch, nheads, nheads_kv, headdim, device);
+  check_workspace(op, workspace, bytes, device);
+  const auto* ptr = static_cast<const int32_t*>(kv_indptr_host.data);
+  if (ptr[0] != 0) check::fail(Ptr, "kv_indptr[0] = 0", detail::concat("kv_indptr[0] = ", ptr[0]));
+  std::vector<int64_t> pages(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    if (ptr[b + 1] < ptr[b])
+      check::fail(Ptr, "non-decreasing values", detail::concat("kv_indptr[", b + 1, "] = ", ptr[b + 1], " < kv_indptr[", b, "] = ", ptr[b]));
+    pages[b] = ptr[b + 1] - ptr[b];
+  }
+  detail::DeviceGuard guard(device);
+  return plan_into(pages, page_size, nheads, nheads_kv, headdim, device, workspace.data, stream);
+}
+
+void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, const TensorView& q,
+                      const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
+                      const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,
+                      const TensorView* lse, KvLayout layout, float softmax_scale, cudaStream_t stream) {
+  constexpr const char* op = "batch_decode_run";
+  const DecodeCall call =
+      check_decode(op, q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout, softmax_scale);
+  const check::Arg Q{op, "q", q};
+  if (call.dtype != DType::kF16 && call.dtype != DType::kBF16) check::fail(Q, "fp16 or bf16 (decode rung 3)", dtype_name(call.dtype));
+  if (call.batch != plan.batch || call.nheads != plan.nheads || call.c.nheads != plan.nheads_kv || call.c.d != plan.headdim ||
+      call.c.page_size != plan.page_size)
+    FLASHLAB_CHECK(false, op, ": argument 'plan': expected the shape of the call (batch ", call.batch, ", nheads ", call.nheads,
+                   ", nheads_kv ", call.c.nheads, ", headdim ", call.c.d, ", page_size ", call.c.page_size, "), got a plan for (",
+                   plan.batch, ", ", plan.nheads, ", ", plan.nheads_kv, ", ", plan.headdim, ", ", plan.page_size, ")");
+  if (q.device.index != plan.device)
+    check::fail(Q, detail::concat("the plan's device cuda:", plan.device), device_str(q.device));
+  detail::DeviceGuard guard(q.device.index);
+  const SplitLayout s = split_layout(plan.batch, plan.nheads, plan.nheads_kv, plan.headdim, plan.device);
+  FLASHLAB_CHECK(s.capacity == plan.capacity, op, ": argument 'plan': expected a plan of this device's capacity (", s.capacity,
+                 " items), got ", plan.capacity);
+  check_workspace(op, workspace, s.bytes, plan.device);
+  const check::Arg W{op, "workspace", workspace}, Kc{op, "k_cache", k_cache}, Vc{op, "v_cache", v_cache},
+      Ind{op, "kv_indices", kv_indices}, Ptr{op, "kv_indptr", kv_indptr}, Last{op, "kv_last_page_len", kv_last_page_len},
+      O{op, "out", out}, L{op, "lse", lse != nullptr ? *lse : out};
+  detail::check_outputs_disjoint({&W}, {&Q, &Kc, &Vc, &Ind, &Ptr, &Last, &O, &L});
+  check_values(op, kv_indices, kv_indptr, kv_last_page_len, call, stream);
+  if (call.batch == 0 || call.nheads == 0) return;
+  // The merge launches whatever this plan decided: a graph captured now replays later plans.
+  launch_split(call, workspace.data, &s, true, stream);
+}
+
+}  // namespace flashlab
