@@ -1,6 +1,7 @@
 // Serving benchmarks (op "paged_decode"): batch decode over a paged KV cache, the shapes of
 // issue 8's acceptance: bf16, 32 query heads / 8 KV heads, head dim 128, page size 16, NHD;
-// batch 64 at KV 4k and 16k, batch 1 at 128k, and a skewed batch of 64 (lengths Zipf-distributed
+// batch 64 at KV 4k and 16k, batch 1 at 128k (rung 3 also in the HND layout: shape key "layout"),
+// and a skewed batch of 64 (lengths Zipf-distributed
 // over 1 .. 32k; shape key "zipf" = 1, kv_len = the longest) (quick: batch 64 at 4k). Each
 // request owns contiguous pages (the kernel still reads them through the page table). Bytes: K
 // and V read once plus q and out (what a decode step must move), so TB/s reads against the copy
@@ -97,16 +98,23 @@ void bench_paged_decode(Harness& h, DType dt) {
     const int64_t ws_bytes = batch_decode_workspace_bytes(c.batch, kHeads, kHeadsKv, kD, 0);
     DeviceMem ws(static_cast<size_t>(ws_bytes));
     const TensorView wv = view(ws.p, DType::kU8, {ws_bytes});
-    for (int rung = kPagedDecodeRungs; rung >= 1; --rung) {
-      if (c.zipf && rung == 1) continue;  // the skewed case is about the split
+    // Rung 3 also with the HND layout (the same buffers viewed as (pages, heads, page_size, d)):
+    // a page's rows of one head contiguous, 4 KB, instead of 256-byte rows 2 KB apart.
+    for (int variant = kPagedDecodeRungs + 1; variant >= 1; --variant) {
+      const int rung = std::min(variant, kPagedDecodeRungs);
+      const bool hnd = variant > kPagedDecodeRungs;
+      if ((c.zipf && rung == 1) || (c.zipf && hnd)) continue;  // the skewed case is about the split
       Row r;
       double ms = 0;
       if (rung == 3) {
         const DecodePlanInfo plan = batch_decode_plan(
             TensorView(indptr.data(), DType::kI32, {c.batch + 1}, Device{DeviceType::kCPU, 0}), kPage, kHeads, kHeadsKv, kD, wv,
             h.stream());
+        const std::vector<int64_t> hnd_shape = {pages, kHeadsKv, kPage, kD};
+        const TensorView kh = view(kc.p, dt, hnd_shape), vh = view(vc.p, dt, hnd_shape);
         const auto call = [&] {
-          batch_decode_run(plan, wv, qv, kv, vv, iv, pv, lv, ov, &lse_v, KvLayout::kNHD, 0.f, h.stream());
+          batch_decode_run(plan, wv, qv, hnd ? kh : kv, hnd ? vh : vv, iv, pv, lv, ov, &lse_v,
+                           hnd ? KvLayout::kHND : KvLayout::kNHD, 0.f, h.stream());
         };
         call();  // the page table's values checked (a device read and a wait), outside the graph
         ms = time_graph(h, call);
@@ -127,6 +135,7 @@ void bench_paged_decode(Harness& h, DType dt) {
       r.shape = {{"batch", c.batch}, {"kv_len", c.kv_len}, {"nheads_q", kHeads}, {"nheads_kv", kHeadsKv}, {"headdim", kD},
                  {"page_size", kPage}};
       if (c.zipf) r.shape.emplace_back("zipf", 1);
+      r.shape_text = {{"layout", hnd ? "HND" : "NHD"}};
       r.ms = ms;
       r.bytes = static_cast<double>(2 * tokens * kHeadsKv * kD * es + 2 * q_n * es);
       r.flops = 4.0 * static_cast<double>(tokens) * kHeads * kD;

@@ -117,8 +117,11 @@ int64_t split_slots(int64_t d, int device) {
     const auto* kernel = split_kernel_for<kD>();
     constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared));  // 4 blocks of 55 KB at d 128
     int per_sm = 0;
-    FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem));
+    FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::DecodeSplitTraits<kD>::kThreads,
+                                                                      smem));
     return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
   });
 }
@@ -136,6 +139,8 @@ SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64
   s.slots = split_slots(d, device);
   const int64_t per = items_per_chunk(nheads, nheads_kv);
   s.capacity = batch + 2 * ((s.slots + per - 1) / per);
+  FLASHLAB_CHECK(s.capacity * per <= 0x7fffffff && nheads <= 65535, "batch_decode: expected fewer than 2^31 work items and ",
+                 "at most 65535 query heads, got ", s.capacity, " x ", per, " items, ", nheads, " heads");
   s.items = 16;
   s.request_items = s.items + s.capacity * 16;
   s.lse = s.request_items + pad16((batch + 1) * 4);
@@ -157,15 +162,15 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
   std::vector<unsigned char> host(static_cast<size_t>(s.lse), 0);
   const auto chunks = static_cast<int32_t>(plan.chunks.size());
   std::memcpy(host.data(), &chunks, 4);
-  for (size_t b = 0; b < pages.size(); ++b) {
-    const int32_t first = plan.request_chunks[b], last = plan.request_chunks[b + 1];
-    for (int32_t i = first; i < last; ++i) {
-      const detail::DecodeChunk& ch = plan.chunks[i];
-      // The request's last chunk runs to its end as run() finds it; a split request's chunks
-      // write partial rows (row = item), a whole request writes out directly.
-      const int32_t item[4] = {ch.request, ch.page_begin, i + 1 == last ? -1 : ch.page_end, last - first > 1 ? i : -1};
-      std::memcpy(host.data() + s.items + 16 * static_cast<int64_t>(i), item, 16);
-    }
+  // Items longest first (the order the grid starts them in); chunk i of a split request writes
+  // partial row i, a whole request writes out directly; a request's last chunk runs to its end
+  // as run() finds it.
+  for (size_t x = 0; x < plan.order.size(); ++x) {
+    const int32_t i = plan.order[x];
+    const detail::DecodeChunk& ch = plan.chunks[i];
+    const int32_t first = plan.request_chunks[ch.request], last = plan.request_chunks[ch.request + 1];
+    const int32_t item[4] = {ch.request, ch.page_begin, i + 1 == last ? -1 : ch.page_end, last - first > 1 ? i : -1};
+    std::memcpy(host.data() + s.items + 16 * static_cast<int64_t>(x), item, 16);
   }
   std::memcpy(host.data() + s.request_items, plan.request_chunks.data(), plan.request_chunks.size() * 4);
   FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(ws, host.data(), host.size(), cudaMemcpyHostToDevice, stream));
@@ -180,6 +185,8 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
 // item per request) and, when `merge`, the merge of split requests.
 void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, bool merge, cudaStream_t stream) {
   kernels::PagedDecodeSplit sp{};
+  sp.page_size = kernels::IntDivisor(static_cast<uint32_t>(call.c.page_size));
+  sp.kv_same_strides = call.p.page_stride == call.p.v_page_stride && call.p.slot_stride == call.p.v_slot_stride;
   int64_t grid_items = call.batch;
   if (ws != nullptr) {
     const auto* base = static_cast<const unsigned char*>(ws);
@@ -190,16 +197,18 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
     sp.partial_o = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->o);
     grid_items = s->capacity;
   }
-  const dim3 grid(static_cast<unsigned>(grid_items), static_cast<unsigned>(items_per_chunk(call.nheads, call.c.nheads)));
+  const dim3 grid(static_cast<unsigned>(grid_items * items_per_chunk(call.nheads, call.c.nheads)));
   HALF_DTYPE_SWITCH(call.dtype, T, [&] {
     HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
       constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
       const auto kernel = kernels::paged_decode_split_kernel<T, kD>;
       FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      FLASHLAB_LAUNCH(kernel, grid, 128, smem, stream, call.p, sp);
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared));
+      FLASHLAB_LAUNCH(kernel, grid, kernels::DecodeSplitTraits<kD>::kThreads, smem, stream, call.p, sp);
       if (merge)
-        FLASHLAB_LAUNCH((kernels::paged_decode_merge_kernel<T, kD>), dim3(static_cast<unsigned>(call.batch)), 128, 0, stream,
-                        call.p, sp);
+        FLASHLAB_LAUNCH((kernels::paged_decode_merge_kernel<T, kD>),
+                        dim3(static_cast<unsigned>(call.batch), static_cast<unsigned>(call.nheads)), 128, 0, stream, call.p, sp);
     });
   });
 }

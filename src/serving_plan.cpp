@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numeric>
+#include <queue>
 #include <limits>
 
 #include "flashlab/error.h"
@@ -19,14 +22,37 @@ int64_t count_chunks(const std::vector<int64_t>& pages, int64_t chunk) {
 
 }  // namespace
 
-double decode_plan_cost(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t chunk,
-                        int64_t overhead_pages) {
-  int64_t longest = 0, total = 0;
-  for (int64_t p : pages) longest = std::max(longest, p), total += p;
-  const double work = static_cast<double>(items_per_chunk) *
-                      static_cast<double>(total + overhead_pages * count_chunks(pages, chunk));
-  return std::max(static_cast<double>(std::min(chunk, longest) + overhead_pages),
-                  std::ceil(work / static_cast<double>(work_slots)));
+int64_t decode_plan_cost(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t chunk,
+                         int64_t overhead_pages) {
+  // Chunk lengths, longest first: a request's full chunks, then its remainder.
+  std::vector<int64_t> lens;
+  for (int64_t p : pages) {
+    for (int64_t q = p / chunk; q > 0; --q) lens.push_back(chunk);
+    if (p % chunk != 0 || p == 0) lens.push_back(p % chunk);
+  }
+  std::sort(lens.begin(), lens.end(), std::greater<>());
+  // Past 16 items a slot, the schedule is as good as its bound: the longest item, or the work
+  // spread evenly (and simulating it would cost the host more than it saves the GPU).
+  if (static_cast<int64_t>(lens.size()) * items_per_chunk > 16 * work_slots) {
+    int64_t work = 0;
+    for (int64_t len : lens) work += len + overhead_pages;
+    const double even = std::ceil(static_cast<double>(work) * static_cast<double>(items_per_chunk) /
+                                  static_cast<double>(work_slots));
+    return std::max(lens.front() + overhead_pages, static_cast<int64_t>(std::min(even, 4e18)));
+  }
+  // List scheduling: each item on the slot that frees first (a min-heap of slot end times; the
+  // slots never used stay at 0, so only min(slots, items) are kept).
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> ends;
+  int64_t makespan = 0;
+  for (int64_t len : lens)
+    for (int64_t h = 0; h < items_per_chunk; ++h) {
+      int64_t start = 0;
+      if (static_cast<int64_t>(ends.size()) >= work_slots) start = ends.top(), ends.pop();
+      const int64_t end = start + len + overhead_pages;
+      ends.push(end);
+      makespan = std::max(makespan, end);
+    }
+  return makespan;
 }
 
 DecodePlan plan_decode(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t max_chunks,
@@ -51,12 +77,12 @@ DecodePlan plan_decode(const std::vector<int64_t>& pages, int64_t items_per_chun
   // k = 1 (whole requests) always fits; shorter chunks while they do (the loop ends by
   // max_chunks: the longest request alone makes about k chunks).
   int64_t best = std::max<int64_t>(longest, 1);
-  double best_cost = decode_plan_cost(pages, items_per_chunk, work_slots, best, overhead_pages);
+  int64_t best_cost = decode_plan_cost(pages, items_per_chunk, work_slots, best, overhead_pages);
   for (int64_t k = 2; k <= longest; ++k) {
     const int64_t c = (longest + k - 1) / k;
     if (c == (longest + k - 2) / (k - 1)) continue;  // the same chunk as k - 1
     if (count_chunks(pages, c) > max_chunks) break;  // only grows as c shrinks
-    const double cost = decode_plan_cost(pages, items_per_chunk, work_slots, c, overhead_pages);
+    const int64_t cost = decode_plan_cost(pages, items_per_chunk, work_slots, c, overhead_pages);
     if (cost < best_cost) best = c, best_cost = cost;
   }
   plan.chunk_pages = best;
@@ -71,6 +97,11 @@ DecodePlan plan_decode(const std::vector<int64_t>& pages, int64_t items_per_chun
     plan.request_chunks.push_back(static_cast<int32_t>(plan.chunks.size()));
     plan.split = plan.split || plan.request_chunks[b + 1] - plan.request_chunks[b] > 1;
   }
+  plan.order.resize(plan.chunks.size());
+  std::iota(plan.order.begin(), plan.order.end(), 0);
+  std::stable_sort(plan.order.begin(), plan.order.end(), [&](int32_t a, int32_t b) {
+    return plan.chunks[a].page_end - plan.chunks[a].page_begin > plan.chunks[b].page_end - plan.chunks[b].page_begin;
+  });
   return plan;
 }
 

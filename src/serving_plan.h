@@ -19,6 +19,7 @@ struct DecodePlan {
   std::vector<DecodeChunk> chunks;      // by request, then chunk; each runs for every KV head
   std::vector<int32_t> request_chunks;  // (batch + 1,) CSR offsets of each request's chunks in `chunks`
   bool split = false;                   // some request has more than one chunk (a merge is needed)
+  std::vector<int32_t> order;           // chunk indices, longest first (stable): the order to start them in
 };
 
 // pages[b]: request b's number of KV pages (>= 0). items_per_chunk >= 1: the work items of one
@@ -27,15 +28,17 @@ struct DecodePlan {
 // grid). overhead_pages >= 0: an item's fixed cost (start, first loads, its share of the merge)
 // in pages.
 // The chunk length c (a request of p pages: max(1, ceil(p / c)) chunks, an empty request one
-// empty chunk) minimizes the estimated time of a work-conserving schedule,
-//   max(min(c, longest) + overhead, ceil(items_per_chunk x sum over chunks (pages + overhead) / work_slots)),
-// over c = ceil(longest / k), k = 1, 2, ... while the chunks fit in max_chunks (ties: the longer
-// chunk, fewer merges). Throws flashlab::Error on invalid arguments.
+// empty chunk) minimizes the estimated time: the items (each chunk items_per_chunk times, its
+// pages + overhead_pages long) started longest first, each on the slot that frees first (what
+// the GPU's block scheduler does with a grid in that order; past 16 items a slot, the bound
+// max(longest item, total / slots) instead); candidates c = ceil(longest / k),
+// k = 1, 2, ... while the chunks fit in max_chunks (ties: the longer chunk, fewer merges).
+// Throws flashlab::Error on invalid arguments.
 DecodePlan plan_decode(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t max_chunks,
                        int64_t overhead_pages = 0);
 
-// The estimate above for chunk length c (exposed for the tests).
-double decode_plan_cost(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t chunk,
-                        int64_t overhead_pages);
+// The estimate above for chunk length c, in pages (exposed for the tests).
+int64_t decode_plan_cost(const std::vector<int64_t>& pages, int64_t items_per_chunk, int64_t work_slots, int64_t chunk,
+                         int64_t overhead_pages);
 
 }  // namespace flashlab::detail

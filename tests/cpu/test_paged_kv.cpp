@@ -1,7 +1,8 @@
-// append_paged_kv_cache and batch_decode_paged (include/flashlab/serving.h): every host-side
-// rejection (message names the argument, what was expected and what was given; nothing launched),
-// on fake device tensors. The checks of the int32 arrays' values read device memory:
-// tests/gpu/test_paged_kv.cpp.
+// append_paged_kv_cache, batch_decode_paged and the decode's plan / run (include/flashlab/serving.h):
+// every host-side rejection that comes before a CUDA call (message names the argument, what was
+// expected and what was given; nothing launched), on fake device tensors. The checks that need
+// the device (the int32 arrays' values, the workspace's size against the device's capacity, the
+// host kv_indptr's values): tests/gpu/test_paged_kv.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +22,7 @@ namespace {
 using testing::gpu;
 using testing::gpu_strided;
 constexpr DType kBf = DType::kBF16, kI32 = DType::kI32;
-enum Slot { kAk = 1, kAv, kBi, kPos, kKc, kVc, kInd, kPtr, kLast };
+enum Slot { kAk = 1, kAv, kBi, kPos, kKc, kVc, kInd, kPtr, kLast, kWs };
 
 // A valid call: 5 new tokens of 4 KV heads x 128 into an NHD cache of 32 pages of 16 tokens, a
 // batch of 3 requests.
@@ -177,8 +178,13 @@ TEST(PagedKvValidation, Decode) {
   const std::string op = "batch_decode_paged: argument ";
   {
     Decode d;
-    d.rung = 3;
-    rejected(d, {"batch_decode_paged: argument 'rung'", "expected 1..2", "got 3"});
+    d.rung = 4;
+    rejected(d, {"batch_decode_paged: argument 'rung'", "expected 1..3", "got 4"});
+  }
+  {
+    Decode d;
+    d.rung = 0;
+    rejected(d, {"batch_decode_paged: argument 'rung'", "expected 1..3", "got 0"});
   }
   {
     Decode d;
@@ -233,6 +239,118 @@ TEST(PagedKvValidation, Decode) {
   }
 }
 
+// batch_decode_run under a plan of Decode's shape (3 requests, 8 / 4 heads, d 128, pages of 16),
+// made by hand: the checks of the plan against the call come before any CUDA call.
+struct Run {
+  Decode d;
+  DecodePlanInfo plan = make_plan();
+  TensorView ws = gpu(DType::kU8, {1 << 20}, kWs);
+  static DecodePlanInfo make_plan() {
+    DecodePlanInfo p;
+    p.batch = 3, p.nheads = 8, p.nheads_kv = 4, p.headdim = 128, p.page_size = 16, p.device = 0;
+    p.capacity = 100, p.chunks = 3, p.chunk_pages = 2;
+    return p;
+  }
+  void run() const {
+    batch_decode_run(plan, ws, d.q, d.c.kc, d.c.vc, d.c.ind, d.c.ptr, d.c.last, d.out, d.lse_ptr, d.c.layout, d.scale);
+  }
+};
+
+void rejected(const Run& r, const std::vector<std::string>& pieces) {
+  testing::expect_rejected([&] { r.run(); }, pieces);
+}
+
+TEST(PagedKvValidation, DecodeRun) {
+  const std::string op = "batch_decode_run: argument ";
+  const std::string shape = "expected the shape of the call (batch 3, nheads 8, nheads_kv 4, headdim 128, page_size 16)";
+  {
+    Run r;  // a plan of another batch
+    r.plan.batch = 2;
+    rejected(r, {op + "'plan'", shape, "got a plan for (2, 8, 4, 128, 16)"});
+  }
+  {
+    Run r;  // of other query heads
+    r.plan.nheads = 16;
+    rejected(r, {op + "'plan'", "got a plan for (3, 16, 4, 128, 16)"});
+  }
+  {
+    Run r;  // of other KV heads
+    r.plan.nheads_kv = 2;
+    rejected(r, {op + "'plan'", "got a plan for (3, 8, 2, 128, 16)"});
+  }
+  {
+    Run r;  // of another head dim
+    r.plan.headdim = 64;
+    rejected(r, {op + "'plan'", "got a plan for (3, 8, 4, 64, 16)"});
+  }
+  {
+    Run r;  // of another page size
+    r.plan.page_size = 64;
+    rejected(r, {op + "'plan'", "got a plan for (3, 8, 4, 128, 64)"});
+  }
+  {
+    Run r;  // a default (empty) plan
+    r.plan = DecodePlanInfo{};
+    rejected(r, {op + "'plan'", "got a plan for (0, 0, 0, 0, 0)"});
+  }
+  {
+    Run r;
+    r.plan.device = 1;
+    rejected(r, {op + "'q'", "the plan's device cuda:1", "got cuda:0"});
+  }
+  {
+    Run r;  // rung 3 only: no fp32
+    r.d.c.kc = gpu(DType::kF32, {32, 16, 4, 128}, kKc), r.d.c.vc = gpu(DType::kF32, {32, 16, 4, 128}, kVc);
+    r.d.q = gpu(DType::kF32, {3, 8, 128}, kAk), r.d.out = gpu(DType::kF32, {3, 8, 128}, kAv);
+    rejected(r, {op + "'q'", "expected fp16 or bf16 (decode rung 3)", "got fp32"});
+  }
+  {
+    Run r;  // the decode's own checks come first
+    r.d.q = gpu(kBf, {3, 8, 64}, kAk);
+    rejected(r, {op + "'q'", "expected shape [3, 8, 128]"});
+  }
+  {
+    Run r;
+    r.d.lse = gpu(DType::kF32, {3, 4}, kBi);
+    rejected(r, {op + "'lse'", "expected shape [3, 8]"});
+  }
+}
+
+TEST(PagedKvValidation, DecodePlan) {
+  const std::string op = "batch_decode_plan: argument ";
+  int32_t host[4] = {0, 1, 3, 3};
+  const TensorView ptr(host, kI32, {4}, testing::kCpu), ws = gpu(DType::kU8, {1 << 20}, kWs);
+  const auto plan = [&](const TensorView& p, int64_t page_size, int64_t nheads, int64_t nheads_kv, int64_t d,
+                        const TensorView& w, const std::vector<std::string>& pieces) {
+    testing::expect_rejected([&] { batch_decode_plan(p, page_size, nheads, nheads_kv, d, w); }, pieces);
+  };
+  plan(gpu(kI32, {4}, kPtr), 16, 8, 4, 128, ws, {op + "'kv_indptr_host'", "a host tensor (cpu or cuda_host)", "got cuda:0"});
+  plan(TensorView(host, DType::kI64, {2}, testing::kCpu), 16, 8, 4, 128, ws, {op + "'kv_indptr_host'", "dtype int32"});
+  plan(TensorView(host, kI32, {2, 2}, testing::kCpu), 16, 8, 4, 128, ws, {op + "'kv_indptr_host'", "1 dims"});
+  plan(TensorView(host, kI32, {2}, {2}, testing::kCpu), 16, 8, 4, 128, ws, {op + "'kv_indptr_host'", "contiguous"});
+  plan(TensorView(host, kI32, {0}, testing::kCpu), 16, 8, 4, 128, ws, {op + "'kv_indptr_host'", "(batch + 1,) values"});
+  plan(ptr, 0, 8, 4, 128, ws, {op + "'page_size'", "expected >= 1", "got 0"});
+  plan(ptr, 16, 8, 4, 128, TensorView(testing::fake(0, kWs), DType::kU8, {1 << 20}, testing::kCpu),
+       {op + "'workspace'", "expected a CUDA tensor", "got cpu"});
+  // The shape's checks (batch_decode_workspace_bytes'), before the device's.
+  plan(ptr, 16, 6, 4, 128, ws, {"batch_decode_workspace_bytes: argument 'nheads'", "multiple of nheads_kv (4)", "got 6"});
+  plan(ptr, 16, 8, 0, 128, ws, {"batch_decode_workspace_bytes: argument 'nheads_kv'", "got 0"});
+  plan(ptr, 16, 8, 4, 100, ws, {"batch_decode_workspace_bytes: argument 'headdim'", "got 100"});
+}
+
+TEST(PagedKvValidation, DecodeWorkspaceBytes) {
+  const std::string op = "batch_decode_workspace_bytes: argument ";
+  const auto bytes = [](int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t d, const std::vector<std::string>& pieces) {
+    testing::expect_rejected([&] { batch_decode_workspace_bytes(batch, nheads, nheads_kv, d, 0); }, pieces);
+  };
+  bytes(65536, 8, 4, 128, {op + "'batch'", "0 .. 65535", "got 65536"});
+  bytes(-1, 8, 4, 128, {op + "'batch'", "got -1"});
+  bytes(3, 8, 0, 128, {op + "'nheads_kv'", "got 0"});
+  bytes(3, 12, 8, 128, {op + "'nheads'", "a multiple of nheads_kv (8)", "got 12"});
+  bytes(3, -4, 4, 128, {op + "'nheads'", "got -4"});
+  bytes(3, 8, 4, 160, {op + "'headdim'", "32, 64, 96, 128, 192 or 256", "got 160"});
+}
+
 bool has_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -275,6 +393,12 @@ TEST(PagedKvValidation, ValidCallsPassTheHostChecks) {
   testing::expect_rejected([&] { d.run(); }, {"CUDA error"});  // past every host check: the device read
   d.lse_ptr = nullptr;
   testing::expect_rejected([&] { d.run(); }, {"CUDA error"});
+  Run r;  // the plan matches the call: on to the device's capacity
+  testing::expect_rejected([&] { r.run(); }, {"CUDA error"});
+  int32_t host[4] = {0, 1, 3, 3};
+  testing::expect_rejected(
+      [&] { batch_decode_plan(TensorView(host, kI32, {4}, testing::kCpu), 16, 8, 4, 128, r.ws); }, {"CUDA error"});
+  testing::expect_rejected([&] { batch_decode_workspace_bytes(3, 8, 4, 128, 0); }, {"CUDA error"});
 }
 
 }  // namespace

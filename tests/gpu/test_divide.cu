@@ -1,4 +1,6 @@
-// RowDivisor (kernels/common/divide.cuh) against __fdiv_rn, bit for bit: random dividends over
+// IntDivisor (kernels/common/divide.cuh) against / and % over dividends 0 .. 2^31 - 1 (every one
+// below 2^20, then the ends and random ones) for divisors 1 .. 300, powers of two and large ones.
+// RowDivisor against __fdiv_rn, bit for bit: random dividends over
 // the whole fp32 range (random bit patterns: subnormals, inf, NaN included), dividends near the
 // quantization grid (|x| <= absmax, the case the quantize kernels run), and divisors from tiny
 // to huge, including the ones outside the fast path's range.
@@ -108,6 +110,40 @@ TEST(RowDivisor, ManyDivisorsMatchIeeeDivision) {
       ADD_FAILURE() << "d = " << d[i / kPer] << ", x = " << x[i] << ": RowDivisor 0x" << std::hex << fast[i]
                     << ", __fdiv_rn 0x" << ieee[i] << std::dec;
   EXPECT_EQ(mismatches, 0);
+}
+
+// Per divisor d[j]: the dividends x[0 .. n), quotient and remainder.
+__global__ void int_divide_kernel(const uint32_t* d, int nd, const uint32_t* x, int n, uint32_t* bad) {
+  for (int j = blockIdx.y; j < nd; j += gridDim.y) {
+    const kernels::IntDivisor div(d[j]);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+      const uint32_t q = div.div(x[i]), r = div.mod(x[i], q);
+      if (q != x[i] / d[j] || r != x[i] % d[j]) atomicAdd(bad + j, 1u);
+    }
+  }
+}
+
+TEST(IntDivisor, MatchesIntegerDivision) {
+  SKIP_WITHOUT_GPU();
+  std::vector<uint32_t> d;
+  for (uint32_t v = 1; v <= 300; ++v) d.push_back(v);
+  for (uint32_t v : {512u, 1000u, 4096u, 65535u, 65536u, 1000003u, 0x7fffffffu, 0x80000000u}) d.push_back(v);
+  std::vector<uint32_t> x;
+  for (uint32_t v = 0; v < (1u << 20); ++v) x.push_back(v);
+  std::mt19937 rng(11);
+  for (int i = 0; i < (1 << 20); ++i) x.push_back(rng() & 0x7fffffffu);
+  for (uint32_t v = 0; v < 4096; ++v) x.push_back(0x7fffffffu - v);
+  DeviceBuffer dd(d.size() * 4), dx(x.size() * 4), dbad(d.size() * 4);
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dd.ptr, d.data(), d.size() * 4, cudaMemcpyHostToDevice));
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(dx.ptr, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  FLASHLAB_CUDA_CHECK(cudaMemset(dbad.ptr, 0, d.size() * 4));
+  int_divide_kernel<<<dim3(256, 64), 256>>>(static_cast<const uint32_t*>(dd.ptr), static_cast<int>(d.size()),
+                                            static_cast<const uint32_t*>(dx.ptr), static_cast<int>(x.size()),
+                                            static_cast<uint32_t*>(dbad.ptr));
+  FLASHLAB_CUDA_CHECK(cudaGetLastError());
+  std::vector<uint32_t> bad(d.size());
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(bad.data(), dbad.ptr, d.size() * 4, cudaMemcpyDeviceToHost));
+  for (size_t j = 0; j < d.size(); ++j) EXPECT_EQ(bad[j], 0u) << "d = " << d[j];
 }
 
 }  // namespace

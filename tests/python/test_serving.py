@@ -237,7 +237,9 @@ def test_batch_decode_paged(layout, rung):
         ref_lse = torch.logsumexp(sc, dim=-1)
         ref = torch.einsum("hn,nhd->hd", torch.softmax(sc, dim=-1), v)
         tol = (n + 8) * 2.0 ** -23
-        assert (out[b] - ref).abs().le(2.0 ** -8 * ref.abs() + tol * max_v).all(), f"request {b} ({n} keys)"
+        # Rung 3 rounds the probabilities to bf16 for the tensor cores' P V: up to 2^-8 max|v| more.
+        p_round = 2.0 ** -8 * max_v if rung == 3 else 0.0
+        assert (out[b] - ref).abs().le(2.0 ** -8 * ref.abs() + tol * max_v + p_round).all(), f"request {b} ({n} keys)"
         assert (lse[b] - ref_lse).abs().le(tol * (1 + ref_lse.abs())).all(), f"request {b} lse"
 
 
@@ -270,14 +272,17 @@ def _page_table(lens, ps, max_pages, g):
     return indices, indptr, last
 
 
-def _check_decode(out, lse, ref, ref_lse, lens, max_v):
+def _check_decode(out, lse, ref, ref_lse, lens, max_v, dtype):
+    # The fp32 sum's bound, plus one unit roundoff of the output and of the probabilities (16-bit
+    # for the tensor cores' P V) times max|v|.
+    u = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}[dtype]
     out, lse = out.double().cpu(), lse.double().cpu()
     for b, n in enumerate(lens):
         if n == 0:
             assert (out[b] == 0).all() and torch.isneginf(lse[b]).all()
             continue
         tol = (n + 8) * 2.0 ** -23
-        assert (out[b] - ref[b]).abs().le(2.0 ** -8 * ref[b].abs() + tol * max_v).all(), f"request {b} ({n} keys)"
+        assert (out[b] - ref[b]).abs().le(u * ref[b].abs() + (tol + u) * max_v).all(), f"request {b} ({n} keys)"
         assert (lse[b] - ref_lse[b]).abs().le(tol * (1 + ref_lse[b].abs())).all(), f"request {b} lse"
 
 
@@ -301,7 +306,7 @@ def test_decode_wrapper_matches_reference_and_replays_in_a_graph(dtype):
     # updated in place), and again after tokens were appended without a new plan.
     g = torch.Generator().manual_seed(7)
     dt = getattr(torch, dtype)
-    hq, hk, d, ps, max_pages = 16, 4, 128, 16, 1400
+    hq, hk, d, ps, max_pages = 16, 4, 128, 16, 1600  # lens2 needs 1440 pages, lens3 1442
     kc, vc = ((torch.rand(max_pages, ps, hk, d, generator=g) * 2 - 1).to(dt) for _ in range(2))
     max_v = float(vc.double().abs().max())
     lens = [20000, 0, 1, 300, 17]
@@ -319,7 +324,7 @@ def test_decode_wrapper_matches_reference_and_replays_in_a_graph(dtype):
     w.run(q_d, cache, out=out, lse=lse)
     torch.cuda.synchronize()
     ref, ref_lse = _decode_reference(q, kc, vc, indices, indptr, last, ps)
-    _check_decode(out, lse, ref, ref_lse, lens, max_v)
+    _check_decode(out, lse, ref, ref_lse, lens, max_v, dtype)
 
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
@@ -341,7 +346,7 @@ def test_decode_wrapper_matches_reference_and_replays_in_a_graph(dtype):
     graph.replay()
     torch.cuda.synchronize()
     ref, ref_lse = _decode_reference(q, kc, vc, indices2, indptr2, last2, ps)
-    _check_decode(out, lse, ref, ref_lse, lens2, max_v)
+    _check_decode(out, lse, ref, ref_lse, lens2, max_v, dtype)
 
     # Tokens appended without a new plan: request 1 grows into a new page (its last chunk runs to
     # the end), request 4 within its last page.
@@ -360,4 +365,4 @@ def test_decode_wrapper_matches_reference_and_replays_in_a_graph(dtype):
     graph.replay()
     torch.cuda.synchronize()
     ref, ref_lse = _decode_reference(q, kc, vc, indices3, indptr3, last3, ps)
-    _check_decode(out, lse, ref, ref_lse, lens3, max_v)
+    _check_decode(out, lse, ref, ref_lse, lens3, max_v, dtype)

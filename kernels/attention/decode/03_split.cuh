@@ -8,14 +8,15 @@
 //     (O normalized, lse) goes to an fp32 partial buffer; paged_decode_merge_kernel merges a
 //     request's chunks (merge_states' formula). A request of one chunk writes out and lse
 //     directly. Without a plan (items == nullptr) item x is request x, whole.
-//   - A 3-stage cp.async pipeline of 64-key tiles (K and V): two tiles are in flight while one
-//     is computed, each key's page looked up by the thread that copies it; keys past the chunk
-//     are zero-filled and masked. Rung 2 had one key per warp in flight.
+//   - A 3-stage cp.async pipeline of 64-key tiles (K and V): the next tiles' copies are issued
+//     before the wait for the current one, so up to three are in flight; each key's page looked
+//     up (a tile ahead) by the thread that copies it; keys past the chunk zero-filled and
+//     masked. Rung 2 had one key per warp in flight.
 //   - Tensor cores: the group's query heads are the 16 rows of an mma.sync m16n8k16 (rows past
 //     the group are zeros, their results dropped), so S = Q K^T and O += P V cost a few mma per
 //     16 keys instead of a shuffle reduction per key and head; P stays in registers (the S
 //     accumulator layout is the P V A-fragment, as forward rung 3). Each warp takes 16 keys of
-//     the tile and keeps its own online softmax; the 4 warps' states merge in shared memory.
+//     the tile and keeps its own online softmax; the warps' states merge in shared memory.
 //     Compute is far below the memory time, so the choice is about issue slots: rung 2 spent
 //     them on shuffles.
 // Shared memory: Q (16 rows) and kStages x (K, V) 64-row tiles, 16-bit, rows padded by 8
@@ -30,13 +31,14 @@
 
 #include "kernels/attention/decode/01_naive.cuh"
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/divide.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
 
 namespace flashlab::kernels {
 
 // The split of a decode into work items (rung 3). One item is a chunk of a request's pages,
-// run for every (KV head, 16-query-head block): grid (capacity, nheads_kv x ceil(group / 16)).
+// run for every (KV head, 16-query-head block): a 1-D grid of capacity x nheads_kv x ceil(group / 16).
 struct PagedDecodeSplit {
   const int4* items;         // (request, page_begin, page_end or -1 = the request's end, partial row or -1 = final)
                              // per item; nullptr: item x = request x, all its pages, final
@@ -44,13 +46,18 @@ struct PagedDecodeSplit {
   const int* request_items;  // (batch + 1,) CSR: request b's items (the merge's input rows)
   float* partial_o;          // (rows, nheads, headdim) fp32: a chunk's normalized output
   float* partial_lse;        // (rows, nheads) fp32, log2 units (-inf: no key)
+  IntDivisor page_size;      // p.page_size as a divisor
+  bool kv_same_strides;      // v_cache's page and slot strides are k_cache's: one offset for both
 };
 
 template <int kHeadDim>
 struct DecodeSplitTraits {
-  static constexpr int kWarps = 4, kThreads = 128;
-  static constexpr int kRows = 16;       // query heads per block (the mma's M)
-  static constexpr int kTileKeys = 64;   // keys per pipeline stage, 16 per warp
+  // 4 warps, 16 keys each per tile. (2 warps and 32-key tiles, 4 blocks an SM at d 128 so that a
+  // batch-64 GQA-8 decode's 512 items start in one wave, measured 2-4% slower at batch 64: fewer
+  // bytes in flight per SM mattered more than the second wave.)
+  static constexpr int kWarps = 4, kThreads = kWarps * 32;
+  static constexpr int kRows = 16;                 // query heads per block (the mma's M)
+  static constexpr int kTileKeys = kWarps * 16;    // keys per pipeline stage, 16 per warp
   static constexpr int kStages = 3;
   static constexpr int kRowElems = kHeadDim + 8;  // padded smem row
   static constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks per row
@@ -63,7 +70,7 @@ struct DecodeSplitTraits {
 };
 
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(128) paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p,
+__global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads) paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p,
                                                                  const __grid_constant__ PagedDecodeSplit s) {
   using Tr = DecodeSplitTraits<kHeadDim>;
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
@@ -73,17 +80,19 @@ __global__ void __launch_bounds__(128) paged_decode_split_kernel(const __grid_co
   T* sk = sq + Tr::kRows * kRowElems;  // stage st: sk + st * kTileElems
   T* sv = sk + kStages * Tr::kTileElems;
 
-  // The item: request b, pages [pb, pe) of it.
+  // The item (blockIdx.x / per: all heads of an item are consecutive blocks, so the items'
+  // order is the order the GPU starts them in): request b, pages [pb, pe) of it.
+  const int group = p.nheads / p.nheads_kv, blocks = (group + Tr::kRows - 1) / Tr::kRows, per = p.nheads_kv * blocks;
+  const int x = static_cast<int>(blockIdx.x / per), y = static_cast<int>(blockIdx.x % per);
   int b, pb = 0, pe = INT_MAX, row = -1;
   if (s.items != nullptr) {
-    if (static_cast<int>(blockIdx.x) >= *s.num_items) return;
-    const int4 it = s.items[blockIdx.x];
+    if (x >= *s.num_items) return;
+    const int4 it = s.items[x];
     b = it.x, pb = it.y, pe = it.z < 0 ? INT_MAX : it.z, row = it.w;
   } else {
-    b = blockIdx.x;
+    b = x;
   }
-  const int group = p.nheads / p.nheads_kv, blocks = (group + Tr::kRows - 1) / Tr::kRows;
-  const int hk = blockIdx.y / blocks, hb = blockIdx.y % blocks;
+  const int hk = y / blocks, hb = y % blocks;
   const int h0 = hk * group + hb * Tr::kRows, ng = min(Tr::kRows, group - hb * Tr::kRows);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int first = p.kv_indptr[b], pages = p.kv_indptr[b + 1] - first;
@@ -102,39 +111,69 @@ __global__ void __launch_bounds__(128) paged_decode_split_kernel(const __grid_co
     const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + (h0 + (ok ? r : 0)) * p.q_head_stride + c * 8;
     cp_async_16(sq + r * kRowElems + c * 8, src, ok ? 16 : 0);
   }
-  const auto load_tile = [&](int t) {
+  // Tile t's copies: thread tid copies chunks i = tid + j kThreads (row i / kChunks). The page
+  // of each row is read one tile ahead (fetch_pages, into registers) so that the page table's
+  // latency does not sit between a tile's wait and the next tile's copies.
+  constexpr int kIters = (kTileKeys * kChunks + Tr::kThreads - 1) / Tr::kThreads;
+  const auto fetch_pages = [&](int t, int (&pg)[kIters]) {
+    const int key0 = k_begin + t * kTileKeys;
+#pragma unroll
+    for (int j = 0; j < kIters; ++j) {
+      const int i = tid + j * Tr::kThreads, key = key0 + i / kChunks;
+      pg[j] = i < kTileKeys * kChunks && key < k_end ? p.kv_indices[first + s.page_size.div(key)] : -1;
+    }
+  };
+  // Head dims <= 128 keep Q's fragments (below) and the head's base pointers in registers; past
+  // that both are recomputed (held across the loop, the pointers spilled d 256's registers).
+  constexpr bool kQInRegs = kHeadDim <= 128;
+  const T* k_head = static_cast<const T*>(p.k_cache) + hk * p.head_stride;
+  const T* v_head = static_cast<const T*>(p.v_cache) + hk * p.v_head_stride;
+  const auto load_tile = [&](int t, const int (&pg)[kIters]) {
     T* dk = sk + (t % kStages) * Tr::kTileElems;
     T* dv = sv + (t % kStages) * Tr::kTileElems;
     const int key0 = k_begin + t * kTileKeys;
 #pragma unroll
-    for (int i = tid; i < kTileKeys * kChunks; i += Tr::kThreads) {
+    for (int j = 0; j < kIters; ++j) {
+      const int i = tid + j * Tr::kThreads;
+      if (i >= kTileKeys * kChunks) break;
       const int r = i / kChunks, c = i % kChunks, key = key0 + r;
-      const bool ok = key < k_end;
-      const int kk = ok ? key : k_begin;  // a valid key for the (unread) address
-      const int64_t page = p.kv_indices[first + kk / p.page_size], slot = kk % p.page_size;
-      const T* kp = static_cast<const T*>(p.k_cache) + page * p.page_stride + slot * p.slot_stride + hk * p.head_stride + c * 8;
-      const T* vp =
-          static_cast<const T*>(p.v_cache) + page * p.v_page_stride + slot * p.v_slot_stride + hk * p.v_head_stride + c * 8;
+      const bool ok = pg[j] >= 0;  // a key of the chunk (else zero-filled, nothing read)
+      const int64_t page = ok ? pg[j] : 0, slot = ok ? s.page_size.mod(key, s.page_size.div(key)) : 0;
+      const int64_t off = page * p.page_stride + slot * p.slot_stride;
+      const int64_t v_off = s.kv_same_strides ? off : page * p.v_page_stride + slot * p.v_slot_stride;
+      const T* kp = (kQInRegs ? k_head : static_cast<const T*>(p.k_cache) + hk * p.head_stride) + off + c * 8;
+      const T* vp = (kQInRegs ? v_head : static_cast<const T*>(p.v_cache) + hk * p.v_head_stride) + v_off + c * 8;
       cp_async_16(dk + r * kRowElems + c * 8, kp, ok ? 16 : 0);
       cp_async_16(dv + r * kRowElems + c * 8, vp, ok ? 16 : 0);
     }
   };
-  // Prologue: Q with tile 0, then tiles up to kStages - 2 (a group committed for each, empty or not).
+  // Prologue: Q with tile 0, then tiles up to kStages - 2 (a group committed for each, empty or
+  // not); the pages of tile kStages - 1 fetched for the loop's first copies.
+  int pg[kIters];
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
-    if (t < tiles) load_tile(t);
+    if (t < tiles) {
+      fetch_pages(t, pg);
+      load_tile(t, pg);
+    }
     cp_async_commit();
   }
+  if (kStages - 1 < tiles) fetch_pages(kStages - 1, pg);
 
   float o[kHeadDim / 8][4] = {};  // rows g, g + 8 (g = lane / 4) of each 8-column tile, this warp's keys
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // log2 units; l a per-thread partial sum
   const float scale_log2 = p.scale * kLog2e;
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(sq));
+  uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
   for (int t = 0; t < tiles; ++t) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile t visible to all; tile t - 1's stage free for tile t + kStages - 1
-    if (t + kStages - 1 < tiles) load_tile(t + kStages - 1);
+    // Copies first, then the wait: while tile t is awaited, tiles t + 1 .. t + kStages - 1 are in
+    // flight too (waiting first would leave one fewer).
+    __syncthreads();  // every warp done with tile t - 1, whose stage tile t + kStages - 1 takes
+    if (t + kStages - 1 < tiles) load_tile(t + kStages - 1, pg);
     cp_async_commit();
+    if (t + kStages < tiles) fetch_pages(t + kStages, pg);  // in flight during this tile's math
+    cp_async_wait<kStages - 1>();
+    __syncthreads();  // tile t visible to all
 
     const int key0 = k_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
     if (key0 >= k_end) continue;
@@ -142,23 +181,42 @@ __global__ void __launch_bounds__(128) paged_decode_split_kernel(const __grid_co
         static_cast<uint32_t>(__cvta_generic_to_shared(sk + (t % kStages) * Tr::kTileElems + warp * 16 * kRowElems));
     const uint32_t v_base =
         static_cast<uint32_t>(__cvta_generic_to_shared(sv + (t % kStages) * Tr::kTileElems + warp * 16 * kRowElems));
-    // S = Q K^T: 16 heads x 16 keys (two n8 tiles).
-    float sc[2][4] = {};
+    // Q's A-fragments: kept in registers from the first tile on (head dims <= 128; above, the
+    // registers go to O and Q is re-read from shared memory per tile).
+    if (kQInRegs && t == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk)
+        ldmatrix_x4(qa[kQInRegs ? kk : 0], q_base + ((lane % 16) * kRowElems + kk * 16 + (lane / 16) * 8) * 2);
+    }
+    // S = Q K^T: 16 heads x 16 keys (two n8 tiles), the head dim's steps in two independent
+    // accumulator chains (half the dependent mma latency), added at the end.
+    float sc[2][4] = {}, sc2[2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       uint32_t a[4], bk[4];
-      ldmatrix_x4(a, q_base + ((lane % 16) * kRowElems + kk * 16 + (lane / 16) * 8) * 2);
+      if constexpr (kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = qa[kk][e];
+      } else {
+        ldmatrix_x4(a, q_base + ((lane % 16) * kRowElems + kk * 16 + (lane / 16) * 8) * 2);
+      }
       ldmatrix_x4(bk, k_base + (((lane / 16) * 8 + lane % 8) * kRowElems + kk * 16 + ((lane / 8) % 2) * 8) * 2);
-      mma_m16n8k16_x2<T>(sc[0], sc[1], a, bk);
+      if (kk % 2 == 0 || !kQInRegs) mma_m16n8k16_x2<T>(sc[0], sc[1], a, bk);  // one chain past d 128 (registers)
+      else mma_m16n8k16_x2<T>(sc2[0], sc2[1], a, bk);
     }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
     // Online softmax per row (query head); keys past the chunk masked.
     float mx[2] = {m[0], m[1]};
+    const bool tail = key0 + 16 > k_end;  // the chunk's last keys: mask (warp-uniform)
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + nt * 8 + 2 * (lane % 4) + e % 2;
-        sc[nt][e] = key < k_end ? sc[nt][e] * scale_log2 : -INFINITY;
+        sc[nt][e] = !tail || key < k_end ? sc[nt][e] * scale_log2 : -INFINITY;
         mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
       }
     float corr[2], base[2];
@@ -180,8 +238,11 @@ __global__ void __launch_bounds__(128) paged_decode_split_kernel(const __grid_co
       pa[2 * nt] = pack2<T>(pr[0], pr[1]);
       pa[2 * nt + 1] = pack2<T>(pr[2], pr[3]);
     }
+    // O's rescale only when some row's max moved (rare after the first tiles; warp-uniform).
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+      for (int j = 0; j < kHeadDim / 8; ++j) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+    }
     // O += P V: V's rows are the keys (ldmatrix .trans), two 8-column tiles per load.
 #pragma unroll
     for (int j = 0; j < kHeadDim / 16; ++j) {
@@ -240,22 +301,30 @@ __global__ void __launch_bounds__(128) paged_decode_split_kernel(const __grid_co
   }
 }
 
-// The merge of the split requests' chunks: a block per request (requests of one item return at
-// once: the decode kernel wrote them), looping over its heads and columns:
-// S = log2 sum_i 2^{s_i}, O = sum_i o_i 2^{s_i - S} (o_i normalized), out = O, lse = S ln 2.
+// The merge of the split requests' chunks: a block per (request, query head); requests of one
+// item return at once (the decode kernel wrote them). S = log2 sum_i 2^{s_i},
+// O = sum_i o_i 2^{s_i - S} (o_i normalized), out = O, lse = S ln 2. The threads share the max
+// through shared memory and each sums its columns over the chunks (independent loads).
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(128) paged_decode_merge_kernel(const __grid_constant__ PagedDecodeParams p,
                                                                  const __grid_constant__ PagedDecodeSplit s) {
-  const int b = blockIdx.x, i0 = s.request_items[b], i1 = s.request_items[b + 1];
+  const int b = blockIdx.x, h = blockIdx.y, i0 = s.request_items[b], i1 = s.request_items[b + 1];
   if (i1 - i0 <= 1) return;
-  for (int x = threadIdx.x; x < p.nheads * kHeadDim; x += blockDim.x) {
-    const int h = x / kHeadDim, c = x % kHeadDim;
-    float big = -INFINITY;
-    for (int i = i0; i < i1; ++i) big = fmaxf(big, s.partial_lse[static_cast<int64_t>(i) * p.nheads + h]);
-    const float off = big == -INFINITY ? 0.f : big;
+  __shared__ float s_big[4];
+  const float* lse = s.partial_lse + h;  // row i at lse[i * nheads]
+  float big = -INFINITY;
+  for (int i = i0 + static_cast<int>(threadIdx.x); i < i1; i += blockDim.x) big = fmaxf(big, lse[static_cast<int64_t>(i) * p.nheads]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, off));
+  if (threadIdx.x % 32 == 0) s_big[threadIdx.x / 32] = big;
+  __syncthreads();
+  big = fmaxf(fmaxf(s_big[0], s_big[1]), fmaxf(s_big[2], s_big[3]));
+  const float off = big == -INFINITY ? 0.f : big;
+  for (int c = threadIdx.x; c < kHeadDim; c += blockDim.x) {
     float wsum = 0.f, acc = 0.f;
+#pragma unroll 4
     for (int i = i0; i < i1; ++i) {
-      const float wt = exp2f(s.partial_lse[static_cast<int64_t>(i) * p.nheads + h] - off);
+      const float wt = exp2f(lse[static_cast<int64_t>(i) * p.nheads] - off);
       wsum += wt, acc += wt * s.partial_o[(static_cast<int64_t>(i) * p.nheads + h) * kHeadDim + c];
     }
     static_cast<T*>(p.out)[b * p.out_batch_stride + h * p.out_head_stride + c] = from_float<T>(wsum > 0.f ? acc / wsum : 0.f);
