@@ -14,6 +14,13 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
+// As cp_async_16, with the L2 told to fetch the whole 256-byte block around the address from
+// DRAM on a miss (.L2::256B): streams of rows of 256 bytes or more read as larger DRAM bursts.
+__device__ __forceinline__ void cp_async_16_l2_256(void* smem, const void* gmem, int src_bytes = 16) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 template <int kPending>

@@ -11,7 +11,8 @@
 //   - A 3-stage cp.async pipeline of 64-key tiles (K and V): the next tiles' copies are issued
 //     before the wait for the current one, so up to three are in flight; each key's page looked
 //     up (a tile ahead) by the thread that copies it; keys past the chunk zero-filled and
-//     masked. Rung 2 had one key per warp in flight.
+//     masked; the copies ask the L2 for whole 256-byte blocks (.L2::256B: +1.5% bandwidth, a
+//     K or V row of d 128 is one block). Rung 2 had one key per warp in flight.
 //   - Tensor cores: the group's query heads are the 16 rows of an mma.sync m16n8k16 (rows past
 //     the group are zeros, their results dropped), so S = Q K^T and O += P V cost a few mma per
 //     16 keys instead of a shuffle reduction per key and head; P stays in registers (the S
@@ -143,8 +144,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads) paged_d
       const int64_t v_off = s.kv_same_strides ? off : page * p.v_page_stride + slot * p.v_slot_stride;
       const T* kp = (kQInRegs ? k_head : static_cast<const T*>(p.k_cache) + hk * p.head_stride) + off + c * 8;
       const T* vp = (kQInRegs ? v_head : static_cast<const T*>(p.v_cache) + hk * p.v_head_stride) + v_off + c * 8;
-      cp_async_16(dk + r * kRowElems + c * 8, kp, ok ? 16 : 0);
-      cp_async_16(dv + r * kRowElems + c * 8, vp, ok ? 16 : 0);
+      cp_async_16_l2_256(dk + r * kRowElems + c * 8, kp, ok ? 16 : 0);
+      cp_async_16_l2_256(dv + r * kRowElems + c * 8, vp, ok ? 16 : 0);
     }
   };
   // Prologue: Q with tile 0, then tiles up to kStages - 2 (a group committed for each, empty or
