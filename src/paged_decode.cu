@@ -197,7 +197,10 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
     sp.partial_o = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->o);
     grid_items = s->capacity;
   }
-  const dim3 grid(static_cast<unsigned>(grid_items * items_per_chunk(call.nheads, call.c.nheads)));
+  const int64_t blocks = grid_items * items_per_chunk(call.nheads, call.c.nheads);
+  FLASHLAB_CHECK(blocks <= 0x7fffffff, "batch_decode_paged: expected fewer than 2^31 thread blocks (batch x KV heads x ",
+                 "16-head blocks), got ", blocks);
+  const dim3 grid(static_cast<unsigned>(blocks));
   HALF_DTYPE_SWITCH(call.dtype, T, [&] {
     HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
       constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
@@ -283,8 +286,8 @@ int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nhea
   FLASHLAB_CHECK(batch >= 0 && batch <= 65535, op, ": argument 'batch': expected 0 .. 65535, got ", batch);
   FLASHLAB_CHECK(nheads_kv >= 1 && nheads_kv <= 0x7fffffff, op, ": argument 'nheads_kv': expected 1 .. 2^31 - 1, got ",
                  nheads_kv);
-  FLASHLAB_CHECK(nheads >= 0 && nheads % nheads_kv == 0 && nheads * nheads_kv <= 0x7fffffff, op,
-                 ": argument 'nheads': expected a multiple of nheads_kv (", nheads_kv, "), got ", nheads);
+  FLASHLAB_CHECK(nheads >= 1 && nheads % nheads_kv == 0 && nheads * nheads_kv <= 0x7fffffff, op,
+                 ": argument 'nheads': expected a multiple of nheads_kv (", nheads_kv, "), at least 1, got ", nheads);
   FLASHLAB_CHECK(headdim == 32 || headdim == 64 || headdim == 96 || headdim == 128 || headdim == 192 || headdim == 256, op,
                  ": argument 'headdim': expected 32, 64, 96, 128, 192 or 256, got ", headdim);
   int count = 0;
@@ -319,6 +322,8 @@ DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_
     pages[b] = ptr[b + 1] - ptr[b];
   }
   detail::DeviceGuard guard(device);
+  FLASHLAB_CHECK(!detail::capturing(stream), op, ": argument 'stream': expected a stream that is not being captured (the "
+                 "plan's copy reads host memory at once; plan outside the graph, then replay), got one being captured");
   return plan_into(pages, page_size, nheads, nheads_kv, headdim, device, workspace.data, stream);
 }
 

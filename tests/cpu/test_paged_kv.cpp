@@ -241,7 +241,7 @@ TEST(PagedKvValidation, Decode) {
 
 // batch_decode_run under a plan of Decode's shape (3 requests, 8 / 4 heads, d 128, pages of 16),
 // made by hand: the checks of the plan against the call come before any CUDA call.
-struct Run {
+struct RunCall {
   Decode d;
   DecodePlanInfo plan = make_plan();
   TensorView ws = gpu(DType::kU8, {1 << 20}, kWs);
@@ -256,7 +256,7 @@ struct Run {
   }
 };
 
-void rejected(const Run& r, const std::vector<std::string>& pieces) {
+void rejected(const RunCall& r, const std::vector<std::string>& pieces) {
   testing::expect_rejected([&] { r.run(); }, pieces);
 }
 
@@ -264,53 +264,53 @@ TEST(PagedKvValidation, DecodeRun) {
   const std::string op = "batch_decode_run: argument ";
   const std::string shape = "expected the shape of the call (batch 3, nheads 8, nheads_kv 4, headdim 128, page_size 16)";
   {
-    Run r;  // a plan of another batch
+    RunCall r;  // a plan of another batch
     r.plan.batch = 2;
     rejected(r, {op + "'plan'", shape, "got a plan for (2, 8, 4, 128, 16)"});
   }
   {
-    Run r;  // of other query heads
+    RunCall r;  // of other query heads
     r.plan.nheads = 16;
     rejected(r, {op + "'plan'", "got a plan for (3, 16, 4, 128, 16)"});
   }
   {
-    Run r;  // of other KV heads
+    RunCall r;  // of other KV heads
     r.plan.nheads_kv = 2;
     rejected(r, {op + "'plan'", "got a plan for (3, 8, 2, 128, 16)"});
   }
   {
-    Run r;  // of another head dim
+    RunCall r;  // of another head dim
     r.plan.headdim = 64;
     rejected(r, {op + "'plan'", "got a plan for (3, 8, 4, 64, 16)"});
   }
   {
-    Run r;  // of another page size
+    RunCall r;  // of another page size
     r.plan.page_size = 64;
     rejected(r, {op + "'plan'", "got a plan for (3, 8, 4, 128, 64)"});
   }
   {
-    Run r;  // a default (empty) plan
+    RunCall r;  // a default (empty) plan
     r.plan = DecodePlanInfo{};
     rejected(r, {op + "'plan'", "got a plan for (0, 0, 0, 0, 0)"});
   }
   {
-    Run r;
+    RunCall r;
     r.plan.device = 1;
     rejected(r, {op + "'q'", "the plan's device cuda:1", "got cuda:0"});
   }
   {
-    Run r;  // rung 3 only: no fp32
+    RunCall r;  // rung 3 only: no fp32
     r.d.c.kc = gpu(DType::kF32, {32, 16, 4, 128}, kKc), r.d.c.vc = gpu(DType::kF32, {32, 16, 4, 128}, kVc);
     r.d.q = gpu(DType::kF32, {3, 8, 128}, kAk), r.d.out = gpu(DType::kF32, {3, 8, 128}, kAv);
     rejected(r, {op + "'q'", "expected fp16 or bf16 (decode rung 3)", "got fp32"});
   }
   {
-    Run r;  // the decode's own checks come first
+    RunCall r;  // the decode's own checks come first
     r.d.q = gpu(kBf, {3, 8, 64}, kAk);
     rejected(r, {op + "'q'", "expected shape [3, 8, 128]"});
   }
   {
-    Run r;
+    RunCall r;
     r.d.lse = gpu(DType::kF32, {3, 4}, kBi);
     rejected(r, {op + "'lse'", "expected shape [3, 8]"});
   }
@@ -348,6 +348,7 @@ TEST(PagedKvValidation, DecodeWorkspaceBytes) {
   bytes(3, 8, 0, 128, {op + "'nheads_kv'", "got 0"});
   bytes(3, 12, 8, 128, {op + "'nheads'", "a multiple of nheads_kv (8)", "got 12"});
   bytes(3, -4, 4, 128, {op + "'nheads'", "got -4"});
+  bytes(3, 0, 4, 128, {op + "'nheads'", "at least 1", "got 0"});  // (divided by zero once)
   bytes(3, 8, 4, 160, {op + "'headdim'", "32, 64, 96, 128, 192 or 256", "got 160"});
 }
 
@@ -393,7 +394,7 @@ TEST(PagedKvValidation, ValidCallsPassTheHostChecks) {
   testing::expect_rejected([&] { d.run(); }, {"CUDA error"});  // past every host check: the device read
   d.lse_ptr = nullptr;
   testing::expect_rejected([&] { d.run(); }, {"CUDA error"});
-  Run r;  // the plan matches the call: on to the device's capacity
+  RunCall r;  // the plan matches the call: on to the device's capacity
   testing::expect_rejected([&] { r.run(); }, {"CUDA error"});
   int32_t host[4] = {0, 1, 3, 3};
   testing::expect_rejected(

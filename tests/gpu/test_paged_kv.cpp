@@ -8,18 +8,32 @@
 // batch_decode_paged (every rung) against a float64 reference over the same page table: GQA, page
 // sizes 1, 16, 64, both layouts, groups 1, 2, 3, 4, 5, 6, 8, 9, 12 (rung 2's head chunks), head
 // dims 32, 64, 96, 128, 192, 256, requests of 0 .. 1000 keys; outputs poisoned (NaN) first.
-// Tolerance: the kernel computes in fp32 from the exact stored values and rounds out once, so
-// |out - ref| <= u(dtype) |ref| + (L + 8) 2^-23 max|v| (a sum of L fp32 terms whose weights
-// sum to 1, plus the exp2 errors), |lse - ref| <= (L + 8) 2^-23 (1 + |ref|).
+// Rung 3 (split-KV): ragged batches with a long request (32k keys) that the plan cuts, groups 1,
+// 4, 8, 20, 32 (two blocks of 16 query heads), against the reference and request by request
+// against rung 2; uniform inputs (q = 0, V in eighths: exact sums) whose tight tolerance sees a
+// single key missed or repeated in a long split request (the random inputs' tolerance, linear in
+// the length, does not); fp32 at rung 3 is rung 2, bit for bit; under CUDA-graph capture (no
+// plan: whole requests); plan / run on batch 1 (split, the same bits as the one-shot call); a
+// captured run replayed after the page table changed in place (re-planned, or grown without a
+// new plan); the plan / run checks that need the device.
+// Tolerance (out_tol, lse_tol): the kernels compute in fp32 from the exact stored values and
+// round out once, so |out - ref| <= u(dtype) |ref| + (L + 8) 2^-23 max|v| (a sum of L fp32 terms
+// whose weights sum to 1, plus the exp2 errors) + 2 ds sum_j p_j |v_j|, |lse - ref| <= (L + 8)
+// 2^-23 (1 + |ref|) + ds, where ds = d 2^-23 scale max_j sum_x |q_x k_j[x]| bounds a score's
+// error (a dot product of d fp32 terms); rung 3 rounds P to the dtype for its tensor-core P V:
+// + u(dtype) sum_j p_j |v_j| on out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashlab/serving.h"
@@ -215,72 +229,289 @@ TEST(PagedKv, RejectsBadTableValues) {
   rejected(r, {op + "'positions'", "positions[0] = -1"});
 }
 
+// ---- Decode: inputs, the float64 reference, the tolerance, device buffers -----------------------
+
+// Where (page, slot, KV head h) of a cache starts, in elements.
+int64_t cache_offset(KvLayout layout, int64_t page_size, int64_t nheads_kv, int64_t d, int64_t page, int64_t slot, int64_t h) {
+  return layout == KvLayout::kNHD ? ((page * page_size + slot) * nheads_kv + h) * d : ((page * nheads_kv + h) * page_size + slot) * d;
+}
+
+// A page table over a pool of pages taken in a shuffled order: request b owns pages[b]. grow()
+// lengthens requests in place (their pages kept, new ones from the pool), as a server appends.
+struct PageTable {
+  int64_t page_size = 1;
+  std::vector<int64_t> lens;
+  std::vector<std::vector<int>> pages;
+  std::vector<int> pool;  // unused pages, taken from the front
+  size_t next = 0;
+  std::vector<int> indptr, indices, last;  // the flattened table
+
+  PageTable(int64_t ps, int64_t max_pages, size_t batch, std::mt19937_64& rng)
+      : page_size(ps), lens(batch, 0), pages(batch), pool(static_cast<size_t>(max_pages)) {
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+  }
+  void grow(const std::vector<int64_t>& new_lens) {
+    ASSERT_EQ(new_lens.size(), lens.size());
+    indptr.assign(1, 0), indices.clear(), last.clear();
+    for (size_t b = 0; b < lens.size(); ++b) {
+      ASSERT_GE(new_lens[b], lens[b]) << "requests only grow";
+      lens[b] = new_lens[b];
+      const auto want = static_cast<size_t>((lens[b] + page_size - 1) / page_size);
+      while (pages[b].size() < want) pages[b].push_back(pool.at(next++));
+      indices.insert(indices.end(), pages[b].begin(), pages[b].end());
+      indptr.push_back(static_cast<int>(indices.size()));
+      last.push_back(static_cast<int>(want > 0 ? lens[b] - static_cast<int64_t>(want - 1) * page_size : 0));
+    }
+  }
+  int64_t total_pages() const { return static_cast<int64_t>(indices.size()); }
+};
+
+int64_t pages_for(const std::vector<int64_t>& lens, int64_t page_size) {
+  int64_t n = 0;
+  for (int64_t l : lens) n += (l + page_size - 1) / page_size;
+  return n;
+}
+
+struct DecodeShape {
+  DType dt;
+  int64_t page_size;
+  KvLayout layout;
+  int64_t nheads, nheads_kv, d;
+};
+
+::testing::Message describe(const DecodeShape& s) {
+  return ::testing::Message() << dtype_name(s.dt) << " page_size " << s.page_size << (s.layout == KvLayout::kNHD ? " NHD" : " HND")
+                              << " heads " << s.nheads << "/" << s.nheads_kv << " d " << s.d;
+}
+
+// Random multiples of 1/8 in [-1, 1] (exact in fp16 and bf16).
+HostTensor random_eighths(DType dt, int64_t n, std::mt19937_64& rng) {
+  HostTensor t = empty_tensor(dt, n);
+  for (int64_t i = 0; i < n; ++i) store_value(t, static_cast<size_t>(i), static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.f);
+  return t;
+}
+
+// Host inputs: the caches (max_pages pages of random values) and the queries. uniform: q = 0 and
+// V in eighths, so that every key weighs exactly 1 and every sum of the kernels is exact (see
+// out_tol): a key missed or counted twice, or read from another page, shows however long the
+// request.
+struct DecodeInputs {
+  DecodeShape s;
+  int64_t batch, max_pages;
+  bool uniform;
+  HostTensor q, kc, vc;
+  DecodeInputs(const DecodeShape& shape, int64_t b, int64_t pages, std::mt19937_64& rng, bool uni = false)
+      : s(shape), batch(b), max_pages(pages), uniform(uni),
+        q(uni ? empty_tensor(s.dt, b * s.nheads * s.d) : random_tensor(s.dt, b * s.nheads * s.d, rng)),
+        kc(random_tensor(s.dt, pages * s.page_size * s.nheads_kv * s.d, rng)),
+        vc(uni ? random_eighths(s.dt, pages * s.page_size * s.nheads_kv * s.d, rng)
+               : random_tensor(s.dt, pages * s.page_size * s.nheads_kv * s.d, rng)) {}
+  std::vector<int64_t> cache_shape() const {
+    return s.layout == KvLayout::kNHD ? std::vector<int64_t>{max_pages, s.page_size, s.nheads_kv, s.d}
+                                      : std::vector<int64_t>{max_pages, s.nheads_kv, s.page_size, s.d};
+  }
+};
+
+// The float64 reference over one page table, and what the tolerance needs.
+struct DecodeRef {
+  std::vector<int64_t> lens;
+  std::vector<double> out, lse;  // (batch, nheads, d), (batch, nheads)
+  std::vector<double> pv;        // sum_j p_j |v_j[x]| per out element
+  std::vector<double> ds;        // per (request, head): d 2^-23 scale max_j sum_x |q_x k_j[x]|, a score's fp32 error bound
+  double max_v = 0;
+};
+
+DecodeRef decode_reference(const DecodeInputs& in, const PageTable& t, double scale) {
+  const DecodeShape& s = in.s;
+  DecodeRef r;
+  r.lens = t.lens;
+  const int64_t nh = s.nheads, d = s.d, group = s.nheads / s.nheads_kv;
+  r.out.assign(static_cast<size_t>(in.batch * nh * d), 0.0);
+  r.pv = r.out;
+  r.lse.assign(static_cast<size_t>(in.batch * nh), -std::numeric_limits<double>::infinity());
+  r.ds.assign(static_cast<size_t>(in.batch * nh), 0.0);
+  for (double x : in.vc.values) r.max_v = std::max(r.max_v, std::fabs(x));
+  for (int64_t b = 0; b < in.batch; ++b) {
+    const int64_t len = t.lens[static_cast<size_t>(b)];
+    if (len == 0) continue;
+    std::vector<size_t> row(static_cast<size_t>(len));
+    std::vector<double> sc(static_cast<size_t>(len));
+    for (int64_t hk = 0; hk < s.nheads_kv; ++hk) {
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t page = t.indices[static_cast<size_t>(t.indptr[static_cast<size_t>(b)] + j / s.page_size)];
+        row[static_cast<size_t>(j)] = static_cast<size_t>(cache_offset(s.layout, s.page_size, s.nheads_kv, d, page, j % s.page_size, hk));
+      }
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const double* q = in.q.values.data() + (b * nh + h) * d;
+        double m = -std::numeric_limits<double>::infinity(), abs_max = 0;
+        for (int64_t j = 0; j < len; ++j) {
+          const double* k = in.kc.values.data() + row[static_cast<size_t>(j)];
+          double dot = 0, abs_dot = 0;
+          for (int64_t x = 0; x < d; ++x) dot += q[x] * k[x], abs_dot += std::fabs(q[x] * k[x]);
+          sc[static_cast<size_t>(j)] = dot * scale, m = std::max(m, dot * scale), abs_max = std::max(abs_max, abs_dot);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < len; ++j) sum += std::exp(sc[static_cast<size_t>(j)] - m);
+        const size_t o = static_cast<size_t>((b * nh + h) * d);
+        for (int64_t j = 0; j < len; ++j) {
+          const double p = std::exp(sc[static_cast<size_t>(j)] - m) / sum;
+          const double* v = in.vc.values.data() + row[static_cast<size_t>(j)];
+          for (int64_t x = 0; x < d; ++x) r.out[o + x] += p * v[x], r.pv[o + x] += p * std::fabs(v[x]);
+        }
+        r.lse[static_cast<size_t>(b * nh + h)] = m + std::log(sum);
+        r.ds[static_cast<size_t>(b * nh + h)] = static_cast<double>(d) * std::ldexp(1.0, -23) * scale * abs_max;
+      }
+    }
+  }
+  return r;
+}
+
+// The tolerance of out element i and of lse (b, h) = i / d. Every rung computes in fp32 from the
+// exact stored values and rounds out once: u(dtype) |ref| + (L + 8) 2^-23 max|v| (a sum of L fp32
+// terms whose weights sum to 1, plus the exp2 errors), and the scores' dot products of d fp32
+// terms err by up to ds, moving out by up to 2 ds sum_j p_j |v_j|. Rung 3 (tensor cores) also
+// rounds P to the dtype for P V: + u(dtype) sum_j p_j |v_j|.
+// Uniform inputs: every score 0, every weight exactly 1, every sum exact (integers and eighths
+// below 2^24 x 2^-3); what rounds is a chunk's division, the log2 / exp2 of the chunks' lse in the
+// merge (weights off by a few 2^-22) and out's rounding: u(dtype) |ref| + 2^-16 max|v|, and
+// 1e-5 on lse (= ln L; a key more or less moves it by 1 / L >= 3e-5 up to 32k keys).
+double out_tol(const DecodeInputs& in, const DecodeRef& r, size_t i, bool tensor_cores) {
+  const size_t bh = i / static_cast<size_t>(in.s.d);
+  const int64_t len = r.lens[bh / static_cast<size_t>(in.s.nheads)];
+  const double u = unit_roundoff(in.s.dt);
+  if (in.uniform) return u * std::fabs(r.out[i]) + std::ldexp(1.0, -16) * r.max_v;
+  return u * std::fabs(r.out[i]) + (len + 8) * std::ldexp(1.0, -23) * r.max_v + 2 * r.ds[bh] * r.pv[i] +
+         (tensor_cores ? u * r.pv[i] : 0.0);
+}
+double lse_tol(const DecodeInputs& in, const DecodeRef& r, size_t bh) {
+  if (in.uniform) return 1e-5;
+  const int64_t len = r.lens[bh / static_cast<size_t>(in.s.nheads)];
+  return (len + 8) * std::ldexp(1.0, -23) * (1 + std::fabs(r.lse[bh])) + r.ds[bh];
+}
+
+// Elements outside the tolerance (NaN fails), per request; an empty request's lse must be -inf.
+struct DecodeErrors {
+  std::vector<int64_t> out, lse;
+  int64_t total_out() const { return std::accumulate(out.begin(), out.end(), int64_t{0}); }
+  int64_t total_lse() const { return std::accumulate(lse.begin(), lse.end(), int64_t{0}); }
+  int64_t first_bad() const {
+    for (size_t b = 0; b < out.size(); ++b)
+      if (out[b] + lse[b] > 0) return static_cast<int64_t>(b);
+    return -1;
+  }
+};
+DecodeErrors decode_errors(const DecodeInputs& in, const DecodeRef& r, bool tensor_cores, const std::vector<double>& got,
+                           const std::vector<double>* got_lse) {
+  DecodeErrors e{std::vector<int64_t>(static_cast<size_t>(in.batch), 0), std::vector<int64_t>(static_cast<size_t>(in.batch), 0)};
+  const size_t per_request = static_cast<size_t>(in.s.nheads * in.s.d);
+  for (size_t i = 0; i < r.out.size(); ++i)
+    e.out[i / per_request] += !(std::fabs(got[i] - r.out[i]) <= out_tol(in, r, i, tensor_cores));
+  if (got_lse != nullptr)
+    for (size_t bh = 0; bh < r.lse.size(); ++bh) {
+      const double g = (*got_lse)[bh];
+      const bool ok = std::isinf(r.lse[bh]) ? g == r.lse[bh] : std::fabs(g - r.lse[bh]) <= lse_tol(in, r, bh);
+      e.lse[bh / static_cast<size_t>(in.s.nheads)] += !ok;
+    }
+  return e;
+}
+
+void expect_matches(const DecodeInputs& in, const DecodeRef& r, bool tensor_cores, const std::vector<double>& got,
+                    const std::vector<double>* got_lse, const ::testing::Message& what) {
+  const DecodeErrors e = decode_errors(in, r, tensor_cores, got, got_lse);
+  EXPECT_EQ(e.total_out(), 0) << what << ": out elements outside the tolerance, first in request " << e.first_bad();
+  EXPECT_EQ(e.total_lse(), 0) << what << ": lse outside the tolerance, first in request " << e.first_bad();
+}
+
+// Device buffers of a decode: the inputs, the page table (room for table_cap pages, rewritten in
+// place by set_table) and the outputs.
+struct DecodeDevice {
+  const DecodeInputs& in;
+  int64_t table_cap;
+  DeviceBuffer q, kc, vc, ind, ptr, last, out, lse;
+  DecodeDevice(const DecodeInputs& inputs, int64_t cap)
+      : in(inputs), table_cap(std::max<int64_t>(cap, 1)), q(inputs.q.bytes.size()), kc(inputs.kc.bytes.size()),
+        vc(inputs.vc.bytes.size()), ind(static_cast<size_t>(table_cap) * 4), ptr(static_cast<size_t>(inputs.batch + 1) * 4),
+        last(static_cast<size_t>(std::max<int64_t>(inputs.batch, 1)) * 4), out(inputs.q.bytes.size()),
+        lse(static_cast<size_t>(std::max<int64_t>(inputs.batch * inputs.s.nheads, 1)) * 4) {
+    upload(q.ptr, in.q.bytes);
+    upload(kc.ptr, in.kc.bytes);
+    upload(vc.ptr, in.vc.bytes);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // before work on other streams
+  }
+  // The table's arrays, copied on `stream` (waited for).
+  void set_table(const PageTable& t, cudaStream_t stream = nullptr) const {
+    ASSERT_LE(t.total_pages(), table_cap);
+    const std::vector<uint8_t> i = int32_bytes(t.indices), p = int32_bytes(t.indptr), l = int32_bytes(t.last);
+    if (!i.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(ind.ptr, i.data(), i.size(), cudaMemcpyHostToDevice, stream));
+    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(ptr.ptr, p.data(), p.size(), cudaMemcpyHostToDevice, stream));
+    if (!l.empty()) FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(last.ptr, l.data(), l.size(), cudaMemcpyHostToDevice, stream));
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  void poison(cudaStream_t stream = nullptr) const {
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.ptr, 0xff, out.bytes, stream));
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(lse.ptr, 0xff, lse.bytes, stream));
+  }
+  TensorView qv() const { return device_view(q.ptr, in.s.dt, {in.batch, in.s.nheads, in.s.d}); }
+  TensorView kv() const { return device_view(kc.ptr, in.s.dt, in.cache_shape()); }
+  TensorView vv() const { return device_view(vc.ptr, in.s.dt, in.cache_shape()); }
+  TensorView indv() const { return device_view(ind.ptr, DType::kI32, {table_cap}); }
+  TensorView ptrv() const { return device_view(ptr.ptr, DType::kI32, {in.batch + 1}); }
+  TensorView lastv() const { return device_view(last.ptr, DType::kI32, {in.batch}); }
+  TensorView outv() const { return device_view(out.ptr, in.s.dt, {in.batch, in.s.nheads, in.s.d}); }
+  TensorView lsev() const { return device_view(lse.ptr, DType::kF32, {in.batch, in.s.nheads}); }
+  void paged(int rung, bool with_lse, float scale = 0.f, cudaStream_t stream = nullptr) const {
+    const TensorView l = lsev();
+    batch_decode_paged(qv(), kv(), vv(), indv(), ptrv(), lastv(), outv(), with_lse ? &l : nullptr, in.s.layout, scale, stream, rung);
+  }
+  void run(const DecodePlanInfo& plan, const TensorView& ws, bool with_lse, float scale = 0.f, cudaStream_t stream = nullptr) const {
+    const TensorView l = lsev();
+    batch_decode_run(plan, ws, qv(), kv(), vv(), indv(), ptrv(), lastv(), outv(), with_lse ? &l : nullptr, in.s.layout, scale, stream);
+  }
+  std::vector<uint8_t> out_bytes() const { return download(out.ptr, out.bytes); }
+  std::vector<uint8_t> lse_bytes() const { return download(lse.ptr, lse.bytes); }
+  std::vector<double> got() const { return decode(in.s.dt, out_bytes()); }
+  std::vector<double> got_lse() const { return decode(DType::kF32, lse_bytes()); }
+};
+
+bool all_poisoned(const std::vector<uint8_t>& bytes) {
+  return std::all_of(bytes.begin(), bytes.end(), [](uint8_t x) { return x == 0xff; });
+}
+
+// A host int32 view (the plan's kv_indptr_host).
+TensorView host_view(std::vector<int>& v) { return TensorView(v.data(), DType::kI32, {static_cast<int64_t>(v.size())}, kCpu); }
+
+// A plan's workspace.
+struct Workspace {
+  DeviceBuffer buf;
+  int64_t bytes;
+  explicit Workspace(int64_t n) : buf(static_cast<size_t>(n)), bytes(n) {
+    buf.poison();
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // before a plan's copy on another stream
+  }
+  TensorView view() const { return device_view(buf.ptr, DType::kU8, {bytes}); }
+};
+
+// Plans the decode of table t on the host (as the one-shot call does from its device read).
+DecodePlanInfo plan_for(const DecodeShape& s, PageTable& t, const Workspace& ws, cudaStream_t stream = nullptr) {
+  return batch_decode_plan(host_view(t.indptr), s.page_size, s.nheads, s.nheads_kv, s.d, ws.view(), stream);
+}
+
 void check_decode_on(int rung, DType dt, int64_t page_size, KvLayout layout, int64_t nheads, int64_t nheads_kv, int64_t d,
                      const std::vector<int64_t>& lens, std::mt19937_64& rng) {
-  const PagedCase c{dt, page_size, nheads_kv, d, 0, layout, lens, std::vector<int64_t>(lens.size(), 0)};
-  int64_t pages = 0;
-  for (int64_t l : lens) pages += (l + page_size - 1) / page_size;
-  PagedCase cs = c;
-  cs.max_pages = pages + 3;
-  const PagedRun r = make_run(cs, rng);  // the page table (its random cache bytes are not used)
-  const int64_t batch = static_cast<int64_t>(lens.size()), cache_n = cs.max_pages * page_size * nheads_kv * d;
-  const HostTensor kc = random_tensor(dt, cache_n, rng), vc = random_tensor(dt, cache_n, rng);
-  const HostTensor q = random_tensor(dt, batch * nheads * d, rng);
-  DeviceBuffer bq(q.bytes.size()), bk(kc.bytes.size()), bv(vc.bytes.size()), bo(q.bytes.size()), blse(batch * nheads * 4),
-      bind(std::max<size_t>(r.indices.size(), 1) * 4), bptr(r.indptr.size() * 4), blast(r.last.size() * 4);
-  upload(bq.ptr, q.bytes);
-  upload(bk.ptr, kc.bytes);
-  upload(bv.ptr, vc.bytes);
-  if (!r.indices.empty()) upload(bind.ptr, int32_bytes(r.indices));
-  upload(bptr.ptr, int32_bytes(r.indptr));
-  upload(blast.ptr, int32_bytes(r.last));
-  bo.poison();
-  blse.poison();
-  const std::vector<int64_t> cache_shape = layout == KvLayout::kNHD ? std::vector<int64_t>{cs.max_pages, page_size, nheads_kv, d}
-                                                                    : std::vector<int64_t>{cs.max_pages, nheads_kv, page_size, d};
-  const TensorView lse = device_view(blse.ptr, DType::kF32, {batch, nheads});
-  batch_decode_paged(device_view(bq.ptr, dt, {batch, nheads, d}), device_view(bk.ptr, dt, cache_shape),
-                     device_view(bv.ptr, dt, cache_shape),
-                     device_view(bind.ptr, DType::kI32, {static_cast<int64_t>(std::max<size_t>(r.indices.size(), 1))}),
-                     device_view(bptr.ptr, DType::kI32, {batch + 1}), device_view(blast.ptr, DType::kI32, {batch}),
-                     device_view(bo.ptr, dt, {batch, nheads, d}), &lse, layout, 0.f, nullptr, rung);
+  const DecodeShape s{dt, page_size, layout, nheads, nheads_kv, d};
+  const int64_t batch = static_cast<int64_t>(lens.size()), pages = pages_for(lens, page_size);
+  PageTable t(page_size, pages + 3, lens.size(), rng);  // pages no request owns stay unread
+  t.grow(lens);
+  const DecodeInputs in(s, batch, pages + 3, rng);
+  const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(d)));
+  const DecodeDevice dev(in, pages);
+  dev.set_table(t);
+  dev.poison();
+  dev.paged(rung, true);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<double> got = decode(dt, download(bo.ptr, bo.bytes)), got_lse = decode(DType::kF32, download(blse.ptr, blse.bytes));
-  double max_v = 0;
-  for (double x : vc.values) max_v = std::max(max_v, std::fabs(x));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  int64_t bad = 0, bad_lse = 0;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < nheads; ++h) {
-      const int64_t hk = h / (nheads / nheads_kv), len = lens[b];
-      std::vector<double> sc(static_cast<size_t>(len));
-      double m = -std::numeric_limits<double>::infinity();
-      const auto at = [&](int64_t j, int64_t x) {
-        const int64_t page = r.indices[static_cast<size_t>(r.indptr[b] + j / page_size)];
-        return static_cast<size_t>(cache_offset(cs, page, j % page_size, hk) + x);
-      };
-      for (int64_t j = 0; j < len; ++j) {
-        double dot = 0;
-        for (int64_t x = 0; x < d; ++x) dot += q.values[static_cast<size_t>((b * nheads + h) * d + x)] * kc.values[at(j, x)];
-        sc[j] = dot * scale, m = std::max(m, sc[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < len; ++j) sum += std::exp(sc[j] - m);
-      const double tol = (len + 8) * std::ldexp(1.0, -23);
-      for (int64_t x = 0; x < d; ++x) {
-        double o = 0;
-        for (int64_t j = 0; j < len; ++j) o += std::exp(sc[j] - m) / sum * vc.values[at(j, x)];
-        const double g = got[static_cast<size_t>((b * nheads + h) * d + x)];
-        bad += !(std::fabs(g - o) <= unit_roundoff(dt) * std::fabs(o) + tol * max_v);  // NaN fails too
-      }
-      const double ref_lse = len > 0 ? m + std::log(sum) : -std::numeric_limits<double>::infinity();
-      const double gl = got_lse[static_cast<size_t>(b * nheads + h)];
-      bad_lse += len > 0 ? !(std::fabs(gl - ref_lse) <= tol * (1 + std::fabs(ref_lse))) : !(gl == ref_lse);
-    }
-  const ::testing::Message what = ::testing::Message() << "rung " << rung << " " << dtype_name(dt) << " page_size " << page_size
-                                                       << " heads " << nheads << "/" << nheads_kv << " d " << d;
-  EXPECT_EQ(bad, 0) << what << ": out elements outside the tolerance";
-  EXPECT_EQ(bad_lse, 0) << what << ": lse outside the tolerance";
+  const std::vector<double> got_lse = dev.got_lse();
+  expect_matches(in, ref, rung == 3 && dt != DType::kF32, dev.got(), &got_lse, describe(s) << " rung " << rung);
 }
 
 // Every rung.
@@ -330,6 +561,465 @@ TEST(PagedDecode, RejectsBadTableValues) {
       {"batch_decode_paged: argument 'kv_last_page_len'", "kv_last_page_len[1] = 0"});
   const std::vector<uint8_t> after = download(out.ptr, out.bytes);
   EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint8_t x) { return x == 0xff; })) << "out was written";
+}
+
+// ---- Decode rung 3: split-KV, plan / run, CUDA graphs ------------------------------------------
+
+// A ragged batch at rung 3 against the reference, and request by request against rung 2 (the
+// simpler kernel: splitting must not move a result by more than the two tolerances); lse =
+// nullptr gives the same out, bit for bit, and leaves lse alone. split: whether the plan the call
+// makes from its read of the page table (batch_decode_plan's, from the same page counts) must cut
+// a request (1), must not (0), or either (-1).
+struct SplitCase {
+  DecodeShape s;
+  std::vector<int64_t> lens;
+  int split = -1;
+  float scale = 0.f;
+};
+
+void check_split(const SplitCase& c, std::mt19937_64& rng) {
+  const DecodeShape& s = c.s;
+  const auto batch = static_cast<int64_t>(c.lens.size());
+  const int64_t pages = pages_for(c.lens, s.page_size);
+  const ::testing::Message what = describe(s) << " batch " << batch;
+  PageTable t(s.page_size, pages + 3, c.lens.size(), rng);
+  t.grow(c.lens);
+  const DecodeInputs in(s, batch, pages + 3, rng);
+  const DecodeRef ref = decode_reference(in, t, c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(s.d)));
+  const DecodeDevice dev(in, pages);
+  dev.set_table(t);
+
+  dev.poison();
+  dev.paged(2, true, c.scale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> out2 = dev.got(), lse2 = dev.got_lse();
+  expect_matches(in, ref, false, out2, &lse2, ::testing::Message(what) << " rung 2");
+
+  dev.poison();
+  dev.paged(3, true, c.scale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> bytes3 = dev.out_bytes();
+  const std::vector<double> out3 = decode(s.dt, bytes3), lse3 = dev.got_lse();
+  expect_matches(in, ref, true, out3, &lse3, ::testing::Message(what) << " rung 3");
+
+  const size_t per_request = static_cast<size_t>(s.nheads * s.d);
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t bad = 0, bad_lse = 0;
+    for (size_t i = static_cast<size_t>(b) * per_request; i < static_cast<size_t>(b + 1) * per_request; ++i)
+      bad += !(std::fabs(out3[i] - out2[i]) <= out_tol(in, ref, i, true) + out_tol(in, ref, i, false));
+    for (size_t bh = static_cast<size_t>(b * s.nheads); bh < static_cast<size_t>((b + 1) * s.nheads); ++bh)
+      bad_lse += std::isinf(lse2[bh]) ? !(lse3[bh] == lse2[bh]) : !(std::fabs(lse3[bh] - lse2[bh]) <= 2 * lse_tol(in, ref, bh));
+    EXPECT_EQ(bad, 0) << what << ": request " << b << " (" << c.lens[static_cast<size_t>(b)] << " keys): rung 3's out vs rung 2's";
+    EXPECT_EQ(bad_lse, 0) << what << ": request " << b << " (" << c.lens[static_cast<size_t>(b)] << " keys): rung 3's lse vs rung 2's";
+  }
+
+  dev.poison();
+  dev.paged(3, false, c.scale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(dev.out_bytes() == bytes3) << what << ": lse = nullptr changed out";
+  EXPECT_TRUE(all_poisoned(dev.lse_bytes())) << what << ": lse = nullptr, yet lse was written";
+
+  if (c.split >= 0) {
+    const Workspace ws(batch_decode_workspace_bytes(batch, s.nheads, s.nheads_kv, s.d, 0));
+    const DecodePlanInfo info = plan_for(s, t, ws);
+    EXPECT_EQ(info.split, c.split == 1) << what << ": " << info.chunks << " chunks of " << info.chunk_pages << " pages";
+  }
+}
+
+TEST(PagedDecode, SplitMatchesTheReferenceAndRung2) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(815);
+  using L = std::vector<int64_t>;
+  constexpr KvLayout N = KvLayout::kNHD, H = KvLayout::kHND;
+  constexpr DType bf = DType::kBF16, fp = DType::kF16;
+  const SplitCase cases[] = {
+      // One long request among short ones (0 keys: out 0, lse -inf; one key; around a tile of 64).
+      {{bf, 16, N, 32, 8, 128}, {0, 1, 17, 63, 64, 65, 3000, 32768}, 1},
+      {{fp, 16, H, 32, 1, 128}, {65, 32768, 0, 1}, 1, 0.05f},  // group 32: two blocks of 16 query heads; a given scale
+      // Head dims, groups, page sizes, layouts, over ragged batches of a few thousand keys.
+      {{bf, 1, N, 4, 4, 32}, {0, 1, 17, 63, 64, 65, 2000}},
+      {{fp, 64, H, 32, 4, 64}, {17, 0, 2500, 1, 64, 65, 63}},
+      {{bf, 16, H, 8, 2, 96}, {63, 64, 65, 1, 0, 3000}},
+      {{fp, 1, N, 16, 2, 192}, {1, 17, 2000, 0, 65}},
+      {{bf, 64, N, 32, 1, 256}, {0, 65, 1, 2048, 17}},
+      {{fp, 16, H, 4, 1, 256}, {3000, 1, 0, 64}},
+      {{bf, 1, H, 64, 2, 128}, {63, 1, 1500, 0}},
+      {{fp, 16, N, 40, 2, 32}, {17, 1000, 0, 65}},  // group 20: blocks of 16 and 4
+      {{bf, 16, N, 8, 8, 64}, {0, 1, 17, 63, 64, 65, 4000}},
+      {{bf, 16, N, 8, 2, 64}, {0, 0, 0}},  // no keys at all
+      {{fp, 64, N, 8, 2, 128}, L(300, 64), 0},  // a page a request: nothing to cut, no merge
+  };
+  for (const SplitCase& c : cases) check_split(c, rng);
+}
+
+// Uniform inputs (q = 0, V in eighths: exact sums) over long requests cut into many chunks, with
+// pages not a multiple of the chunk, a last page partly filled: rungs 2 and 3 give the mean of
+// exactly the request's keys (out to a few fp32 roundings, lse = ln L to 1e-5).
+TEST(PagedDecode, SplitCoversEveryKeyOnce) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(821);
+  const std::pair<DecodeShape, std::vector<int64_t>> cases[] = {
+      {{DType::kBF16, 16, KvLayout::kNHD, 16, 4, 128}, {32768 + 5, 12000, 1, 0, 3000, 64, 65}},
+      {{DType::kF16, 1, KvLayout::kHND, 16, 2, 64}, {20001, 0, 7, 4096}},
+      {{DType::kBF16, 64, KvLayout::kHND, 8, 1, 256}, {30000 + 63, 1, 130}},
+      {{DType::kF16, 16, KvLayout::kNHD, 40, 2, 96}, {12345, 16, 17}},
+  };
+  for (const auto& [s, lens] : cases) {
+    const int64_t pages = pages_for(lens, s.page_size);
+    PageTable t(s.page_size, pages + 3, lens.size(), rng);
+    t.grow(lens);
+    const DecodeInputs in(s, static_cast<int64_t>(lens.size()), pages + 3, rng, true);
+    const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
+    const DecodeDevice dev(in, pages);
+    dev.set_table(t);
+    for (int rung : {2, 3}) {
+      dev.poison();
+      dev.paged(rung, true);
+      FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<double> got_lse = dev.got_lse();
+      expect_matches(in, ref, rung == 3, dev.got(), &got_lse, describe(s) << " uniform, rung " << rung);
+    }
+    const Workspace ws(batch_decode_workspace_bytes(static_cast<int64_t>(lens.size()), s.nheads, s.nheads_kv, s.d, 0));
+    EXPECT_TRUE(plan_for(s, t, ws).split) << describe(s);
+  }
+}
+
+// fp32 has no rung 3: the call runs rung 2, the same bits.
+TEST(PagedDecode, Fp32AtRung3RunsRung2) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(816);
+  const std::pair<DecodeShape, std::vector<int64_t>> cases[] = {
+      {{DType::kF32, 16, KvLayout::kNHD, 32, 8, 128}, {0, 1, 17, 65, 3000}},
+      {{DType::kF32, 1, KvLayout::kHND, 8, 1, 64}, {64, 2, 0}},
+  };
+  for (const auto& [s, lens] : cases) {
+    const int64_t pages = pages_for(lens, s.page_size);
+    PageTable t(s.page_size, pages + 3, lens.size(), rng);
+    t.grow(lens);
+    const DecodeInputs in(s, static_cast<int64_t>(lens.size()), pages + 3, rng);
+    const DecodeDevice dev(in, pages);
+    dev.set_table(t);
+    dev.poison();
+    dev.paged(2, true);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> out2 = dev.out_bytes(), lse2 = dev.lse_bytes();
+    dev.poison();
+    const int64_t launches = check::launch_count();
+    dev.paged(3, true);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(check::launch_count() - launches, 1) << describe(s);
+    EXPECT_TRUE(dev.out_bytes() == out2) << describe(s) << ": out";
+    EXPECT_TRUE(dev.lse_bytes() == lse2) << describe(s) << ": lse";
+    const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
+    const std::vector<double> got_lse = decode(DType::kF32, lse2);
+    expect_matches(in, ref, false, decode(s.dt, out2), &got_lse, describe(s));
+  }
+}
+
+// A non-default stream and a CUDA graph around one library call.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  // fn's work on `stream`, captured in global mode (as torch.cuda.graph) and instantiated.
+  void capture(cudaStream_t stream, const std::function<void()>& fn) {
+    FLASHLAB_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      fn();
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream, &g);
+      if (g != nullptr) cudaGraphDestroy(g);
+      throw;
+    }
+    FLASHLAB_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    FLASHLAB_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+  }
+  size_t nodes() const {
+    size_t n = 0;
+    FLASHLAB_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+    return n;
+  }
+  void replay(cudaStream_t stream) const {
+    FLASHLAB_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+};
+
+// Captured, batch_decode_paged cannot read the page table to plan: one item per request, whole,
+// one launch (no merge); replays are correct, a long request included.
+TEST(PagedDecode, Rung3UnderGraphCapture) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(817);
+  const DecodeShape s{DType::kBF16, 16, KvLayout::kNHD, 16, 4, 128};
+  const std::vector<int64_t> lens = {0, 1, 17, 63, 64, 65, 3000, 8192};
+  const int64_t pages = pages_for(lens, s.page_size);
+  PageTable t(s.page_size, pages + 3, lens.size(), rng);
+  t.grow(lens);
+  const DecodeInputs in(s, static_cast<int64_t>(lens.size()), pages + 3, rng);
+  const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(128.0));
+  const DecodeDevice dev(in, pages);
+  const Stream st;
+  dev.set_table(t, st.s);
+  Graph g;
+  const int64_t launches = check::launch_count();
+  g.capture(st.s, [&] { dev.paged(3, true, 0.f, st.s); });
+  EXPECT_EQ(check::launch_count() - launches, 1) << "captured: one launch, no merge";
+  EXPECT_EQ(g.nodes(), 1u);
+  for (int replay = 0; replay < 2; ++replay) {
+    dev.poison(st.s);
+    g.replay(st.s);
+    const std::vector<double> got_lse = dev.got_lse();
+    expect_matches(in, ref, true, dev.got(), &got_lse, describe(s) << " replay " << replay);
+  }
+}
+
+// Plan / run on batch 1 with one long request: the plan cuts it (split, chunks within the
+// capacity, covering its pages), run() matches the reference (random or uniform inputs), lse =
+// nullptr gives the same out, and the one-shot call (planned from its device read) gives the
+// same bits.
+void check_plan_run(const DecodeShape& s, int64_t len, bool uniform, std::mt19937_64& rng) {
+  const int64_t pages = pages_for({len}, s.page_size);
+  const ::testing::Message what = describe(s) << " " << len << " keys" << (uniform ? " (uniform)" : "");
+  PageTable t(s.page_size, pages + 3, 1, rng);
+  t.grow({len});
+  const DecodeInputs in(s, 1, pages + 3, rng, uniform);
+  const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
+  const DecodeDevice dev(in, pages);
+  dev.set_table(t);
+  const int64_t bytes = batch_decode_workspace_bytes(1, s.nheads, s.nheads_kv, s.d, 0);
+  EXPECT_GT(bytes, 0);
+  const Workspace ws(bytes);
+  const DecodePlanInfo info = plan_for(s, t, ws);
+  EXPECT_EQ(info.batch, 1);
+  EXPECT_EQ(info.nheads, s.nheads);
+  EXPECT_EQ(info.nheads_kv, s.nheads_kv);
+  EXPECT_EQ(info.headdim, s.d);
+  EXPECT_EQ(info.page_size, s.page_size);
+  EXPECT_EQ(info.device, 0);
+  EXPECT_TRUE(info.split) << what;
+  EXPECT_GT(info.chunks, 1) << what;
+  EXPECT_LE(info.chunks, info.capacity) << what;
+  EXPECT_LT(info.chunk_pages * (info.chunks - 1), pages) << what;
+  EXPECT_GE(info.chunk_pages * info.chunks, pages) << what;
+
+  dev.poison();
+  dev.run(info, ws.view(), true);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> out = dev.out_bytes(), lse = dev.lse_bytes();
+  const std::vector<double> got_lse = decode(DType::kF32, lse);
+  expect_matches(in, ref, true, decode(s.dt, out), &got_lse, ::testing::Message(what) << " run");
+
+  dev.poison();
+  dev.run(info, ws.view(), false);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(dev.out_bytes() == out) << what << ": lse = nullptr changed out";
+  EXPECT_TRUE(all_poisoned(dev.lse_bytes())) << what << ": lse = nullptr, yet lse was written";
+
+  dev.poison();
+  dev.paged(3, true);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(dev.out_bytes() == out) << what << ": batch_decode_paged's out differs from the plan / run's";
+  EXPECT_TRUE(dev.lse_bytes() == lse) << what << ": batch_decode_paged's lse differs from the plan / run's";
+}
+
+TEST(PagedDecode, PlanRunSplitsALongRequest) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(818);
+  check_plan_run({DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, 16384 + 7, false, rng);
+  check_plan_run({DType::kF16, 64, KvLayout::kHND, 8, 1, 64}, 32768 + 5, true, rng);
+}
+
+// A decode step captured once (batch_decode_run), replayed after the page table's contents
+// changed in place: new lengths re-planned into the same workspace; grown requests without a new
+// plan (a request's last chunk runs to its end: tokens in its last page, a new page, a first
+// page); short requests re-planned without a split (the captured merge then has nothing to do).
+// Uniform inputs: every key of the grown requests must count exactly once.
+TEST(PagedDecode, GraphReplaysNewPlansAndGrownRequests) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(819);
+  const DecodeShape s{DType::kBF16, 16, KvLayout::kNHD, 16, 4, 128};
+  const int64_t batch = 4, max_pages = 1400;
+  const DecodeInputs in(s, batch, max_pages, rng, true);  // uniform: a key missed or repeated shows
+  const DecodeDevice dev(in, max_pages);
+  const Stream st;
+  const Workspace ws(batch_decode_workspace_bytes(batch, s.nheads, s.nheads_kv, s.d, 0));
+  Graph g;
+  const auto replay = [&](const PageTable& t, const char* phase) {
+    dev.poison(st.s);
+    g.replay(st.s);
+    const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(128.0));
+    const std::vector<double> got_lse = dev.got_lse();
+    expect_matches(in, ref, true, dev.got(), &got_lse, describe(s) << " " << phase);
+  };
+
+  PageTable t1(s.page_size, max_pages, batch, rng);
+  t1.grow({5000, 0, 17, 300});
+  dev.set_table(t1, st.s);
+  const DecodePlanInfo info1 = plan_for(s, t1, ws, st.s);
+  EXPECT_TRUE(info1.split);
+  const int64_t launches = check::launch_count();
+  g.capture(st.s, [&] { dev.run(info1, ws.view(), true, 0.f, st.s); });
+  EXPECT_EQ(check::launch_count() - launches, 2) << "the chunks and the merge, whatever the plan";
+  EXPECT_EQ(g.nodes(), 2u);
+  replay(t1, "the captured plan");
+
+  PageTable t2(s.page_size, max_pages, batch, rng);  // other lengths, other pages, the same buffers
+  t2.grow({100, 20000, 1, 0});
+  dev.set_table(t2, st.s);
+  const DecodePlanInfo info2 = plan_for(s, t2, ws, st.s);
+  EXPECT_TRUE(info2.split);
+  EXPECT_EQ(info2.capacity, info1.capacity);
+  replay(t2, "re-planned");
+
+  // No new plan: request 0 gains 6 tokens in its last page (100 -> 106), request 1 a page
+  // (20000 = 1250 full pages -> 20001), request 2 16 tokens over a new page (1 -> 17), request 3
+  // its first page (0 -> 5).
+  t2.grow({106, 20001, 17, 5});
+  dev.set_table(t2, st.s);
+  replay(t2, "grown since the plan");
+
+  PageTable t3(s.page_size, max_pages, batch, rng);
+  t3.grow({3, 1, 0, 16});  // a page at most: nothing to cut
+  dev.set_table(t3, st.s);
+  const DecodePlanInfo info3 = plan_for(s, t3, ws, st.s);
+  EXPECT_FALSE(info3.split) << info3.chunks << " chunks of " << info3.chunk_pages << " pages";
+  replay(t3, "re-planned without a split");
+}
+
+// The checks of plan / run that need the device (the workspace's size for this device, the host
+// kv_indptr's values, the page table's): each rejected with its argument named, nothing
+// launched, out and lse untouched, a rejected plan leaving the workspace as it was.
+TEST(PagedDecode, PlanRunRejectsBadArguments) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(820);
+  const DecodeShape s{DType::kBF16, 16, KvLayout::kNHD, 8, 2, 64};
+  PageTable t(s.page_size, 16, 2, rng);
+  t.grow({20, 33});
+  const DecodeInputs in(s, 2, 16, rng);
+  const DecodeDevice dev(in, 16);
+  dev.set_table(t);
+  dev.poison();
+  const int64_t bytes = batch_decode_workspace_bytes(2, 8, 2, 64, 0);
+  const Workspace ws(bytes), other(32 << 20);  // other: room for the other shapes' plans
+  const DecodePlanInfo info = plan_for(s, t, ws);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> planned = download(ws.buf.ptr, ws.buf.bytes);
+  const auto untouched = [&](const std::string& what) {
+    EXPECT_TRUE(all_poisoned(dev.out_bytes())) << what << ": out was written";
+    EXPECT_TRUE(all_poisoned(dev.lse_bytes())) << what << ": lse was written";
+    EXPECT_TRUE(download(ws.buf.ptr, ws.buf.bytes) == planned) << what << ": the workspace changed";
+  };
+
+  const std::string run = "batch_decode_run: argument ";
+  const auto run_rejected = [&](const DecodePlanInfo& plan, const TensorView& w, const std::vector<std::string>& pieces) {
+    expect_rejected([&] { dev.run(plan, w, true); }, pieces);
+    untouched(pieces[0]);
+  };
+  const std::string at_least = "expected at least " + std::to_string(bytes) + " bytes (batch_decode_workspace_bytes)";
+  run_rejected(info, device_view(ws.buf.ptr, DType::kU8, {bytes - 1}), {run + "'workspace'", at_least, "got " + std::to_string(bytes - 1) + " bytes"});
+  run_rejected(info, device_view(ws.buf.ptr, DType::kI32, {bytes / 4}), {run + "'workspace'", "dtype uint8", "got int32"});
+  std::vector<uint8_t> host(static_cast<size_t>(bytes));
+  run_rejected(info, TensorView(host.data(), DType::kU8, {bytes}, kCpu), {run + "'workspace'", "a CUDA tensor"});
+  run_rejected(info, device_view(other.buf.at(8), DType::kU8, {bytes}), {run + "'workspace'", "aligned to 16 bytes"});
+  run_rejected(info, device_view(ws.buf.ptr, DType::kU8, {1, bytes}), {run + "'workspace'", "1 dims"});
+  {
+    DecodePlanInfo p = info;
+    p.capacity += 1;
+    run_rejected(p, ws.view(), {run + "'plan'", "capacity"});
+  }
+  // Plans of another batch, head count, page size (made by batch_decode_plan).
+  std::vector<int> three = {0, 1, 2, 3};
+  const DecodePlanInfo batch3 = batch_decode_plan(host_view(three), 16, 8, 2, 64, other.view());
+  run_rejected(batch3, other.view(), {run + "'plan'", "(batch 2, nheads 8, nheads_kv 2, headdim 64, page_size 16)",
+                                      "got a plan for (3, 8, 2, 64, 16)"});
+  const DecodePlanInfo heads16 = batch_decode_plan(host_view(t.indptr), 16, 16, 2, 64, other.view());
+  run_rejected(heads16, other.view(), {run + "'plan'", "got a plan for (2, 16, 2, 64, 16)"});
+  const DecodePlanInfo kv4 = batch_decode_plan(host_view(t.indptr), 16, 8, 4, 64, other.view());
+  run_rejected(kv4, other.view(), {run + "'plan'", "got a plan for (2, 8, 4, 64, 16)"});
+  const DecodePlanInfo page64 = batch_decode_plan(host_view(t.indptr), 64, 8, 2, 64, other.view());
+  run_rejected(page64, other.view(), {run + "'plan'", "got a plan for (2, 8, 2, 64, 64)"});
+  // The workspace holding out (or out inside it).
+  expect_rejected(
+      [&] {
+        const TensorView l = dev.lsev();
+        batch_decode_run(info, ws.view(), dev.qv(), dev.kv(), dev.vv(), dev.indv(), dev.ptrv(), dev.lastv(),
+                         device_view(ws.buf.at(256), s.dt, {2, 8, 64}), &l, s.layout);
+      },
+      {run + "'workspace'", "disjoint from 'out'"});
+  untouched("workspace over out");
+  // The page table's values, read by run() too.
+  {
+    PageTable bad = t;
+    bad.last[1] = 0;  // request 1 has pages
+    dev.set_table(bad);
+    run_rejected(info, ws.view(), {run + "'kv_last_page_len'", "kv_last_page_len[1] = 0"});
+    dev.set_table(t);
+  }
+
+  const std::string plan = "batch_decode_plan: argument ";
+  const auto plan_rejected = [&](const TensorView& ptr, int64_t page_size, const TensorView& w,
+                                 const std::vector<std::string>& pieces) {
+    expect_rejected([&] { batch_decode_plan(ptr, page_size, 8, 2, 64, w); }, pieces);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    untouched(pieces[0]);
+  };
+  plan_rejected(host_view(t.indptr), 16, device_view(ws.buf.ptr, DType::kU8, {bytes - 16}), {plan + "'workspace'", at_least});
+  plan_rejected(host_view(t.indptr), 16, device_view(ws.buf.ptr, DType::kI32, {bytes / 4}), {plan + "'workspace'", "dtype uint8"});
+  plan_rejected(host_view(t.indptr), 16, device_view(ws.buf.at(8), DType::kU8, {bytes - 16}), {plan + "'workspace'", "aligned"});
+  plan_rejected(dev.ptrv(), 16, ws.view(), {plan + "'kv_indptr_host'", "a host tensor (cpu or cuda_host)", "got cuda:0"});
+  std::vector<int> down = {0, 5, 3};
+  plan_rejected(host_view(down), 16, ws.view(), {plan + "'kv_indptr_host'", "non-decreasing values", "kv_indptr[2] = 3 < kv_indptr[1] = 5"});
+  std::vector<int> offset = {2, 3, 4};
+  plan_rejected(host_view(offset), 16, ws.view(), {plan + "'kv_indptr_host'", "expected kv_indptr[0] = 0", "got kv_indptr[0] = 2"});
+  std::vector<int> huge(65537, 0);
+  plan_rejected(host_view(huge), 16, ws.view(), {"batch_decode_workspace_bytes: argument 'batch'", "got 65536"});
+
+  // A plan on a stream being captured: its copy from host memory would become a graph node that
+  // reads a freed buffer at replay; rejected, the graph left empty.
+  {
+    cudaStream_t st = nullptr;
+    FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    FLASHLAB_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    expect_rejected([&] { batch_decode_plan(host_view(t.indptr), 16, 8, 2, 64, ws.view(), st); },
+                    {plan + "'stream'", "being captured"});
+    cudaGraph_t g = nullptr;
+    FLASHLAB_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+    size_t nodes = 1;
+    FLASHLAB_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+    EXPECT_EQ(nodes, 0u) << "nothing captured";
+    FLASHLAB_CUDA_CHECK(cudaGraphDestroy(g));
+    FLASHLAB_CUDA_CHECK(cudaStreamDestroy(st));
+    untouched("plan under capture");
+  }
+
+  // Pinned host memory is a host tensor too: the same plan, the same workspace bytes.
+  void* pinned = nullptr;
+  FLASHLAB_CUDA_CHECK(cudaMallocHost(&pinned, t.indptr.size() * 4));
+  std::memcpy(pinned, t.indptr.data(), t.indptr.size() * 4);
+  const DecodePlanInfo again = batch_decode_plan(
+      TensorView(pinned, DType::kI32, {static_cast<int64_t>(t.indptr.size())}, Device{DeviceType::kCUDAHost, 0}), 16, 8, 2, 64,
+      ws.view());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaFreeHost(pinned);
+  EXPECT_EQ(again.chunks, info.chunks);
+  EXPECT_EQ(again.chunk_pages, info.chunk_pages);
+  EXPECT_EQ(again.split, info.split);
+  EXPECT_TRUE(download(ws.buf.ptr, ws.buf.bytes) == planned) << "a plan from pinned memory differs";
 }
 
 }  // namespace
