@@ -8,6 +8,11 @@
 
 namespace flashlab::bindings {
 
+// The layout code (0: NHD, 1: HND); anything else maps to an invalid KvLayout the library rejects.
+KvLayout to_layout(int64_t layout) {
+  return layout >= 0 && layout <= 1 ? static_cast<KvLayout>(layout) : static_cast<KvLayout>(-1);
+}
+
 // (v_out, s_out) = the merge of (v_a, s_a) and (v_b, s_b), on the caller's current stream of v_a's device.
 void merge_state(tvm::ffi::TensorView v_a, tvm::ffi::TensorView s_a, tvm::ffi::TensorView v_b, tvm::ffi::TensorView s_b,
                  tvm::ffi::TensorView v_out, tvm::ffi::TensorView s_out) {
@@ -42,8 +47,7 @@ void append_paged_kv_cache(tvm::ffi::TensorView append_k, tvm::ffi::TensorView a
                      Kc = to_flashlab(k_cache, op, "k_cache"), Vc = to_flashlab(v_cache, op, "v_cache"),
                      Ind = to_flashlab(kv_indices, op, "kv_indices"), Ptr = to_flashlab(kv_indptr, op, "kv_indptr"),
                      Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len");
-    const auto kv_layout = layout >= 0 && layout <= 1 ? static_cast<KvLayout>(layout) : static_cast<KvLayout>(-1);
-    flashlab::append_paged_kv_cache(Ak, Av, Bi, Pos, Kc, Vc, Ind, Ptr, Last, kv_layout, current_stream(Kc));
+    flashlab::append_paged_kv_cache(Ak, Av, Bi, Pos, Kc, Vc, Ind, Ptr, Last, to_layout(layout), current_stream(Kc));
   });
 }
 
@@ -57,8 +61,7 @@ void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tv
                      Vc = to_flashlab(v_cache, op, "v_cache"), Ind = to_flashlab(kv_indices, op, "kv_indices"),
                      Ptr = to_flashlab(kv_indptr, op, "kv_indptr"), Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"),
                      O = to_flashlab(out, op, "out"), L = to_flashlab_opt(lse, op, "lse");
-    const auto kv_layout = layout >= 0 && layout <= 1 ? static_cast<KvLayout>(layout) : static_cast<KvLayout>(-1);
-    flashlab::batch_decode_paged(Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, kv_layout,
+    flashlab::batch_decode_paged(Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout),
                                  static_cast<float>(softmax_scale), current_stream(Q), to_rung(op, rung, kPagedDecodeRungs));
   });
 }
@@ -114,8 +117,7 @@ void batch_decode_run(tvm::ffi::Shape plan, tvm::ffi::TensorView workspace, tvm:
                      Ind = to_flashlab(kv_indices, op, "kv_indices"), Ptr = to_flashlab(kv_indptr, op, "kv_indptr"),
                      Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"), O = to_flashlab(out, op, "out"),
                      L = to_flashlab_opt(lse, op, "lse");
-    const auto kv_layout = layout >= 0 && layout <= 1 ? static_cast<KvLayout>(layout) : static_cast<KvLayout>(-1);
-    flashlab::batch_decode_run(info, W, Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, kv_layout,
+    flashlab::batch_decode_run(info, W, Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout),
                                static_cast<float>(softmax_scale), current_stream(Q));
   });
 }

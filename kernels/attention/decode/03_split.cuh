@@ -71,8 +71,8 @@ struct DecodeSplitTraits {
 };
 
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads) paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p,
-                                                                 const __grid_constant__ PagedDecodeSplit s) {
+__global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
+    paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s) {
   using Tr = DecodeSplitTraits<kHeadDim>;
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
   constexpr float kLog2e = 1.4426950408889634f;
