@@ -66,18 +66,19 @@ void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tv
   });
 }
 
-// A plan as the 10 integers Python keeps: batch, nheads, nheads_kv, headdim, page_size, device,
-// capacity, chunks, chunk_pages, split.
+// A plan as the 11 integers Python keeps: batch, nheads, nheads_kv, headdim, page_size, device,
+// capacity, chunks, chunk_pages, split, id.
 tvm::ffi::Shape plan_to_shape(const DecodePlanInfo& p) {
   return tvm::ffi::Shape({p.batch, p.nheads, p.nheads_kv, p.headdim, p.page_size, static_cast<int64_t>(p.device), p.capacity,
-                          p.chunks, p.chunk_pages, static_cast<int64_t>(p.split)});
+                          p.chunks, p.chunk_pages, static_cast<int64_t>(p.split), p.id});
 }
 DecodePlanInfo shape_to_plan(const tvm::ffi::Shape& s, const char* op) {
-  if (s.size() != 10)
-    throw Error(detail::concat(op, ": argument 'plan': expected the 10 integers batch_decode_plan returned, got ", s.size()));
+  if (s.size() != 11)
+    throw Error(detail::concat(op, ": argument 'plan': expected the 11 integers batch_decode_plan returned, got ", s.size()));
   DecodePlanInfo p;
   p.batch = s[0], p.nheads = s[1], p.nheads_kv = s[2], p.headdim = s[3], p.page_size = s[4];
   p.device = static_cast<int>(s[5]), p.capacity = s[6], p.chunks = s[7], p.chunk_pages = s[8], p.split = s[9] != 0;
+  p.id = s[10];
   return p;
 }
 

@@ -2,9 +2,13 @@
 // checks, the page table's values (read from the device unless the stream is being captured),
 // rung 3's split plan (src/serving_plan.cpp) and workspace, and the launches
 // (kernels/attention/decode/).
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -110,23 +114,42 @@ const void* split_kernel_for() {
   return reinterpret_cast<const void*>(&kernels::paged_decode_split_kernel<__nv_bfloat16, kD>);
 }
 
-// Blocks of rung 3 resident at once on device `device` at head dim d (the same for fp16/bf16).
+// Whether rung 3's shared memory at head dim d fits a block on the current device (d 256 needs
+// 206 KB, more than an sm_80 block's 163 KB; d 128 needs 106 KB, more than sm_86 / sm_89's 99 KB).
+bool split_fits(int64_t d) {
+  return HEADDIM_SWITCH(static_cast<int>(d), kD, [&] { return kernels::DecodeSplitTraits<kD>::kSmemBytes <= detail::max_smem_optin(); });
+}
+
+// Blocks of rung 3 resident at once on device `device` at head dim d (occupancy of the bf16
+// kernel; fp16's is the same: shared memory limits both), cached per (device, d).
 int64_t split_slots(int64_t d, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int64_t>, int64_t> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find({device, d});
+    if (it != cache.end()) return it->second;
+  }
   detail::DeviceGuard guard(device);
-  return HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
+  const int64_t slots = HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
     const auto* kernel = split_kernel_for<kD>();
     constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
+    FLASHLAB_CHECK(smem <= detail::max_smem_optin(), "batch_decode: decode rung 3 at head dim ", kD, " needs ", smem,
+                   " bytes of shared memory per block; this device allows ", detail::max_smem_optin());
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             cudaSharedmemCarveoutMaxShared));  // 4 blocks of 55 KB at d 128
+                                             cudaSharedmemCarveoutMaxShared));  // 2 blocks of 106 KB at d 128
     int per_sm = 0;
     FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::DecodeSplitTraits<kD>::kThreads,
                                                                       smem));
     return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
   });
+  std::lock_guard<std::mutex> lock(mu);
+  cache[{device, d}] = slots;
+  return slots;
 }
 
-// A plan's workspace: [num_items int32, padded to 16 | items int4 x capacity | request_items
+// A plan's workspace: [header: num_items, batch, plan id (int32 each), padded to 16 | items int4 x capacity | request_items
 // int32 x (batch + 1), padded | partial lse fp32 x capacity x nheads, padded | partial O fp32 x
 // capacity x nheads x d]. The capacity (the run's grid) depends on the shape only: the batch plus
 // room for two waves' worth of extra chunks.
@@ -139,7 +162,7 @@ SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64
   s.slots = split_slots(d, device);
   const int64_t per = items_per_chunk(nheads, nheads_kv);
   s.capacity = batch + 2 * ((s.slots + per - 1) / per);
-  FLASHLAB_CHECK(s.capacity * per <= 0x7fffffff && nheads <= 65535, "batch_decode: expected fewer than 2^31 work items and ",
+  FLASHLAB_CHECK(s.capacity * per <= 0x7fffffff && nheads <= 65535, "batch_decode_paged / batch_decode_plan: expected fewer than 2^31 work items and ",
                  "at most 65535 query heads, got ", s.capacity, " x ", per, " items, ", nheads, " heads");
   s.items = 16;
   s.request_items = s.items + s.capacity * 16;
@@ -160,8 +183,13 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
   const detail::DecodePlan plan =
       detail::plan_decode(pages, items_per_chunk(nheads, nheads_kv), s.slots, s.capacity, overhead);
   std::vector<unsigned char> host(static_cast<size_t>(s.lse), 0);
-  const auto chunks = static_cast<int32_t>(plan.chunks.size());
-  std::memcpy(host.data(), &chunks, 4);
+  // The header: the item count the kernel reads, and the batch and a plan id that run() checks
+  // (a workspace planned into by another plan since is rejected, not read).
+  static std::atomic<int32_t> next_id{1};
+  const int32_t header[3] = {static_cast<int32_t>(plan.chunks.size()), static_cast<int32_t>(batch),
+                             next_id.fetch_add(1) & 0x7fffffff};
+  std::memcpy(host.data(), header, sizeof(header));
+  const int32_t chunks = header[0];
   // Items longest first (the order the grid starts them in); chunk i of a split request writes
   // partial row i, a whole request writes out directly; a request's last chunk runs to its end
   // as run() finds it.
@@ -178,6 +206,7 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
   info.batch = batch, info.nheads = nheads, info.nheads_kv = nheads_kv, info.headdim = d, info.page_size = page_size;
   info.device = device, info.capacity = s.capacity, info.chunks = chunks, info.chunk_pages = plan.chunk_pages;
   info.split = plan.split;
+  info.id = header[2];
   return info;
 }
 
@@ -209,9 +238,21 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
       FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                cudaSharedmemCarveoutMaxShared));
       FLASHLAB_LAUNCH(kernel, grid, kernels::DecodeSplitTraits<kD>::kThreads, smem, stream, call.p, sp);
-      if (merge)
-        FLASHLAB_LAUNCH((kernels::paged_decode_merge_kernel<T, kD>),
-                        dim3(static_cast<unsigned>(call.batch), static_cast<unsigned>(call.nheads)), 128, 0, stream, call.p, sp);
+      if (merge) {
+        // Programmatic dependent launch: the merge's blocks start during the decode grid's tail
+        // (those of unsplit requests exit at once; the others wait for the grid: griddepcontrol).
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(static_cast<unsigned>(call.batch), static_cast<unsigned>(call.nheads));
+        config.blockDim = dim3(128);
+        config.stream = stream;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        check::note_launch();
+        FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernels::paged_decode_merge_kernel<T, kD>, call.p, sp));
+      }
     });
   });
 }
@@ -245,7 +286,7 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   const std::vector<int64_t> len = check_values(op, kv_indices, kv_indptr, kv_last_page_len, call, stream);
   if (call.batch == 0 || call.nheads == 0) return;
   const kernels::PagedDecodeParams& p = call.p;
-  if (rung == 3 && call.dtype != DType::kF32) {
+  if (rung == 3 && call.dtype != DType::kF32 && split_fits(call.c.d)) {
     if (len.empty() && call.batch > 0) {  // capturing: no page counts to plan with, one item per request
       launch_split(call, nullptr, nullptr, false, stream);
       return;
@@ -259,7 +300,7 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
     return;
   }
   const int64_t group = call.nheads / call.c.nheads;
-  // Rung 2 (and fp32 at rung 3): kG query heads a block, the smallest power of two >= the group, at most 8.
+  // Rung 2 (and rung 3 in fp32 or where its shared memory does not fit): kG query heads a block, the smallest power of two >= the group, at most 8.
   const int kg = group >= 5 ? 8 : group >= 3 ? 4 : static_cast<int>(group);
   DTYPE_SWITCH(call.dtype, T, [&] {
     HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
@@ -353,6 +394,14 @@ void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, c
       O{op, "out", out}, L{op, "lse", lse != nullptr ? *lse : out};
   detail::check_outputs_disjoint({&W}, {&Q, &Kc, &Vc, &Ind, &Ptr, &Last, &O, &L});
   check_values(op, kv_indices, kv_indptr, kv_last_page_len, call, stream);
+  if (!detail::capturing(stream)) {  // the workspace still holds this plan (not another's since)
+    const std::vector<int> header =
+        detail::read_int32(TensorView(workspace.data, DType::kI32, {3}, workspace.device), stream);
+    if (header[1] != plan.batch || header[2] != plan.id)
+      check::fail(W, detail::concat("the metadata of this plan (id ", plan.id, ", batch ", plan.batch,
+                                    "): plan into it again, or give each plan its own workspace"),
+                  detail::concat("plan id ", header[2], ", batch ", header[1]));
+  }
   if (call.batch == 0 || call.nheads == 0) return;
   // The merge launches whatever this plan decided: a graph captured now replays later plans.
   launch_split(call, workspace.data, &s, true, stream);

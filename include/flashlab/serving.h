@@ -1,6 +1,6 @@
 // Serving attention (issue 8): what a decode or prefill over split KV needs around its kernels.
 // So far the merge of attention states (FlashInfer's cascade merge_state / merge_states), the
-// paged KV cache's append and the batch decode over it (rung 1). Kernels: kernels/serving/,
+// paged KV cache's append and the batch decode over it (rungs 1-3, plan/run). Kernels: kernels/serving/,
 // kernels/attention/decode/; doc: docs/ladder/attention.md (Serving).
 #pragma once
 
@@ -85,7 +85,8 @@ inline constexpr int kPagedDecodeRungs = 3;
 // A request without keys gets out = 0 and lse = -inf. The outputs must not overlap the inputs or
 // each other. Enqueued on `stream`; throws flashlab::Error (nothing launched) on invalid
 // arguments, the page table's values included (read from the device unless capturing).
-// Rung 3 plans its split from the page counts it read; while `stream` is being captured there
+// Rung 3 runs where its shared memory fits a block (every head dim on sm_90; elsewhere rung 2
+// takes over). It plans its split from the page counts it read; while `stream` is being captured there
 // is no read, and every request runs as one chunk (capture batch_decode_run for a split decode).
 // It uses the stream's internal workspace (as attention_bwd).
 void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
@@ -104,10 +105,12 @@ struct DecodePlanInfo {
   int64_t chunks = 0;       // work items of this plan (<= capacity): request chunks, each for all heads
   int64_t chunk_pages = 0;  // pages per chunk (a request's last chunk may be shorter)
   bool split = false;       // some request is cut into more than one chunk
+  int64_t id = 0;           // the plan's id, also in the workspace: run() rejects a workspace planned into since
 };
 
 // Bytes of the workspace of a plan for this shape on CUDA device `device` (plan metadata and
-// the chunks' partial states, fp32).
+// the chunks' partial states, fp32: about (batch + 2 x SMs x 2) x nheads x headdim x 4 bytes).
+// Throws when rung 3 does not fit the device (its shared memory: head dim 256 off sm_90).
 int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t headdim, int device);
 
 // Plans the decode of a batch whose page counts are given on the host and enqueues the copy of
@@ -126,7 +129,8 @@ DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_
 // Decode rung 3 under a plan: the arguments as batch_decode_paged (fp16 / bf16 only), their
 // batch, heads, head dim and page size those of the plan, `workspace` the plan's (on the plan's
 // device). Two launches (the chunks, then the merge of split requests), neither reading the
-// host; the page table's values are checked by a device read unless capturing.
+// host; unless capturing, the page table's values and the workspace's plan id are checked by a
+// device read (a workspace that another plan wrote since is rejected).
 void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, const TensorView& q,
                       const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
                       const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,

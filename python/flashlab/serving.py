@@ -122,10 +122,6 @@ def _host_int32(op: str, name: str, x: Any) -> Any:
     raise TypeError(f"{op}: argument '{name}': expected a torch tensor, a numpy array or a CuPy array, got {type(x).__name__}")
 
 
-def _device_index(x: Any) -> int:
-    return int(x.__dlpack_device__()[1])
-
-
 def batch_decode_workspace_bytes(batch: int, num_qo_heads: int, num_kv_heads: int, head_dim: int, device: int = 0) -> int:
     """Bytes of the workspace a ``BatchDecodeWithPagedKVCacheWrapper`` plan needs for this shape."""
     return int(_ffi.batch_decode_workspace_bytes(batch, num_qo_heads, num_kv_heads, head_dim, device))
@@ -137,19 +133,30 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     ``plan()`` reads the page counts on the host (``indptr`` is copied there: call it outside a
     CUDA-graph capture), cuts long requests into chunks that spread over the GPU and copies that
-    plan into ``workspace_buffer`` (a CUDA uint8 tensor, at least
-    ``batch_decode_workspace_bytes(...)`` bytes; FlashInfer's 128 MB buffers are plenty).
-    ``run()`` launches with fixed addresses and grid: a decode step captured in a CUDA graph
-    replays correctly after a new ``plan()`` of other lengths, as long as the page-table tensors
-    given to ``plan()`` are the same (updated in place) and the batch and heads do not change.
+    plan into ``float_workspace_buffer`` (a CUDA uint8 tensor of at least
+    ``batch_decode_workspace_bytes(...)`` bytes; one workspace per wrapper: a run whose workspace
+    another plan wrote since is rejected). ``run()`` launches with fixed addresses and grid.
+    ``use_cuda_graph=True`` (with the three ``paged_kv_*_buffer`` tensors, as FlashInfer): every
+    ``plan()`` copies the page table into those buffers, so a decode step captured in a CUDA graph
+    replays correctly after a new ``plan()`` of other lengths (same batch and heads), and after
+    tokens are appended to the buffers' table without one. ``use_tensor_cores`` is accepted and
+    ignored (rung 3 always uses them). The lse is the natural log (as ``flash_attn``'s
+    ``softmax_lse`` and ``merge_state`` here).
     """
 
-    def __init__(self, workspace_buffer: Any, kv_layout: str = "NHD") -> None:
+    def __init__(self, float_workspace_buffer: Any, kv_layout: str = "NHD", use_cuda_graph: bool = False,
+                 use_tensor_cores: bool = False, paged_kv_indptr_buffer: Any = None, paged_kv_indices_buffer: Any = None,
+                 paged_kv_last_page_len_buffer: Any = None) -> None:
+        op = "BatchDecodeWithPagedKVCacheWrapper"
         if kv_layout not in _LAYOUTS:
-            raise ValueError(f"BatchDecodeWithPagedKVCacheWrapper: argument 'kv_layout': expected 'NHD' or 'HND', "
-                             f"got {kv_layout!r}")
-        self._workspace = workspace_buffer
+            raise ValueError(f"{op}: argument 'kv_layout': expected 'NHD' or 'HND', got {kv_layout!r}")
+        buffers = (paged_kv_indptr_buffer, paged_kv_indices_buffer, paged_kv_last_page_len_buffer)
+        if use_cuda_graph and any(b is None for b in buffers):
+            raise ValueError(f"{op}: use_cuda_graph=True needs paged_kv_indptr_buffer, paged_kv_indices_buffer and "
+                             "paged_kv_last_page_len_buffer (the fixed tensors the graph reads)")
+        self._workspace = float_workspace_buffer
         self._kv_layout = kv_layout
+        self._buffers = buffers if use_cuda_graph else None
         self._plan: Any = None
         self._table: tuple[Any, Any, Any] | None = None
         self._sm_scale = 0.0
@@ -157,12 +164,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
     def plan(self, indptr: Any, indices: Any, last_page_len: Any, num_qo_heads: int, num_kv_heads: int, head_dim: int,
              page_size: int, pos_encoding_mode: str = "NONE", window_left: int = -1,
              logits_soft_cap: float | None = None, q_data_type: Any = None, kv_data_type: Any = None,
-             data_type: Any = None, sm_scale: float | None = None, **unused: Any) -> None:
+             data_type: Any = None, sm_scale: float | None = None, rope_scale: float | None = None,
+             rope_theta: float | None = None, non_blocking: bool = True, block_tables: Any = None,
+             seq_lens: Any = None, fixed_split_size: int | None = None, disable_split_kv: bool = False) -> None:
         """Plans the decode of the batch whose page table is (indptr, indices, last_page_len),
-        int32 CUDA tensors that ``run()`` reads (keep them; update them in place between plans
-        when replaying a graph). Features flashlab's decode lacks (rotary inside the kernel,
-        a sliding window, logit soft-capping) are rejected; dtypes are taken from ``run()``'s
-        tensors."""
+        int32 CUDA tensors (``run()`` reads them, or, with ``use_cuda_graph``, the buffers they are
+        copied into). Features flashlab's decode lacks (rotary inside the kernel, a sliding
+        window, logit soft-capping, block tables, fixed or disabled splits) are rejected; dtypes
+        come from ``run()``'s tensors."""
         op = "BatchDecodeWithPagedKVCacheWrapper.plan"
         if pos_encoding_mode != "NONE":
             raise ValueError(f"{op}: argument 'pos_encoding_mode': expected 'NONE' (apply RoPE before the decode: "
@@ -171,18 +180,41 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise ValueError(f"{op}: argument 'window_left': expected -1 (no sliding window), got {window_left}")
         if logits_soft_cap not in (None, 0, 0.0):
             raise ValueError(f"{op}: argument 'logits_soft_cap': expected None or 0, got {logits_soft_cap}")
+        for name, value in (("block_tables", block_tables), ("seq_lens", seq_lens), ("fixed_split_size", fixed_split_size)):
+            if value is not None:
+                raise ValueError(f"{op}: argument '{name}': expected None (not supported), got {type(value).__name__}")
+        if disable_split_kv:
+            raise ValueError(f"{op}: argument 'disable_split_kv': expected False (not supported), got True")
         host = _host_int32(op, "indptr", indptr)
+        if self._buffers is not None:
+            ptr_buf, ind_buf, last_buf = self._buffers
+            batch, nnz = len(host) - 1, int(host[-1])
+            if _shape(ptr_buf)[0] != batch + 1 or _shape(last_buf)[0] != batch or _shape(ind_buf)[0] < nnz:
+                raise ValueError(f"{op}: the CUDA-graph buffers hold a batch of {_shape(ptr_buf)[0] - 1} and "
+                                 f"{_shape(ind_buf)[0]} pages; this plan has a batch of {batch} and {nnz} pages")
+            ptr_buf.copy_(indptr, non_blocking=non_blocking)
+            ind_buf[:nnz].copy_(indices[:nnz], non_blocking=non_blocking)
+            last_buf.copy_(last_page_len, non_blocking=non_blocking)
+            table = (ind_buf, ptr_buf, last_buf)
+        else:
+            table = (indices, indptr, last_page_len)
         self._plan = _ffi.batch_decode_plan(host, page_size, num_qo_heads, num_kv_heads, head_dim, self._workspace)
-        self._table = (indices, indptr, last_page_len)
+        self._table = table
         self._sm_scale = 0.0 if sm_scale is None else float(sm_scale)
 
-    def run(self, q: Any, paged_kv_cache: Any, out: Any = None, lse: Any = None, return_lse: bool = False) -> Any:
+    def run(self, q: Any, paged_kv_cache: Any, *, q_scale: float | None = None, k_scale: float | None = None,
+            v_scale: float | None = None, out: Any = None, lse: Any = None, return_lse: bool = False) -> Any:
         """out = the decode of q (batch, num_qo_heads, head_dim) over ``paged_kv_cache``
         (``(k_cache, v_cache)`` or one (max_pages, 2, ...) tensor, the wrapper's layout), or
-        ``(out, lse)`` with ``return_lse`` (lse fp32 (batch, num_qo_heads), natural log)."""
+        ``(out, lse)`` with ``return_lse`` (lse fp32 (batch, num_qo_heads), natural log). The
+        FP8 scales are not supported (None or 1)."""
+        op = "BatchDecodeWithPagedKVCacheWrapper.run"
         if self._plan is None or self._table is None:
-            raise RuntimeError("BatchDecodeWithPagedKVCacheWrapper.run: plan() first")
-        layout, k_cache, v_cache = _paged_cache("BatchDecodeWithPagedKVCacheWrapper.run", paged_kv_cache, self._kv_layout)
+            raise RuntimeError(f"{op}: plan() first")
+        for name, value in (("q_scale", q_scale), ("k_scale", k_scale), ("v_scale", v_scale)):
+            if value not in (None, 1, 1.0):
+                raise ValueError(f"{op}: argument '{name}': expected None or 1 (FP8 KV is not supported yet), got {value}")
+        layout, k_cache, v_cache = _paged_cache(op, paged_kv_cache, self._kv_layout)
         shape = _shape(q)
         out = _alloc.empty(q, shape) if out is None else out
         if lse is None and return_lse and len(shape) == 3:

@@ -942,6 +942,19 @@ TEST(PagedDecode, PlanRunRejectsBadArguments) {
     p.capacity += 1;
     run_rejected(p, ws.view(), {run + "'plan'", "capacity"});
   }
+  // A workspace another plan wrote since (two wrappers sharing one), or never planned into:
+  // rejected by the plan id in its header, nothing launched.
+  {
+    const Workspace second(bytes);
+    const DecodePlanInfo a = plan_for(s, t, second), b = plan_for(s, t, second);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_NE(a.id, b.id);
+    expect_rejected([&] { dev.run(a, second.view(), true); },
+                    {run + "'workspace'", "the metadata of this plan (id " + std::to_string(a.id), "got plan id " + std::to_string(b.id)});
+    const Workspace fresh(bytes);
+    expect_rejected([&] { dev.run(info, fresh.view(), true); }, {run + "'workspace'", "the metadata of this plan"});
+    untouched("another plan's workspace");
+  }
   // Plans of another batch, head count, page size (made by batch_decode_plan).
   std::vector<int> three = {0, 1, 2, 3};
   const DecodePlanInfo batch3 = batch_decode_plan(host_view(three), 16, 8, 2, 64, other.view());

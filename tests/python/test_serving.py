@@ -366,3 +366,59 @@ def test_decode_wrapper_matches_reference_and_replays_in_a_graph(dtype):
     torch.cuda.synchronize()
     ref, ref_lse = _decode_reference(q, kc, vc, indices3, indptr3, last3, ps)
     _check_decode(out, lse, ref, ref_lse, lens3, max_v, dtype)
+
+
+def test_decode_wrapper_flashinfer_arguments():
+    ws = fake((1024,), "uint8")
+    with pytest.raises(ValueError, match="use_cuda_graph=True needs paged_kv_indptr_buffer"):
+        flashlab.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_cuda_graph=True)
+    w = flashlab.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    with pytest.raises(ValueError, match="argument 'block_tables': expected None"):
+        w.plan(np.zeros(4, np.int32), None, None, 8, 4, 128, 16, block_tables=np.zeros((3, 2), np.int32))
+    with pytest.raises(ValueError, match="argument 'disable_split_kv': expected False"):
+        w.plan(np.zeros(4, np.int32), None, None, 8, 4, 128, 16, disable_split_kv=True)
+    with pytest.raises(TypeError):
+        w.plan(np.zeros(4, np.int32), None, None, 8, 4, 128, 16, windw_left=3)  # a typo is not swallowed
+    w._plan, w._table = (0,) * 11, (None, None, None)  # past the plan() check: the argument checks of run()
+    with pytest.raises(ValueError, match="argument 'k_scale': expected None or 1"):
+        w.run(fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"),) * 2, k_scale=0.5)
+    with pytest.raises(TypeError):
+        w.run(fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"),) * 2, None)  # out is keyword-only
+
+
+@gpu
+def test_decode_wrapper_cuda_graph_buffers():
+    # use_cuda_graph=True: plan() copies each new page table (fresh tensors every step, as a server
+    # builds them) into the fixed buffers, which the captured graph reads.
+    g = torch.Generator().manual_seed(9)
+    dt, hq, hk, d, ps, max_pages, batch = torch.bfloat16, 8, 2, 64, 16, 900, 3
+    kc, vc = ((torch.rand(max_pages, ps, hk, d, generator=g) * 2 - 1).to(dt) for _ in range(2))
+    max_v = float(vc.double().abs().max())
+    q = (torch.rand(batch, hq, d, generator=g) * 2 - 1).to(dt)
+    cache, q_d = (kc.cuda(), vc.cuda()), q.cuda()
+    ws = torch.empty(flashlab.batch_decode_workspace_bytes(batch, hq, hk, d), dtype=torch.uint8, device="cuda")
+    bufs = (torch.zeros(batch + 1, dtype=torch.int32, device="cuda"), torch.zeros(max_pages, dtype=torch.int32, device="cuda"),
+            torch.zeros(batch, dtype=torch.int32, device="cuda"))
+    w = flashlab.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_cuda_graph=True, paged_kv_indptr_buffer=bufs[0],
+                                                    paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2])
+    out = torch.empty(batch, hq, d, dtype=dt, device="cuda")
+    lse = torch.empty(batch, hq, dtype=torch.float32, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    for step, lens in enumerate(([9000, 1, 40], [300, 0, 12000], [17, 5000, 5000])):
+        indices, indptr, last = _page_table(lens, ps, max_pages, g)
+        w.plan(indptr.cuda(), indices.cuda(), last.cuda(), hq, hk, d, ps)  # new tensors each step
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        if step == 0:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                w.run(q_d, cache, out=out, lse=lse)
+                with torch.cuda.graph(graph, stream=stream):
+                    w.run(q_d, cache, out=out, lse=lse)
+            torch.cuda.current_stream().wait_stream(stream)
+            out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref, ref_lse = _decode_reference(q, kc, vc, indices, indptr, last, ps)
+        _check_decode(out, lse, ref, ref_lse, lens, max_v, "bfloat16")

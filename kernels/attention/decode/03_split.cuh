@@ -23,7 +23,7 @@
 // Shared memory: Q (16 rows) and kStages x (K, V) 64-row tiles, 16-bit, rows padded by 8
 // elements (odd 16-byte chunk count: ldmatrix without bank conflicts).
 // Limits: 16-bit caches only (fp32 runs rung 2); the 16-row mma wastes 3/4 of the tensor work
-// at a group of 4 (free while memory-bound); one page-table load per copied row.
+// at a group of 4 (free while memory-bound); a page-table load per copied 16-byte piece.
 #pragma once
 
 #include <climits>
@@ -76,6 +76,10 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
   using Tr = DecodeSplitTraits<kHeadDim>;
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
   constexpr float kLog2e = 1.4426950408889634f;
+  // The merge kernel (launched with programmatic stream serialization) may start once every block
+  // of this grid has started: its blocks for requests that did not split exit at once, during this
+  // grid's tail, instead of as a wave of their own after it.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ __align__(128) unsigned char smem[];
   T* sq = reinterpret_cast<T*>(smem);
   T* sk = sq + Tr::kRows * kRowElems;  // stage st: sk + st * kTileElems
@@ -303,14 +307,17 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
 }
 
 // The merge of the split requests' chunks: a block per (request, query head); requests of one
-// item return at once (the decode kernel wrote them). S = log2 sum_i 2^{s_i},
+// item return at once (the decode kernel wrote them), before waiting for the decode grid. S = log2 sum_i 2^{s_i},
 // O = sum_i o_i 2^{s_i - S} (o_i normalized), out = O, lse = S ln 2. The threads share the max
 // through shared memory and each sums its columns over the chunks (independent loads).
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(128) paged_decode_merge_kernel(const __grid_constant__ PagedDecodeParams p,
                                                                  const __grid_constant__ PagedDecodeSplit s) {
+  // request_items is the plan's (copied before the decode kernel ran); the partial states are the
+  // decode kernel's: wait for that grid to finish (a no-op when launched without the attribute).
   const int b = blockIdx.x, h = blockIdx.y, i0 = s.request_items[b], i1 = s.request_items[b + 1];
   if (i1 - i0 <= 1) return;
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   __shared__ float s_big[4];
   const float* lse = s.partial_lse + h;  // row i at lse[i * nheads]
   float big = -INFINITY;
