@@ -54,7 +54,8 @@ void append_paged_kv_cache(tvm::ffi::TensorView append_k, tvm::ffi::TensorView a
 // out (and lse, when given) = batch decode of q over a paged KV cache; layout 0: NHD, 1: HND.
 void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache,
                         tvm::ffi::TensorView kv_indices, tvm::ffi::TensorView kv_indptr, tvm::ffi::TensorView kv_last_page_len,
-                        tvm::ffi::TensorView out, OptTensor lse, int64_t layout, double softmax_scale, int64_t rung) {
+                        tvm::ffi::TensorView out, OptTensor lse, int64_t layout, double softmax_scale, int64_t rung,
+                        double k_scale, double v_scale) {
   constexpr const char* op = "batch_decode_paged";
   call([&] {
     const TensorView Q = to_flashlab(q, op, "q"), Kc = to_flashlab(k_cache, op, "k_cache"),
@@ -62,7 +63,8 @@ void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tv
                      Ptr = to_flashlab(kv_indptr, op, "kv_indptr"), Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"),
                      O = to_flashlab(out, op, "out"), L = to_flashlab_opt(lse, op, "lse");
     flashlab::batch_decode_paged(Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout),
-                                 static_cast<float>(softmax_scale), current_stream(Q), to_rung(op, rung, kPagedDecodeRungs));
+                                 static_cast<float>(softmax_scale), current_stream(Q), to_rung(op, rung, kPagedDecodeRungs),
+                                 static_cast<float>(k_scale), static_cast<float>(v_scale));
   });
 }
 
@@ -109,7 +111,7 @@ tvm::ffi::Shape batch_decode_plan(tvm::ffi::TensorView kv_indptr_host, int64_t p
 void batch_decode_run(tvm::ffi::Shape plan, tvm::ffi::TensorView workspace, tvm::ffi::TensorView q,
                       tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm::ffi::TensorView kv_indices,
                       tvm::ffi::TensorView kv_indptr, tvm::ffi::TensorView kv_last_page_len, tvm::ffi::TensorView out,
-                      OptTensor lse, int64_t layout, double softmax_scale) {
+                      OptTensor lse, int64_t layout, double softmax_scale, double k_scale, double v_scale) {
   constexpr const char* op = "batch_decode_run";
   call([&] {
     const DecodePlanInfo info = shape_to_plan(plan, op);
@@ -119,7 +121,8 @@ void batch_decode_run(tvm::ffi::Shape plan, tvm::ffi::TensorView workspace, tvm:
                      Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"), O = to_flashlab(out, op, "out"),
                      L = to_flashlab_opt(lse, op, "lse");
     flashlab::batch_decode_run(info, W, Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout),
-                               static_cast<float>(softmax_scale), current_stream(Q));
+                               static_cast<float>(softmax_scale), current_stream(Q), static_cast<float>(k_scale),
+                               static_cast<float>(v_scale));
   });
 }
 

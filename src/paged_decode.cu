@@ -35,20 +35,35 @@ struct DecodeCall {
   kernels::PagedDecodeParams p{};
   CacheDims c{};
   int64_t batch = 0, nheads = 0;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // q's and out's
+  bool fp8 = false;           // the cache is e4m3 (rung 3 only, with k_scale / v_scale)
+  float k_scale = 1.f, v_scale = 1.f;
 };
 
 // Every host-side check of a decode's tensors (batch_decode_paged and batch_decode_run).
 DecodeCall check_decode(const char* op, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                         const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
-                        const TensorView& out, const TensorView* lse, KvLayout layout, float softmax_scale) {
+                        const TensorView& out, const TensorView* lse, KvLayout layout, float softmax_scale,
+                        float k_scale, float v_scale) {
   const check::Arg Q{op, "q", q}, Kc{op, "k_cache", k_cache}, Vc{op, "v_cache", v_cache}, Ind{op, "kv_indices", kv_indices},
       Ptr{op, "kv_indptr", kv_indptr}, Last{op, "kv_last_page_len", kv_last_page_len}, O{op, "out", out};
   DecodeCall call;
-  const CacheDims c = call.c = detail::check_cache(Kc, Vc, layout);
+  const CacheDims c = call.c = detail::check_cache(Kc, Vc, layout, /*fp8_ok=*/true);
   check::vector_rows(Q, 3);
   check::same_device(Q, Kc);
-  check::dtype_eq(Q, Kc);
+  call.fp8 = k_cache.dtype == DType::kE4M3;
+  if (call.fp8) {  // an FP8 cache: 16-bit queries, positive finite scales
+    check::dtype_in(Q, {DType::kF16, DType::kBF16});
+    FLASHLAB_CHECK(std::isfinite(k_scale) && k_scale > 0.f, op, ": argument 'k_scale': expected a positive finite value, got ",
+                   k_scale);
+    FLASHLAB_CHECK(std::isfinite(v_scale) && v_scale > 0.f, op, ": argument 'v_scale': expected a positive finite value, got ",
+                   v_scale);
+  } else {
+    check::dtype_eq(Q, Kc);
+    FLASHLAB_CHECK(k_scale == 1.f && v_scale == 1.f, op, ": arguments 'k_scale', 'v_scale': expected 1 for a ",
+                   dtype_name(k_cache.dtype), " cache (scales are for e4m3 caches), got ", k_scale, ", ", v_scale);
+  }
+  call.k_scale = k_scale, call.v_scale = v_scale;
   const int64_t batch = detail::check_table(Ind, Ptr, Last, Kc);
   const int64_t nheads = q.shape[1];
   check::shape(Q, {batch, nheads, c.d});
@@ -103,6 +118,11 @@ std::vector<int64_t> check_values(const char* op, const TensorView& kv_indices, 
 
 // Rung 3 ----------------------------------------------------------------------------------------
 
+template <typename X>
+struct TypeTag {
+  using type = X;
+};
+
 // The work items of one chunk: KV heads x blocks of 16 query heads.
 int64_t items_per_chunk(int64_t nheads, int64_t nheads_kv) {
   const int64_t group = nheads / nheads_kv, rows = kernels::DecodeSplitTraits<128>::kRows;
@@ -115,9 +135,13 @@ const void* split_kernel_for() {
 }
 
 // Whether rung 3's shared memory at head dim d fits a block on the current device (d 256 needs
-// 206 KB, more than an sm_80 block's 163 KB; d 128 needs 106 KB, more than sm_86 / sm_89's 99 KB).
-bool split_fits(int64_t d) {
-  return HEADDIM_SWITCH(static_cast<int>(d), kD, [&] { return kernels::DecodeSplitTraits<kD>::kSmemBytes <= detail::max_smem_optin(); });
+// 206 KB, more than an sm_80 block's 163 KB; d 128 needs 106 KB, more than sm_86 / sm_89's 99 KB;
+// an e4m3 cache's kernel, its stages and an fp16 conversion buffer, 176 KB at d 256).
+bool split_fits(int64_t d, bool fp8) {
+  return HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
+    return (fp8 ? kernels::DecodeSplitTraits<kD, 1>::kSmemBytes : kernels::DecodeSplitTraits<kD>::kSmemBytes) <=
+           detail::max_smem_optin();
+  });
 }
 
 // Blocks of rung 3 resident at once on device `device` at head dim d (occupancy of the bf16
@@ -230,14 +254,20 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
   FLASHLAB_CHECK(blocks <= 0x7fffffff, "batch_decode_paged: expected fewer than 2^31 thread blocks (batch x KV heads x ",
                  "16-head blocks), got ", blocks);
   const dim3 grid(static_cast<unsigned>(blocks));
+  sp.k_scale = call.k_scale, sp.v_scale = call.v_scale;
   HALF_DTYPE_SWITCH(call.dtype, T, [&] {
     HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
-      constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
-      const auto kernel = kernels::paged_decode_split_kernel<T, kD>;
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               cudaSharedmemCarveoutMaxShared));
-      FLASHLAB_LAUNCH(kernel, grid, kernels::DecodeSplitTraits<kD>::kThreads, smem, stream, call.p, sp);
+      const auto launch = [&](auto kv_tag) {
+        using KV = typename decltype(kv_tag)::type;
+        constexpr int smem = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>::kSmemBytes;
+        const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV>;
+        FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 cudaSharedmemCarveoutMaxShared));
+        FLASHLAB_LAUNCH(kernel, grid, kernels::DecodeSplitTraits<kD>::kThreads, smem, stream, call.p, sp);
+      };
+      if (call.fp8) launch(TypeTag<__nv_fp8_e4m3>{});
+      else launch(TypeTag<T>{});
       if (merge) {
         // Programmatic dependent launch: the merge's blocks start during the decode grid's tail
         // (those of unsplit requests exit at once; the others wait for the grid: griddepcontrol).
@@ -277,16 +307,21 @@ void check_workspace(const char* op, const TensorView& workspace, int64_t bytes,
 void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                         const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                         const TensorView& out, const TensorView* lse, KvLayout layout, float softmax_scale,
-                        cudaStream_t stream, int rung) {
+                        cudaStream_t stream, int rung, float k_scale, float v_scale) {
   constexpr const char* op = "batch_decode_paged";
   check::rung(op, rung, kPagedDecodeRungs);
-  const DecodeCall call =
-      check_decode(op, q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout, softmax_scale);
+  const DecodeCall call = check_decode(op, q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout,
+                                       softmax_scale, k_scale, v_scale);
+  if (call.fp8 && rung != 3)
+    check::fail(check::Arg{op, "k_cache", k_cache}, "an fp16 / bf16 cache at rungs 1-2 (e4m3 caches: rung 3)", "e4m3");
   detail::DeviceGuard guard(q.device.index);
+  if (call.fp8 && !split_fits(call.c.d, true))
+    check::fail(check::Arg{op, "k_cache", k_cache}, "a head dim whose e4m3 kernel's shared memory fits this device",
+                detail::concat("head dim ", call.c.d, " (", detail::max_smem_optin(), " bytes a block)"));
   const std::vector<int64_t> len = check_values(op, kv_indices, kv_indptr, kv_last_page_len, call, stream);
   if (call.batch == 0 || call.nheads == 0) return;
   const kernels::PagedDecodeParams& p = call.p;
-  if (rung == 3 && call.dtype != DType::kF32 && split_fits(call.c.d)) {
+  if (rung == 3 && call.dtype != DType::kF32 && split_fits(call.c.d, call.fp8)) {
     if (len.empty() && call.batch > 0) {  // capturing: no page counts to plan with, one item per request
       launch_split(call, nullptr, nullptr, false, stream);
       return;
@@ -371,10 +406,11 @@ DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_
 void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, const TensorView& q,
                       const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
                       const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,
-                      const TensorView* lse, KvLayout layout, float softmax_scale, cudaStream_t stream) {
+                      const TensorView* lse, KvLayout layout, float softmax_scale, cudaStream_t stream, float k_scale,
+                      float v_scale) {
   constexpr const char* op = "batch_decode_run";
-  const DecodeCall call =
-      check_decode(op, q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout, softmax_scale);
+  const DecodeCall call = check_decode(op, q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout,
+                                       softmax_scale, k_scale, v_scale);
   const check::Arg Q{op, "q", q};
   if (call.dtype != DType::kF16 && call.dtype != DType::kBF16) check::fail(Q, "fp16 or bf16 (decode rung 3)", dtype_name(call.dtype));
   if (call.batch != plan.batch || call.nheads != plan.nheads || call.c.nheads != plan.nheads_kv || call.c.d != plan.headdim ||

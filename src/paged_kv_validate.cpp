@@ -15,11 +15,15 @@ void check_index(const check::Arg& a, const check::Arg& ref) {
   check::contiguous(a);
 }
 
-CacheDims check_cache(const check::Arg& Kc, const check::Arg& Vc, KvLayout layout) {
+CacheDims check_cache(const check::Arg& Kc, const check::Arg& Vc, KvLayout layout, bool fp8_ok) {
   FLASHLAB_CHECK(layout == KvLayout::kNHD || layout == KvLayout::kHND, Kc.op, ": argument 'layout': expected NHD or HND, got ",
                  static_cast<int>(layout));
-  check::vector_rows(Kc, 4);
-  check::vector_rows(Vc, 4);
+  if (fp8_ok) {
+    check::vector_rows(Kc, 4, {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3});
+  } else {
+    check::vector_rows(Kc, 4);
+  }
+  check::vector_rows(Vc, 4, {Kc.t.dtype});
   check::same_device(Vc, Kc);
   check::dtype_eq(Vc, Kc);
   check::shape_eq(Vc, Kc);

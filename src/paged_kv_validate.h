@@ -14,11 +14,12 @@ namespace flashlab::detail {
 // int32 index arrays: CUDA, on `ref`'s device, 1-D contiguous.
 void check_index(const check::Arg& a, const check::Arg& ref);
 
-// The caches: rank 4, one dtype and shape, page_size >= 1; their dims by layout.
+// The caches: rank 4, one dtype (fp32 / fp16 / bf16, or e4m3 with `fp8_ok`: the decode) and
+// shape, page_size >= 1; their dims by layout.
 struct CacheDims {
   int64_t max_pages, page_size, nheads, d;
 };
-CacheDims check_cache(const check::Arg& Kc, const check::Arg& Vc, KvLayout layout);
+CacheDims check_cache(const check::Arg& Kc, const check::Arg& Vc, KvLayout layout, bool fp8_ok = false);
 
 // The page table's tensors (host checks): int32, 1-D, kv_indptr (batch + 1,) for kv_last_page_len
 // (batch,); returns batch.

@@ -89,10 +89,14 @@ inline constexpr int kPagedDecodeRungs = 3;
 // takes over). It plans its split from the page counts it read; while `stream` is being captured there
 // is no read, and every request runs as one chunk (capture batch_decode_run for a split decode).
 // It uses the stream's internal workspace (as attention_bwd).
+// FP8 KV cache (rung 3 only): k_cache, v_cache e4m3 with q / out fp16 or bf16; the logits use
+// k_scale K and the output v_scale V (per-tensor dequantization scales, positive and finite; 1
+// for fp16 / bf16 caches). The kernel converts each tile to fp16 for the tensor cores (exact).
 void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                         const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                         const TensorView& out, const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD,
-                        float softmax_scale = 0.f, cudaStream_t stream = nullptr, int rung = kPagedDecodeRungs);
+                        float softmax_scale = 0.f, cudaStream_t stream = nullptr, int rung = kPagedDecodeRungs,
+                        float k_scale = 1.f, float v_scale = 1.f);
 
 // Plan / run (FlashInfer's BatchDecodeWithPagedKVCacheWrapper): decode rung 3 with its split
 // planned once per batch shape on the host, and launches whose addresses and grid do not change
@@ -126,7 +130,8 @@ int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nhea
 DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_size, int64_t nheads, int64_t nheads_kv,
                                  int64_t headdim, const TensorView& workspace, cudaStream_t stream = nullptr);
 
-// Decode rung 3 under a plan: the arguments as batch_decode_paged (fp16 / bf16 only), their
+// Decode rung 3 under a plan: the arguments as batch_decode_paged (q fp16 / bf16; the cache the
+// same or e4m3 with its scales), their
 // batch, heads, head dim and page size those of the plan, `workspace` the plan's (on the plan's
 // device). Two launches (the chunks, then the merge of split requests), neither reading the
 // host; unless capturing, the page table's values and the workspace's plan id are checked by a
@@ -135,6 +140,6 @@ void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, c
                       const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
                       const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,
                       const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD, float softmax_scale = 0.f,
-                      cudaStream_t stream = nullptr);
+                      cudaStream_t stream = nullptr, float k_scale = 1.f, float v_scale = 1.f);
 
 }  // namespace flashlab

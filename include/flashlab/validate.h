@@ -40,9 +40,11 @@ void disjoint(const Arg& a, const Arg& b);
 // 16-byte aligned rows: the data pointer, and the stride of every dim of size > 1 but the last,
 // multiples of 16 bytes (vector and cp.async / TMA copies of each row).
 void aligned_rows(const Arg& a);
-// Rows of whole 16-byte vectors (attention-state and KV-cache tensors): CUDA, fp32 / fp16 / bf16,
-// `rank` dims, a contiguous last dim that is a positive multiple of 16 bytes, aligned_rows.
-void vector_rows(const Arg& a, int rank);
+// Rows of whole 16-byte vectors (attention-state and KV-cache tensors): CUDA, one of `dtypes`
+// (default fp32 / fp16 / bf16), `rank` dims, a contiguous last dim that is a positive multiple of
+// 16 bytes, aligned_rows.
+void vector_rows(const Arg& a, int rank,
+                 std::initializer_list<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16});
 // 2-D a: rows do not overlap (row stride >= the row length, any stride for one row); `dim`
 // names the row length in the message ("cols", "hidden").
 void rows_disjoint(const Arg& a, const char* dim);

@@ -92,7 +92,7 @@ PAGED_DECODE_RUNGS = 3  # 1 naive, 2 GQA-aware, 3 split-KV on tensor cores (top;
 
 def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: Any, kv_last_page_len: Any,
                        kv_layout: str = "NHD", sm_scale: float | None = None, return_lse: bool = False, out: Any = None,
-                       rung: int | None = None) -> Any:
+                       rung: int | None = None, k_scale: float | None = None, v_scale: float | None = None) -> Any:
     """One query token per request attending to its paged KV (C++ ``batch_decode_paged``).
 
     q: (batch, nheads, headdim), the cache's dtype, headdim 32, 64, 96, 128, 192 or 256, nheads a
@@ -101,13 +101,16 @@ def batch_decode_paged(q: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: 
     ``append_paged_kv_cache`` (batch = len(kv_last_page_len)). Returns out (like q), or
     ``(out, lse)`` with ``return_lse`` (fp32 (batch, nheads), natural log: merge_state's ``s``).
     A request without keys gets out = 0, lse = -inf. ``sm_scale``: default 1 / sqrt(headdim).
+    An e4m3 cache (``torch.float8_e4m3fn``; rung 3) with fp16 / bf16 q takes its dequantization
+    scales ``k_scale`` / ``v_scale`` (default 1).
     """
     layout, k_cache, v_cache = _paged_cache("batch_decode_paged", paged_kv_cache, kv_layout)
     out = _alloc.empty(q, _shape(q)) if out is None else out
     shape = _shape(q)
     lse = _alloc.empty(q, shape[:2], "float32") if return_lse and len(shape) == 3 else None
     _ffi.batch_decode_paged(q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout,
-                            0.0 if sm_scale is None else float(sm_scale), PAGED_DECODE_RUNGS if rung is None else rung)
+                            0.0 if sm_scale is None else float(sm_scale), PAGED_DECODE_RUNGS if rung is None else rung,
+                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale))
     return (out, lse) if return_lse else out
 
 
@@ -206,14 +209,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
             v_scale: float | None = None, out: Any = None, lse: Any = None, return_lse: bool = False) -> Any:
         """out = the decode of q (batch, num_qo_heads, head_dim) over ``paged_kv_cache``
         (``(k_cache, v_cache)`` or one (max_pages, 2, ...) tensor, the wrapper's layout), or
-        ``(out, lse)`` with ``return_lse`` (lse fp32 (batch, num_qo_heads), natural log). The
-        FP8 scales are not supported (None or 1)."""
+        ``(out, lse)`` with ``return_lse`` (lse fp32 (batch, num_qo_heads), natural log). An e4m3
+        cache takes ``k_scale`` / ``v_scale``; ``q_scale`` must be None or 1."""
         op = "BatchDecodeWithPagedKVCacheWrapper.run"
         if self._plan is None or self._table is None:
             raise RuntimeError(f"{op}: plan() first")
-        for name, value in (("q_scale", q_scale), ("k_scale", k_scale), ("v_scale", v_scale)):
-            if value not in (None, 1, 1.0):
-                raise ValueError(f"{op}: argument '{name}': expected None or 1 (FP8 KV is not supported yet), got {value}")
+        if q_scale not in (None, 1, 1.0):
+            raise ValueError(f"{op}: argument 'q_scale': expected None or 1 (an FP8 query is not supported), got {q_scale}")
         layout, k_cache, v_cache = _paged_cache(op, paged_kv_cache, self._kv_layout)
         shape = _shape(q)
         out = _alloc.empty(q, shape) if out is None else out
@@ -221,7 +223,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             lse = _alloc.empty(q, shape[:2], "float32")
         indices, indptr, last_page_len = self._table
         _ffi.batch_decode_run(self._plan, self._workspace, q, k_cache, v_cache, indices, indptr, last_page_len, out, lse,
-                              layout, self._sm_scale)
+                              layout, self._sm_scale, 1.0 if k_scale is None else float(k_scale),
+                              1.0 if v_scale is None else float(v_scale))
         return (out, lse) if return_lse else out
 
     forward = run  # FlashInfer's older name

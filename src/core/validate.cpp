@@ -155,9 +155,9 @@ void aligned_rows(const Arg& a) {
            detail::concat("strides ", shape_str(a.t.strides)));
 }
 
-void vector_rows(const Arg& a, int rank) {
+void vector_rows(const Arg& a, int rank, std::initializer_list<DType> dtypes) {
   cuda(a);
-  dtype_in(a, {DType::kF32, DType::kF16, DType::kBF16});
+  dtype_in(a, dtypes);
   ndim(a, rank);
   last_dim_contiguous(a);
   const int per16 = 16 / static_cast<int>(dtype_size(a.t.dtype));

@@ -380,8 +380,8 @@ def test_decode_wrapper_flashinfer_arguments():
     with pytest.raises(TypeError):
         w.plan(np.zeros(4, np.int32), None, None, 8, 4, 128, 16, windw_left=3)  # a typo is not swallowed
     w._plan, w._table = (0,) * 11, (None, None, None)  # past the plan() check: the argument checks of run()
-    with pytest.raises(ValueError, match="argument 'k_scale': expected None or 1"):
-        w.run(fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"),) * 2, k_scale=0.5)
+    with pytest.raises(ValueError, match="argument 'q_scale': expected None or 1"):
+        w.run(fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"),) * 2, q_scale=0.5)
     with pytest.raises(TypeError):
         w.run(fake((3, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"),) * 2, None)  # out is keyword-only
 
@@ -422,3 +422,38 @@ def test_decode_wrapper_cuda_graph_buffers():
         torch.cuda.synchronize()
         ref, ref_lse = _decode_reference(q, kc, vc, indices, indptr, last, ps)
         _check_decode(out, lse, ref, ref_lse, lens, max_v, "bfloat16")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_decode_fp8_cache(dtype):
+    # An e4m3 cache with scales, one-shot (rung 3) and plan/run, against the float64 decode over
+    # the dequantized cache (k_scale K, v_scale V); rungs 1-2 refuse it.
+    g = torch.Generator().manual_seed(13)
+    dt = getattr(torch, dtype)
+    hq, hk, d, ps, max_pages, k_scale, v_scale = 16, 4, 128, 16, 1500, 0.5, 0.25
+    k8, v8 = ((torch.rand(max_pages, ps, hk, d, generator=g) * 8 - 4).to(torch.float8_e4m3fn) for _ in range(2))
+    kc, vc = k8.double() * k_scale, v8.double() * v_scale  # the dequantized cache
+    max_v = float(vc.abs().max())
+    lens = [20000, 0, 1, 300, 17]
+    q = (torch.rand(len(lens), hq, d, generator=g) * 2 - 1).to(dt)
+    indices, indptr, last = _page_table(lens, ps, max_pages, g)
+    table = (indices.cuda(), indptr.cuda(), last.cuda())
+    cache = (k8.cuda(), v8.cuda())
+    ref, ref_lse = _decode_reference(q, kc, vc, indices, indptr, last, ps)
+    out, lse = flashlab.batch_decode_paged(q.cuda(), cache, *table, return_lse=True, rung=3, k_scale=k_scale, v_scale=v_scale)
+    torch.cuda.synchronize()
+    _check_decode(out, lse, ref, ref_lse, lens, max_v, dtype)
+    ws = torch.empty(flashlab.batch_decode_workspace_bytes(len(lens), hq, hk, d), dtype=torch.uint8, device="cuda")
+    w = flashlab.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+    w.plan(table[1], table[0], table[2], hq, hk, d, ps)
+    out2, lse2 = w.run(q.cuda(), cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
+    torch.cuda.synchronize()
+    _check_decode(out2, lse2, ref, ref_lse, lens, max_v, dtype)
+    with raises("batch_decode_paged: argument 'k_cache'"):
+        flashlab.batch_decode_paged(q.cuda(), cache, *table, rung=2, k_scale=k_scale, v_scale=v_scale)
+    with raises("argument 'k_scale': expected a positive finite value"):
+        flashlab.batch_decode_paged(q.cuda(), cache, *table, rung=3, k_scale=0.0)
+    name = "bf16" if dtype == "bfloat16" else "fp16"
+    with raises(f"arguments 'k_scale', 'v_scale': expected 1 for a {name} cache"):
+        flashlab.batch_decode_paged(q.cuda(), (k8.to(dt).cuda(),) * 2, *table, k_scale=0.5)

@@ -29,6 +29,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "kernels/attention/decode/01_naive.cuh"
 #include "kernels/common/cp_async.cuh"
@@ -48,10 +52,14 @@ struct PagedDecodeSplit {
   float* partial_o;          // (rows, nheads, headdim) fp32: a chunk's normalized output
   float* partial_lse;        // (rows, nheads) fp32, log2 units (-inf: no key)
   IntDivisor page_size;      // p.page_size as a divisor
+  float k_scale, v_scale;    // an e4m3 cache's dequantization scales (1 for fp16 / bf16 caches)
   bool kv_same_strides;      // v_cache's page and slot strides are k_cache's: one offset for both
 };
 
-template <int kHeadDim>
+// kKvBytes: the cache's element size, 2 (fp16 / bf16, the query's type) or 1 (e4m3: its tiles are
+// converted to fp16 in shared memory before the mma; the scales k_scale / v_scale applied to the
+// scores and the output).
+template <int kHeadDim, int kKvBytes = 2>
 struct DecodeSplitTraits {
   // 4 warps, 16 keys each per tile. (2 warps and 32-key tiles, 4 blocks an SM at d 128 so that a
   // batch-64 GQA-8 decode's 512 items start in one wave, measured 2-4% slower at batch 64: fewer
@@ -60,30 +68,40 @@ struct DecodeSplitTraits {
   static constexpr int kRows = 16;                 // query heads per block (the mma's M)
   static constexpr int kTileKeys = kWarps * 16;    // keys per pipeline stage, 16 per warp
   static constexpr int kStages = 3;
-  static constexpr int kRowElems = kHeadDim + 8;  // padded smem row
-  static constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks per row
+  static constexpr bool kFp8 = kKvBytes == 1;
+  static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; K, V or their fp16 conversion)
+  static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
+  static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
+  static constexpr int kRowKv = kHeadDim + kVec;  // padded cache row in a stage (an odd number of chunks)
+  static constexpr int kTileKv = kTileKeys * kRowKv;
   static constexpr int kTileElems = kTileKeys * kRowElems;
-  static constexpr int kSmemBytes = (kRows * kRowElems + 2 * kStages * kTileElems) * 2;
+  static constexpr int kSmemBytes =
+      kRows * kRowElems * 2 + 2 * kStages * kTileKv * kKvBytes + (kFp8 ? 2 * kTileElems * 2 : 0);
   // The end-of-chunk merge of the warps' states reuses the tiles' space.
   static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
   static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256, "head dims: multiples of 16 up to 256");
   static_assert(kMergeBytes <= kSmemBytes, "merge buffers fit in the tiles' space");
 };
 
-template <typename T, int kHeadDim>
+// T: the query's and output's type; KV: the cache's (T, or __nv_fp8_e4m3 with T fp16 / bf16).
+template <typename T, int kHeadDim, typename KV = T>
 __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
     paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s) {
-  using Tr = DecodeSplitTraits<kHeadDim>;
+  using Tr = DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>;
+  using TC = std::conditional_t<Tr::kFp8, __half, T>;  // the mma's operand type
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
+  constexpr int kRowKv = Tr::kRowKv, kVec = Tr::kVec;
   constexpr float kLog2e = 1.4426950408889634f;
   // The merge kernel (launched with programmatic stream serialization) may start once every block
   // of this grid has started: its blocks for requests that did not split exit at once, during this
   // grid's tail, instead of as a wave of their own after it.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ __align__(128) unsigned char smem[];
-  T* sq = reinterpret_cast<T*>(smem);
-  T* sk = sq + Tr::kRows * kRowElems;  // stage st: sk + st * kTileElems
-  T* sv = sk + kStages * Tr::kTileElems;
+  TC* sq = reinterpret_cast<TC*>(smem);
+  KV* sk = reinterpret_cast<KV*>(sq + Tr::kRows * kRowElems);  // stage st: sk + st * kTileKv
+  KV* sv = sk + kStages * Tr::kTileKv;
+  TC* ck = reinterpret_cast<TC*>(sv + kStages * Tr::kTileKv);  // fp8: the current tile in fp16
+  TC* cv = ck + Tr::kTileElems;
 
   // The item (blockIdx.x / per: all heads of an item are consecutive blocks, so the items'
   // order is the order the GPU starts them in): request b, pages [pb, pe) of it.
@@ -109,12 +127,21 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
   const int k_end = max(k_begin, min(pe >= pages ? len : pe * p.page_size, len));
   const int tiles = (k_end - k_begin + kTileKeys - 1) / kTileKeys;
 
-  // Q: rows past the group's heads zero-filled (no read).
-  for (int i = tid; i < Tr::kRows * kChunks; i += Tr::kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
+  // Q: rows past the group's heads zero-filled (no read); with an fp8 cache converted to fp16.
+  for (int i = tid; i < Tr::kRows * kHeadDim / 8; i += Tr::kThreads) {
+    const int r = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
     const bool ok = r < ng;
     const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + (h0 + (ok ? r : 0)) * p.q_head_stride + c * 8;
-    cp_async_16(sq + r * kRowElems + c * 8, src, ok ? 16 : 0);
+    if constexpr (Tr::kFp8) {
+      alignas(16) T v[8] = {};
+      if (ok) *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(src);
+      alignas(16) __half h[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) h[e] = __float2half_rn(to_float(v[e]));
+      *reinterpret_cast<uint4*>(sq + r * kRowElems + c * 8) = *reinterpret_cast<const uint4*>(h);
+    } else {
+      cp_async_16(sq + r * kRowElems + c * 8, src, ok ? 16 : 0);
+    }
   }
   // Tile t's copies: thread tid copies chunks i = tid + j kThreads (row i / kChunks). The page
   // of each row is read one tile ahead (fetch_pages, into registers) so that the page table's
@@ -131,11 +158,11 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
   // Head dims <= 128 keep Q's fragments (below) and the head's base pointers in registers; past
   // that both are recomputed (held across the loop, the pointers spilled d 256's registers).
   constexpr bool kQInRegs = kHeadDim <= 128;
-  const T* k_head = static_cast<const T*>(p.k_cache) + hk * p.head_stride;
-  const T* v_head = static_cast<const T*>(p.v_cache) + hk * p.v_head_stride;
+  const KV* k_head = static_cast<const KV*>(p.k_cache) + hk * p.head_stride;
+  const KV* v_head = static_cast<const KV*>(p.v_cache) + hk * p.v_head_stride;
   const auto load_tile = [&](int t, const int (&pg)[kIters]) {
-    T* dk = sk + (t % kStages) * Tr::kTileElems;
-    T* dv = sv + (t % kStages) * Tr::kTileElems;
+    KV* dk = sk + (t % kStages) * Tr::kTileKv;
+    KV* dv = sv + (t % kStages) * Tr::kTileKv;
     const int key0 = k_begin + t * kTileKeys;
 #pragma unroll
     for (int j = 0; j < kIters; ++j) {
@@ -146,10 +173,10 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
       const int64_t page = ok ? pg[j] : 0, slot = ok ? s.page_size.mod(key, s.page_size.div(key)) : 0;
       const int64_t off = page * p.page_stride + slot * p.slot_stride;
       const int64_t v_off = s.kv_same_strides ? off : page * p.v_page_stride + slot * p.v_slot_stride;
-      const T* kp = (kQInRegs ? k_head : static_cast<const T*>(p.k_cache) + hk * p.head_stride) + off + c * 8;
-      const T* vp = (kQInRegs ? v_head : static_cast<const T*>(p.v_cache) + hk * p.v_head_stride) + v_off + c * 8;
-      cp_async_16_l2_256(dk + r * kRowElems + c * 8, kp, ok ? 16 : 0);
-      cp_async_16_l2_256(dv + r * kRowElems + c * 8, vp, ok ? 16 : 0);
+      const KV* kp = (kQInRegs ? k_head : static_cast<const KV*>(p.k_cache) + hk * p.head_stride) + off + c * kVec;
+      const KV* vp = (kQInRegs ? v_head : static_cast<const KV*>(p.v_cache) + hk * p.v_head_stride) + v_off + c * kVec;
+      cp_async_16_l2_256(dk + r * kRowKv + c * kVec, kp, ok ? 16 : 0);
+      cp_async_16_l2_256(dv + r * kRowKv + c * kVec, vp, ok ? 16 : 0);
     }
   };
   // Prologue: Q with tile 0, then tiles up to kStages - 2 (a group committed for each, empty or
@@ -167,7 +194,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
 
   float o[kHeadDim / 8][4] = {};  // rows g, g + 8 (g = lane / 4) of each 8-column tile, this warp's keys
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // log2 units; l a per-thread partial sum
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = p.scale * kLog2e * s.k_scale;
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(sq));
   uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
   for (int t = 0; t < tiles; ++t) {
@@ -179,13 +206,33 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
     if (t + kStages < tiles) fetch_pages(t + kStages, pg);  // in flight during this tile's math
     cp_async_wait<kStages - 1>();
     __syncthreads();  // tile t visible to all
+    const TC* tk = reinterpret_cast<const TC*>(sk + (t % kStages) * Tr::kTileKv);  // tile t's K, V as TC
+    const TC* tv = reinterpret_cast<const TC*>(sv + (t % kStages) * Tr::kTileKv);
+    if constexpr (Tr::kFp8) {
+      // e4m3 -> fp16 (exact: every e4m3 value is an fp16 value), 16 elements a thread per step,
+      // into the single conversion buffer (free: the loop's first barrier follows the last
+      // tile's math).
+      for (int i = tid; i < 2 * kTileKeys * kChunks; i += Tr::kThreads) {
+        const int which = i / (kTileKeys * kChunks), r = (i / kChunks) % kTileKeys, c = i % kChunks;
+        const KV* src = (which ? sv : sk) + (t % kStages) * Tr::kTileKv + r * kRowKv + c * 16;
+        const uint4 raw = *reinterpret_cast<const uint4*>(src);
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+        alignas(16) __half2_raw h[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          h[e] = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[e / 2] >> (16 * (e % 2))), __NV_E4M3);
+        TC* dst = (which ? cv : ck) + r * kRowElems + c * 16;
+        reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(h)[0];
+        reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(h)[1];
+      }
+      __syncthreads();
+      tk = ck, tv = cv;
+    }
 
     const int key0 = k_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
     if (key0 >= k_end) continue;
-    const uint32_t k_base =
-        static_cast<uint32_t>(__cvta_generic_to_shared(sk + (t % kStages) * Tr::kTileElems + warp * 16 * kRowElems));
-    const uint32_t v_base =
-        static_cast<uint32_t>(__cvta_generic_to_shared(sv + (t % kStages) * Tr::kTileElems + warp * 16 * kRowElems));
+    const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(tk + warp * 16 * kRowElems));
+    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(tv + warp * 16 * kRowElems));
     // Q's A-fragments: kept in registers from the first tile on (head dims <= 128; above, the
     // registers go to O and Q is re-read from shared memory per tile).
     if (kQInRegs && t == 0) {
@@ -206,8 +253,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
         ldmatrix_x4(a, q_base + ((lane % 16) * kRowElems + kk * 16 + (lane / 16) * 8) * 2);
       }
       ldmatrix_x4(bk, k_base + (((lane / 16) * 8 + lane % 8) * kRowElems + kk * 16 + ((lane / 8) % 2) * 8) * 2);
-      if (kk % 2 == 0 || !kQInRegs) mma_m16n8k16_x2<T>(sc[0], sc[1], a, bk);  // one chain past d 128 (registers)
-      else mma_m16n8k16_x2<T>(sc2[0], sc2[1], a, bk);
+      if (kk % 2 == 0 || !kQInRegs) mma_m16n8k16_x2<TC>(sc[0], sc[1], a, bk);  // one chain past d 128 (registers)
+      else mma_m16n8k16_x2<TC>(sc2[0], sc2[1], a, bk);
     }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -240,8 +287,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
       float pr[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) pr[e] = exp2f(sc[nt][e] - base[e / 2]), l[e / 2] += pr[e];
-      pa[2 * nt] = pack2<T>(pr[0], pr[1]);
-      pa[2 * nt + 1] = pack2<T>(pr[2], pr[3]);
+      pa[2 * nt] = pack2<TC>(pr[0], pr[1]);
+      pa[2 * nt + 1] = pack2<TC>(pr[2], pr[3]);
     }
     // O's rescale only when some row's max moved (rare after the first tiles; warp-uniform).
     if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
@@ -253,7 +300,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
     for (int j = 0; j < kHeadDim / 16; ++j) {
       uint32_t bv[4];
       ldmatrix_x4_trans(bv, v_base + ((((lane / 8) % 2) * 8 + lane % 8) * kRowElems + j * 16 + (lane / 16) * 8) * 2);
-      mma_m16n8k16_x2<T>(o[2 * j], o[2 * j + 1], pa, bv);
+      mma_m16n8k16_x2<TC>(o[2 * j], o[2 * j + 1], pa, bv);
     }
   }
   cp_async_wait<0>();
@@ -294,7 +341,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
       const float wt = exp2f(s_m[w * Tr::kRows + r] - off);
       wsum += s_l[w * Tr::kRows + r] * wt, acc += s_o[(w * Tr::kRows + r) * kHeadDim + c] * wt;
     }
-    const float val = wsum > 0.f ? acc / wsum : 0.f, lse2 = wsum > 0.f ? off + log2f(wsum) : -INFINITY;
+    const float val = wsum > 0.f ? acc / wsum * s.v_scale : 0.f, lse2 = wsum > 0.f ? off + log2f(wsum) : -INFINITY;
     const int h = h0 + r;
     if (row < 0) {
       static_cast<T*>(p.out)[b * p.out_batch_stride + h * p.out_head_stride + c] = from_float<T>(val);
