@@ -16,6 +16,7 @@ indexing of the same scatter (both layouts, page sizes 1 and 16, strided K/V, a 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -450,10 +451,11 @@ def test_decode_fp8_cache(dtype):
     out2, lse2 = w.run(q.cuda(), cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
     torch.cuda.synchronize()
     _check_decode(out2, lse2, ref, ref_lse, lens, max_v, dtype)
-    with raises("batch_decode_paged: argument 'k_cache'"):
+    with pytest.raises(ValueError, match=re.escape("batch_decode_paged: argument 'k_cache': expected an fp16 / bf16 cache "
+                                                   "at rungs 1-2 (e4m3 caches: rung 3), got e4m3")):
         flashlab.batch_decode_paged(q.cuda(), cache, *table, rung=2, k_scale=k_scale, v_scale=v_scale)
-    with raises("argument 'k_scale': expected a positive finite value"):
+    with pytest.raises(ValueError, match=re.escape("argument 'k_scale': expected a positive finite value, got 0")):
         flashlab.batch_decode_paged(q.cuda(), cache, *table, rung=3, k_scale=0.0)
     name = "bf16" if dtype == "bfloat16" else "fp16"
-    with raises(f"arguments 'k_scale', 'v_scale': expected 1 for a {name} cache"):
+    with pytest.raises(ValueError, match=re.escape(f"arguments 'k_scale', 'v_scale': expected 1 for a {name} cache")):
         flashlab.batch_decode_paged(q.cuda(), (k8.to(dt).cuda(),) * 2, *table, k_scale=0.5)
