@@ -150,7 +150,7 @@ void bench_paged_decode(Harness& h, DType dt) {
       const TensorView k8 = view(kc.p, DType::kE4M3, cache_shape), v8 = view(vc.p, DType::kE4M3, cache_shape);
       const DecodePlanInfo plan = batch_decode_plan(
           TensorView(indptr.data(), DType::kI32, {c.batch + 1}, Device{DeviceType::kCPU, 0}), kPage, kHeads, kHeadsKv, kD, wv,
-          h.stream());
+          h.stream(), DType::kE4M3);
       const auto call = [&] {
         batch_decode_run(plan, wv, qv, k8, v8, iv, pv, lv, ov, &lse_v, KvLayout::kNHD, 0.f, h.stream(), 0.5f, 0.5f);
       };

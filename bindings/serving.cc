@@ -97,12 +97,13 @@ int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nhea
 // The plan of a decode (rung 3) from host page counts, copied into `workspace` on the caller's
 // current stream of its device.
 tvm::ffi::Shape batch_decode_plan(tvm::ffi::TensorView kv_indptr_host, int64_t page_size, int64_t nheads, int64_t nheads_kv,
-                                  int64_t headdim, tvm::ffi::TensorView workspace) {
+                                  int64_t headdim, tvm::ffi::TensorView workspace, bool kv_fp8) {
   constexpr const char* op = "batch_decode_plan";
   DecodePlanInfo info;
   call([&] {
     const TensorView Ptr = to_flashlab(kv_indptr_host, op, "kv_indptr_host"), W = to_flashlab(workspace, op, "workspace");
-    info = flashlab::batch_decode_plan(Ptr, page_size, nheads, nheads_kv, headdim, W, current_stream(W));
+    info = flashlab::batch_decode_plan(Ptr, page_size, nheads, nheads_kv, headdim, W, current_stream(W),
+                                       kv_fp8 ? DType::kE4M3 : DType::kBF16);
   });
   return plan_to_shape(info);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <string>
 #include <type_traits>
@@ -129,14 +130,14 @@ int64_t items_per_chunk(int64_t nheads, int64_t nheads_kv) {
   return nheads_kv * ((group + rows - 1) / rows);
 }
 
-template <int kD>
+template <int kD, typename KV>
 const void* split_kernel_for() {
-  return reinterpret_cast<const void*>(&kernels::paged_decode_split_kernel<__nv_bfloat16, kD>);
+  return reinterpret_cast<const void*>(&kernels::paged_decode_split_kernel<__nv_bfloat16, kD, KV>);
 }
 
-// Whether rung 3's shared memory at head dim d fits a block on the current device (d 256 needs
-// 206 KB, more than an sm_80 block's 163 KB; d 128 needs 106 KB, more than sm_86 / sm_89's 99 KB;
-// an e4m3 cache's kernel, its stages and an fp16 conversion buffer, 176 KB at d 256).
+// Whether rung 3's shared memory at head dim d fits a block on the current device (16-bit
+// caches: 106 KB at d 128, 206 KB at d 256 — more than sm_86 / sm_89's 99 KB and sm_80's 163 KB;
+// e4m3: 70 / 138 KB).
 bool split_fits(int64_t d, bool fp8) {
   return HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
     return (fp8 ? kernels::DecodeSplitTraits<kD, 1>::kSmemBytes : kernels::DecodeSplitTraits<kD>::kSmemBytes) <=
@@ -144,32 +145,37 @@ bool split_fits(int64_t d, bool fp8) {
   });
 }
 
-// Blocks of rung 3 resident at once on device `device` at head dim d (occupancy of the bf16
-// kernel; fp16's is the same: shared memory limits both), cached per (device, d).
-int64_t split_slots(int64_t d, int device) {
+// Blocks of rung 3 resident at once on device `device` at head dim d for a 16-bit or an e4m3
+// cache (occupancy of the bf16-query kernel; fp16's is the same: shared memory limits both),
+// cached per (device, d, fp8).
+int64_t split_slots(int64_t d, int device, bool fp8) {
   static std::mutex mu;
-  static std::map<std::pair<int, int64_t>, int64_t> cache;
+  static std::map<std::tuple<int, int64_t, bool>, int64_t> cache;
   {
     std::lock_guard<std::mutex> lock(mu);
-    const auto it = cache.find({device, d});
+    const auto it = cache.find({device, d, fp8});
     if (it != cache.end()) return it->second;
   }
   detail::DeviceGuard guard(device);
   const int64_t slots = HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
-    const auto* kernel = split_kernel_for<kD>();
-    constexpr int smem = kernels::DecodeSplitTraits<kD>::kSmemBytes;
-    FLASHLAB_CHECK(smem <= detail::max_smem_optin(), "batch_decode: decode rung 3 at head dim ", kD, " needs ", smem,
-                   " bytes of shared memory per block; this device allows ", detail::max_smem_optin());
-    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             cudaSharedmemCarveoutMaxShared));  // 2 blocks of 106 KB at d 128
-    int per_sm = 0;
-    FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::DecodeSplitTraits<kD>::kThreads,
-                                                                      smem));
-    return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
+    const auto occupancy = [&](auto kv_tag) {
+      using KV = typename decltype(kv_tag)::type;
+      const auto* kernel = split_kernel_for<kD, KV>();
+      constexpr int smem = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>::kSmemBytes;
+      FLASHLAB_CHECK(smem <= detail::max_smem_optin(), "batch_decode: decode rung 3 at head dim ", kD, " needs ", smem,
+                     " bytes of shared memory per block; this device allows ", detail::max_smem_optin());
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared));  // 2 blocks of 106 KB at d 128
+      int per_sm = 0;
+      FLASHLAB_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::DecodeSplitTraits<kD>::kThreads, smem));
+      return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
+    };
+    return fp8 ? occupancy(TypeTag<__nv_fp8_e4m3>{}) : occupancy(TypeTag<__nv_bfloat16>{});
   });
   std::lock_guard<std::mutex> lock(mu);
-  cache[{device, d}] = slots;
+  cache[{device, d, fp8}] = slots;
   return slots;
 }
 
@@ -181,11 +187,15 @@ struct SplitLayout {
   int64_t slots = 0, capacity = 0, items = 0, request_items = 0, lse = 0, o = 0, bytes = 0;
 };
 int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
-SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t d, int device) {
+// `fp8`: the planner's slots are the e4m3 kernel's; the capacity (and so the workspace) is sized
+// for the larger of the two slot counts, so one workspace size serves either cache.
+SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t d, int device, bool fp8 = false) {
   SplitLayout s;
-  s.slots = split_slots(d, device);
+  const int64_t slots16 = split_slots(d, device, false), slots8 = split_fits(d, true) ? split_slots(d, device, true) : 0;
+  s.slots = fp8 ? slots8 : slots16;
+  const int64_t cap_slots = std::max(slots16, slots8);
   const int64_t per = items_per_chunk(nheads, nheads_kv);
-  s.capacity = batch + 2 * ((s.slots + per - 1) / per);
+  s.capacity = batch + 2 * ((cap_slots + per - 1) / per);
   FLASHLAB_CHECK(s.capacity * per <= 0x7fffffff && nheads <= 65535, "batch_decode_paged / batch_decode_plan: expected fewer than 2^31 work items and ",
                  "at most 65535 query heads, got ", s.capacity, " x ", per, " items, ", nheads, " heads");
   s.items = 16;
@@ -199,9 +209,9 @@ SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64
 // Plans on the host and enqueues the copy of the plan's metadata (everything before the partial
 // states) to `ws` on `stream`.
 DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, int64_t nheads, int64_t nheads_kv,
-                         int64_t d, int device, void* ws, cudaStream_t stream) {
+                         int64_t d, int device, bool fp8, void* ws, cudaStream_t stream) {
   const auto batch = static_cast<int64_t>(pages.size());
-  const SplitLayout s = split_layout(batch, nheads, nheads_kv, d, device);
+  const SplitLayout s = split_layout(batch, nheads, nheads_kv, d, device, fp8);
   // An item's fixed cost (its start, the first tiles' latency, the merge's share) ~ 64 keys.
   const int64_t overhead = (64 + page_size - 1) / page_size;
   const detail::DecodePlan plan =
@@ -328,9 +338,10 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
     }
     std::vector<int64_t> pages(len.size());
     for (size_t b = 0; b < len.size(); ++b) pages[b] = (len[b] + call.c.page_size - 1) / call.c.page_size;
-    const SplitLayout s = split_layout(call.batch, call.nheads, call.c.nheads, call.c.d, q.device.index);
+    const SplitLayout s = split_layout(call.batch, call.nheads, call.c.nheads, call.c.d, q.device.index, call.fp8);
     void* ws = detail::workspace(stream, s.bytes);
-    const DecodePlanInfo info = plan_into(pages, call.c.page_size, call.nheads, call.c.nheads, call.c.d, q.device.index, ws, stream);
+    const DecodePlanInfo info =
+        plan_into(pages, call.c.page_size, call.nheads, call.c.nheads, call.c.d, q.device.index, call.fp8, ws, stream);
     launch_split(call, ws, &s, info.split, stream);
     return;
   }
@@ -374,7 +385,7 @@ int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nhea
 }
 
 DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_size, int64_t nheads, int64_t nheads_kv,
-                                 int64_t headdim, const TensorView& workspace, cudaStream_t stream) {
+                                 int64_t headdim, const TensorView& workspace, cudaStream_t stream, DType kv_dtype) {
   constexpr const char* op = "batch_decode_plan";
   const check::Arg Ptr{op, "kv_indptr_host", kv_indptr_host};
   FLASHLAB_CHECK(kv_indptr_host.device.type == DeviceType::kCPU || kv_indptr_host.device.type == DeviceType::kCUDAHost, op,
@@ -400,7 +411,7 @@ DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_
   detail::DeviceGuard guard(device);
   FLASHLAB_CHECK(!detail::capturing(stream), op, ": argument 'stream': expected a stream that is not being captured (the "
                  "plan's copy reads host memory at once; plan outside the graph, then replay), got one being captured");
-  return plan_into(pages, page_size, nheads, nheads_kv, headdim, device, workspace.data, stream);
+  return plan_into(pages, page_size, nheads, nheads_kv, headdim, device, kv_dtype == DType::kE4M3, workspace.data, stream);
 }
 
 void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, const TensorView& q,

@@ -127,8 +127,11 @@ int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nhea
 //              batch_decode_workspace_bytes(...) bytes; it holds the plan until run() (keep it).
 // Each request's last chunk extends to the request's end when run() reads the page table, so a
 // request that grew since plan() is still decoded whole (less evenly spread).
+// kv_dtype: the cache's dtype run() will get (e4m3 caches run a kernel of other occupancy; the
+// plan balances for it; any dtype's plan is correct for any cache).
 DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_size, int64_t nheads, int64_t nheads_kv,
-                                 int64_t headdim, const TensorView& workspace, cudaStream_t stream = nullptr);
+                                 int64_t headdim, const TensorView& workspace, cudaStream_t stream = nullptr,
+                                 DType kv_dtype = DType::kBF16);
 
 // Decode rung 3 under a plan: the arguments as batch_decode_paged (q fp16 / bf16; the cache the
 // same or e4m3 with its scales), their

@@ -172,7 +172,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
              seq_lens: Any = None, fixed_split_size: int | None = None, disable_split_kv: bool = False) -> None:
         """Plans the decode of the batch whose page table is (indptr, indices, last_page_len),
         int32 CUDA tensors (``run()`` reads them, or, with ``use_cuda_graph``, the buffers they are
-        copied into). Features flashlab's decode lacks (rotary inside the kernel, a sliding
+        copied into); ``kv_data_type`` ``torch.float8_e4m3fn`` (or "float8_e4m3fn") plans for an
+        e4m3 cache's kernel. Features flashlab's decode lacks (rotary inside the kernel, a sliding
         window, logit soft-capping, block tables, fixed or disabled splits) are rejected; dtypes
         come from ``run()``'s tensors."""
         op = "BatchDecodeWithPagedKVCacheWrapper.plan"
@@ -201,7 +202,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             table = (ind_buf, ptr_buf, last_buf)
         else:
             table = (indices, indptr, last_page_len)
-        self._plan = _ffi.batch_decode_plan(host, page_size, num_qo_heads, num_kv_heads, head_dim, self._workspace)
+        kv_fp8 = "float8_e4m3" in str(kv_data_type if kv_data_type is not None else q_data_type)
+        self._plan = _ffi.batch_decode_plan(host, page_size, num_qo_heads, num_kv_heads, head_dim, self._workspace, kv_fp8)
         self._table = table
         self._sm_scale = 0.0 if sm_scale is None else float(sm_scale)
 

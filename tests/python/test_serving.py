@@ -447,7 +447,7 @@ def test_decode_fp8_cache(dtype):
     _check_decode(out, lse, ref, ref_lse, lens, max_v, dtype)
     ws = torch.empty(flashlab.batch_decode_workspace_bytes(len(lens), hq, hk, d), dtype=torch.uint8, device="cuda")
     w = flashlab.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
-    w.plan(table[1], table[0], table[2], hq, hk, d, ps)
+    w.plan(table[1], table[0], table[2], hq, hk, d, ps, kv_data_type=torch.float8_e4m3fn)
     out2, lse2 = w.run(q.cuda(), cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
     torch.cuda.synchronize()
     _check_decode(out2, lse2, ref, ref_lse, lens, max_v, dtype)

@@ -67,12 +67,16 @@ struct DecodeSplitTraits {
   static constexpr int kWarps = 4, kThreads = kWarps * 32;
   static constexpr int kRows = 16;                 // query heads per block (the mma's M)
   static constexpr int kTileKeys = kWarps * 16;    // keys per pipeline stage, 16 per warp
-  static constexpr int kStages = 3;
   static constexpr bool kFp8 = kKvBytes == 1;
+  // e4m3: 2 stages of unpadded rows (the conversion pass reads them row-contiguously) keep a
+  // block at 70 KB at d 128, 3 an SM: the kernel is issue-bound there (a tile is half the bytes
+  // for the same math), and 12 warps an SM hide more latency than 8.
+  static constexpr int kStages = kFp8 ? 2 : 3;
+  static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 1;  // __launch_bounds__: <= 168 registers
   static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; K, V or their fp16 conversion)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
   static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
-  static constexpr int kRowKv = kHeadDim + kVec;  // padded cache row in a stage (an odd number of chunks)
+  static constexpr int kRowKv = kFp8 ? kHeadDim : kHeadDim + kVec;  // cache row in a stage (16-bit: padded, ldmatrix)
   static constexpr int kTileKv = kTileKeys * kRowKv;
   static constexpr int kTileElems = kTileKeys * kRowElems;
   static constexpr int kSmemBytes =
@@ -85,7 +89,8 @@ struct DecodeSplitTraits {
 
 // T: the query's and output's type; KV: the cache's (T, or __nv_fp8_e4m3 with T fp16 / bf16).
 template <typename T, int kHeadDim, typename KV = T>
-__global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
+__global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
+                                  DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>::kMinBlocks)
     paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s) {
   using Tr = DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>;
   using TC = std::conditional_t<Tr::kFp8, __half, T>;  // the mma's operand type
@@ -157,7 +162,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads)
   };
   // Head dims <= 128 keep Q's fragments (below) and the head's base pointers in registers; past
   // that both are recomputed (held across the loop, the pointers spilled d 256's registers).
-  constexpr bool kQInRegs = kHeadDim <= 128;
+  // (e4m3 caches: Q re-read too, the registers going to 3 blocks an SM.)
+  constexpr bool kQInRegs = kHeadDim <= 128 && !Tr::kFp8;
   const KV* k_head = static_cast<const KV*>(p.k_cache) + hk * p.head_stride;
   const KV* v_head = static_cast<const KV*>(p.v_cache) + hk * p.v_head_stride;
   const auto load_tile = [&](int t, const int (&pg)[kIters]) {
