@@ -72,7 +72,7 @@ struct DecodeSplitTraits {
   // block at 70 KB at d 128, 3 an SM: the kernel is issue-bound there (a tile is half the bytes
   // for the same math), and 12 warps an SM hide more latency than 8.
   static constexpr int kStages = kFp8 ? 2 : 3;
-  static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 1;  // __launch_bounds__: <= 168 registers
+  static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 0;  // __launch_bounds__ (e4m3: <= 168 registers; 0: unset)
   static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; K, V or their fp16 conversion)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
   static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
