@@ -68,19 +68,20 @@ struct DecodeSplitTraits {
   static constexpr int kRows = 16;                 // query heads per block (the mma's M)
   static constexpr int kTileKeys = kWarps * 16;    // keys per pipeline stage, 16 per warp
   static constexpr bool kFp8 = kKvBytes == 1;
-  // e4m3: 2 stages of unpadded rows (the conversion pass reads them row-contiguously) keep a
-  // block at 70 KB at d 128, 3 an SM: the kernel is issue-bound there (a tile is half the bytes
-  // for the same math), and 12 warps an SM hide more latency than 8.
+  // e4m3: 2 stages (rows padded by 16 bytes: the K fragments' 4-byte reads of 8 rows fall in
+  // different banks) and an fp16 buffer for V only keep a block at 58 KB at d 128, 3 an SM: the
+  // kernel is issue-bound there (a tile is half the bytes for the same math), and 12 warps an SM
+  // hide more latency than 8.
   static constexpr int kStages = kFp8 ? 2 : 3;
   static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 0;  // __launch_bounds__ (e4m3: <= 168 registers; 0: unset)
   static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; K, V or their fp16 conversion)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
   static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
-  static constexpr int kRowKv = kFp8 ? kHeadDim : kHeadDim + kVec;  // cache row in a stage (16-bit: padded, ldmatrix)
+  static constexpr int kRowKv = kHeadDim + 16 / kKvBytes;  // padded cache row in a stage (16 bytes more)
   static constexpr int kTileKv = kTileKeys * kRowKv;
   static constexpr int kTileElems = kTileKeys * kRowElems;
   static constexpr int kSmemBytes =
-      kRows * kRowElems * 2 + 2 * kStages * kTileKv * kKvBytes + (kFp8 ? 2 * kTileElems * 2 : 0);
+      kRows * kRowElems * 2 + 2 * kStages * kTileKv * kKvBytes + (kFp8 ? kTileElems * 2 : 0);
   // The end-of-chunk merge of the warps' states reuses the tiles' space.
   static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
   static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256, "head dims: multiples of 16 up to 256");
@@ -105,8 +106,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   TC* sq = reinterpret_cast<TC*>(smem);
   KV* sk = reinterpret_cast<KV*>(sq + Tr::kRows * kRowElems);  // stage st: sk + st * kTileKv
   KV* sv = sk + kStages * Tr::kTileKv;
-  TC* ck = reinterpret_cast<TC*>(sv + kStages * Tr::kTileKv);  // fp8: the current tile in fp16
-  TC* cv = ck + Tr::kTileElems;
+  TC* cv = reinterpret_cast<TC*>(sv + kStages * Tr::kTileKv);  // e4m3: the current tile's V in fp16
 
   // The item (blockIdx.x / per: all heads of an item are consecutive blocks, so the items'
   // order is the order the GPU starts them in): request b, pages [pb, pe) of it.
@@ -215,24 +215,23 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
     const TC* tk = reinterpret_cast<const TC*>(sk + (t % kStages) * Tr::kTileKv);  // tile t's K, V as TC
     const TC* tv = reinterpret_cast<const TC*>(sv + (t % kStages) * Tr::kTileKv);
     if constexpr (Tr::kFp8) {
-      // e4m3 -> fp16 (exact: every e4m3 value is an fp16 value), 16 elements a thread per step,
-      // into the single conversion buffer (free: the loop's first barrier follows the last
-      // tile's math).
-      for (int i = tid; i < 2 * kTileKeys * kChunks; i += Tr::kThreads) {
-        const int which = i / (kTileKeys * kChunks), r = (i / kChunks) % kTileKeys, c = i % kChunks;
-        const KV* src = (which ? sv : sk) + (t % kStages) * Tr::kTileKv + r * kRowKv + c * 16;
-        const uint4 raw = *reinterpret_cast<const uint4*>(src);
+      // V: e4m3 -> fp16 (exact: every e4m3 value is an fp16 value), 16 elements a thread per
+      // step, into the conversion buffer (free: the loop's first barrier follows the last tile's
+      // math). K is converted in registers, below.
+      for (int i = tid; i < kTileKeys * kChunks; i += Tr::kThreads) {
+        const int r = i / kChunks, c = i % kChunks;
+        const uint4 raw = *reinterpret_cast<const uint4*>(sv + (t % kStages) * Tr::kTileKv + r * kRowKv + c * 16);
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
         alignas(16) __half2_raw h[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e)
           h[e] = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[e / 2] >> (16 * (e % 2))), __NV_E4M3);
-        TC* dst = (which ? cv : ck) + r * kRowElems + c * 16;
+        TC* dst = cv + r * kRowElems + c * 16;
         reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(h)[0];
         reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(h)[1];
       }
       __syncthreads();
-      tk = ck, tv = cv;
+      tv = cv;
     }
 
     const int key0 = k_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
@@ -249,8 +248,33 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
     // S = Q K^T: 16 heads x 16 keys (two n8 tiles), the head dim's steps in two independent
     // accumulator chains (half the dependent mma latency), added at the end.
     float sc[2][4] = {}, sc2[2][4] = {};
+    if constexpr (Tr::kFp8) {
+      // e4m3 K straight into B fragments: within each 16-wide head-dim step the mma's k order is
+      // permuted (slots 2t, 2t + 1, 2t + 8, 2t + 9 of lane t hold elements 4t .. 4t + 3; a dot
+      // product does not depend on the order, Q's fragments follow it), so a lane's four e4m3
+      // values per key are one 4-byte read, converted to two fp16 pairs.
+      const uint8_t* kt = reinterpret_cast<const uint8_t*>(sk + (t % kStages) * Tr::kTileKv) + (warp * 16 + lane / 4) * kRowKv;
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const int col = kk * 16 + 4 * (lane % 4);
+        uint32_t a[4], bk[4];
+        const uint2 q0 = *reinterpret_cast<const uint2*>(sq + (lane / 4) * kRowElems + col);
+        const uint2 q1 = *reinterpret_cast<const uint2*>(sq + (lane / 4 + 8) * kRowElems + col);
+        a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(kt + nt * 8 * kRowKv + col);
+          const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
+          const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3);
+          bk[2 * nt] = static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(lo.y) << 16);
+          bk[2 * nt + 1] = static_cast<uint32_t>(hi.x) | (static_cast<uint32_t>(hi.y) << 16);
+        }
+        if (kk % 2 == 0) mma_m16n8k16_x2<TC>(sc[0], sc[1], a, bk);
+        else mma_m16n8k16_x2<TC>(sc2[0], sc2[1], a, bk);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < (Tr::kFp8 ? 0 : kHeadDim / 16); ++kk) {
       uint32_t a[4], bk[4];
       if constexpr (kQInRegs) {
 #pragma unroll
