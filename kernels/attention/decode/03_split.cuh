@@ -20,8 +20,13 @@
 //     the tile and keeps its own online softmax; the warps' states merge in shared memory.
 //     Compute is far below the memory time, so the choice is about issue slots: rung 2 spent
 //     them on shuffles.
-// Shared memory: Q (16 rows) and kStages x (K, V) 64-row tiles, 16-bit, rows padded by 8
-// elements (odd 16-byte chunk count: ldmatrix without bank conflicts).
+//   - An e4m3 cache (KV = __nv_fp8_e4m3; k_scale / v_scale): the mma runs in fp16; K goes from
+//     its e4m3 tile straight into B fragments in registers (the head dim's order permuted within
+//     each 16-wide step so a lane's four values of a key are one 4-byte read; Q's fragments read
+//     in the same order), V through an fp16 buffer converted by the block (ldmatrix.trans).
+// Shared memory: Q (16 rows) and kStages x (K, V) 64-row tiles, rows padded by 16 bytes (16-bit:
+// an odd 16-byte chunk count, ldmatrix without bank conflicts; e4m3: the 4-byte K reads of 8 rows
+// in distinct banks); e4m3 adds the fp16 V buffer.
 // Limits: 16-bit caches only (fp32 runs rung 2); the 16-row mma wastes 3/4 of the tensor work
 // at a group of 4 (free while memory-bound); a page-table load per copied 16-byte piece.
 #pragma once
