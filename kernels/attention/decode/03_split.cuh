@@ -27,8 +27,9 @@
 // Shared memory: Q (16 rows) and kStages x (K, V) 64-row tiles, rows padded by 16 bytes (16-bit:
 // an odd 16-byte chunk count, ldmatrix without bank conflicts; e4m3: the 4-byte K reads of 8 rows
 // in distinct banks); e4m3 adds the fp16 V buffer.
-// Limits: 16-bit caches only (fp32 runs rung 2); the 16-row mma wastes 3/4 of the tensor work
-// at a group of 4 (free while memory-bound); a page-table load per copied 16-byte piece.
+// Limits: fp16 / bf16 queries (fp32 runs rung 2); the 16-row mma wastes 3/4 of the tensor work
+// at a group of 4 (free while memory-bound); a page-table load per copied 16-byte piece; with an
+// e4m3 cache the kernel is issue-bound (V's conversion pass, the copies' address math per byte).
 #pragma once
 
 #include <climits>
@@ -61,9 +62,9 @@ struct PagedDecodeSplit {
   bool kv_same_strides;      // v_cache's page and slot strides are k_cache's: one offset for both
 };
 
-// kKvBytes: the cache's element size, 2 (fp16 / bf16, the query's type) or 1 (e4m3: its tiles are
-// converted to fp16 in shared memory before the mma; the scales k_scale / v_scale applied to the
-// scores and the output).
+// kKvBytes: the cache's element size, 2 (fp16 / bf16, the query's type) or 1 (e4m3: K converted
+// in registers, V through an fp16 buffer, before the fp16 mma; the scales k_scale / v_scale
+// applied to the scores and the output).
 template <int kHeadDim, int kKvBytes = 2>
 struct DecodeSplitTraits {
   // 4 warps, 16 keys each per tile. (2 warps and 32-key tiles, 4 blocks an SM at d 128 so that a
@@ -79,7 +80,7 @@ struct DecodeSplitTraits {
   // hide more latency than 8.
   static constexpr int kStages = kFp8 ? 2 : 3;
   static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 0;  // __launch_bounds__ (e4m3: <= 168 registers; 0: unset)
-  static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; K, V or their fp16 conversion)
+  static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; 16-bit K, V; e4m3: V's fp16 copy)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
   static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
   static constexpr int kRowKv = kHeadDim + 16 / kKvBytes;  // padded cache row in a stage (16 bytes more)
