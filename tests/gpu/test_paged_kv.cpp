@@ -15,7 +15,9 @@
 // the length, does not); fp32 at rung 3 is rung 2, bit for bit; under CUDA-graph capture (no
 // plan: whole requests); plan / run on batch 1 (split, the same bits as the one-shot call); a
 // captured run replayed after the page table changed in place (re-planned, or grown without a
-// new plan); the plan / run checks that need the device.
+// new plan); the plan / run checks that need the device. An e4m3 cache (k_scale 0.5, v_scale 0.25)
+// at rung 3, one-shot and plan / run, against the reference over the dequantized values (random
+// codes, every non-NaN one; uniform inputs too), and its argument checks.
 // Tolerance (out_tol, lse_tol): the kernels compute in fp32 from the exact stored values and
 // round out once, so |out - ref| <= u(dtype) |ref| + (L + 8) 2^-23 max|v| (a sum of L fp32 terms
 // whose weights sum to 1, plus the exp2 errors) + 2 ds sum_j p_j |v_j|, |lse - ref| <= (L + 8)
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "flashlab/serving.h"
+#include "src/reference/quant.h"
 #include "tests/common/gpu_utils.h"
 #include "tests/common/test_utils.h"
 #include "tests/common/validation_utils.h"
@@ -453,20 +456,24 @@ struct DecodeDevice {
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(lse.ptr, 0xff, lse.bytes, stream));
   }
   TensorView qv() const { return device_view(q.ptr, in.s.dt, {in.batch, in.s.nheads, in.s.d}); }
-  TensorView kv() const { return device_view(kc.ptr, in.s.dt, in.cache_shape()); }
-  TensorView vv() const { return device_view(vc.ptr, in.s.dt, in.cache_shape()); }
+  TensorView kv() const { return device_view(kc.ptr, in.kc.dtype, in.cache_shape()); }  // s.dt, or e4m3
+  TensorView vv() const { return device_view(vc.ptr, in.vc.dtype, in.cache_shape()); }
   TensorView indv() const { return device_view(ind.ptr, DType::kI32, {table_cap}); }
   TensorView ptrv() const { return device_view(ptr.ptr, DType::kI32, {in.batch + 1}); }
   TensorView lastv() const { return device_view(last.ptr, DType::kI32, {in.batch}); }
   TensorView outv() const { return device_view(out.ptr, in.s.dt, {in.batch, in.s.nheads, in.s.d}); }
   TensorView lsev() const { return device_view(lse.ptr, DType::kF32, {in.batch, in.s.nheads}); }
-  void paged(int rung, bool with_lse, float scale = 0.f, cudaStream_t stream = nullptr) const {
+  void paged(int rung, bool with_lse, float scale = 0.f, cudaStream_t stream = nullptr, float k_scale = 1.f,
+             float v_scale = 1.f) const {
     const TensorView l = lsev();
-    batch_decode_paged(qv(), kv(), vv(), indv(), ptrv(), lastv(), outv(), with_lse ? &l : nullptr, in.s.layout, scale, stream, rung);
+    batch_decode_paged(qv(), kv(), vv(), indv(), ptrv(), lastv(), outv(), with_lse ? &l : nullptr, in.s.layout, scale, stream, rung,
+                       k_scale, v_scale);
   }
-  void run(const DecodePlanInfo& plan, const TensorView& ws, bool with_lse, float scale = 0.f, cudaStream_t stream = nullptr) const {
+  void run(const DecodePlanInfo& plan, const TensorView& ws, bool with_lse, float scale = 0.f, cudaStream_t stream = nullptr,
+           float k_scale = 1.f, float v_scale = 1.f) const {
     const TensorView l = lsev();
-    batch_decode_run(plan, ws, qv(), kv(), vv(), indv(), ptrv(), lastv(), outv(), with_lse ? &l : nullptr, in.s.layout, scale, stream);
+    batch_decode_run(plan, ws, qv(), kv(), vv(), indv(), ptrv(), lastv(), outv(), with_lse ? &l : nullptr, in.s.layout, scale, stream,
+                     k_scale, v_scale);
   }
   std::vector<uint8_t> out_bytes() const { return download(out.ptr, out.bytes); }
   std::vector<uint8_t> lse_bytes() const { return download(lse.ptr, lse.bytes); }
@@ -493,8 +500,9 @@ struct Workspace {
 };
 
 // Plans the decode of table t on the host (as the one-shot call does from its device read).
-DecodePlanInfo plan_for(const DecodeShape& s, PageTable& t, const Workspace& ws, cudaStream_t stream = nullptr) {
-  return batch_decode_plan(host_view(t.indptr), s.page_size, s.nheads, s.nheads_kv, s.d, ws.view(), stream);
+DecodePlanInfo plan_for(const DecodeShape& s, PageTable& t, const Workspace& ws, cudaStream_t stream = nullptr,
+                        DType kv_dtype = DType::kBF16) {
+  return batch_decode_plan(host_view(t.indptr), s.page_size, s.nheads, s.nheads_kv, s.d, ws.view(), stream, kv_dtype);
 }
 
 void check_decode_on(int rung, DType dt, int64_t page_size, KvLayout layout, int64_t nheads, int64_t nheads_kv, int64_t d,
@@ -1039,6 +1047,198 @@ TEST(PagedDecode, PlanRunRejectsBadArguments) {
   EXPECT_EQ(id, again.id);
   std::memcpy(replanned.data() + 8, planned.data() + 8, 4);
   EXPECT_TRUE(replanned == planned) << "a plan from pinned memory differs";
+}
+
+// ---- Decode rung 3 with an FP8 (e4m3) KV cache -------------------------------------------------
+
+// n random e4m3 codes: bytes the codes, values their exact values times `scale` (the dequantized
+// cache: logits read k_scale K, the output v_scale V; exact, the scales being powers of two).
+// Every code but the NaNs (0x7f, 0xff): |code| up to 448, subnormals and -0 included; eighths:
+// only the codes of k / 8, |k| <= 8 (uniform inputs: exact sums, as random_eighths).
+HostTensor random_e4m3_cache(int64_t n, double scale, bool eighths, std::mt19937_64& rng) {
+  std::vector<uint8_t> codes;
+  double value[256];
+  for (int c = 0; c < 256; ++c) {
+    const double v = reference::decode_e4m3(static_cast<uint8_t>(c));
+    value[c] = v * scale;
+    if (!std::isnan(v) && (!eighths || (std::fabs(v) <= 1 && v * 8 == std::round(v * 8)))) codes.push_back(static_cast<uint8_t>(c));
+  }
+  // Eight random bytes a draw (the long requests' caches hold tens of millions of codes); byte x
+  // < the largest multiple of the code count picks codes[x % count], each code equally likely.
+  const size_t count = codes.size(), below = 256 / count * count;
+  HostTensor t = empty_tensor(DType::kE4M3, n);
+  for (size_t i = 0; i < t.bytes.size();)
+    for (uint64_t bits = rng(), b = 0; b < 8 && i < t.bytes.size(); ++b, bits >>= 8) {
+      const auto x = static_cast<size_t>(bits & 0xff);
+      if (x >= below) continue;
+      t.bytes[i] = codes[x % count];
+      t.values[i] = value[t.bytes[i]];
+      ++i;
+    }
+  return t;
+}
+
+// Decode inputs over an e4m3 cache: q random in s.dt (uniform: q = 0 and V in eighths, see
+// DecodeInputs), K and V random codes; kc / vc hold the codes' bytes (what the device reads) and
+// the scaled values (what decode_reference and the tolerance read).
+DecodeInputs fp8_inputs(const DecodeShape& s, int64_t batch, int64_t pages, double k_scale, double v_scale, bool uniform,
+                        std::mt19937_64& rng) {
+  DecodeInputs in(s, batch, 0, rng, uniform);  // no 16-bit cache: replaced below
+  const int64_t n = pages * s.page_size * s.nheads_kv * s.d;
+  in.max_pages = pages;
+  in.kc = random_e4m3_cache(n, k_scale, false, rng);
+  in.vc = random_e4m3_cache(n, v_scale, uniform, rng);
+  return in;
+}
+
+// A ragged batch over an e4m3 cache against the float64 reference over the dequantized values:
+// batch_decode_paged (rung 3), then plan / run (planned for e4m3: the same plan, so the same bits;
+// and planned for a 16-bit cache: another chunking, still correct). Tolerance: rung 3's
+// (out_tol with tensor cores): the kernel's mma runs in fp16 (q converted, exact for |q| >= 2^-17;
+// K, V exact; P rounded to fp16: u = 2^-11 <= u(dtype)), so u(dtype) sum_j p_j |v_j| bounds P's
+// rounding. scale 0: 1 / sqrt(d), logits of K's full e4m3 range spread by ~30 (a few keys take
+// the weight); 0.004: ~1 (many keys count).
+struct Fp8Case {
+  DecodeShape s;
+  std::vector<int64_t> lens;
+  float scale = 0.f;
+  bool uniform = false;
+};
+
+void check_fp8(const Fp8Case& c, std::mt19937_64& rng) {
+  constexpr float kKScale = 0.5f, kVScale = 0.25f;
+  const DecodeShape& s = c.s;
+  const auto batch = static_cast<int64_t>(c.lens.size());
+  const int64_t pages = pages_for(c.lens, s.page_size);
+  const ::testing::Message what = describe(s) << " e4m3 cache, batch " << batch << ", softmax_scale " << c.scale
+                                              << (c.uniform ? " (uniform)" : "");
+  PageTable t(s.page_size, pages + 3, c.lens.size(), rng);  // pages no request owns stay unread
+  t.grow(c.lens);
+  const DecodeInputs in = fp8_inputs(s, batch, pages + 3, kKScale, kVScale, c.uniform, rng);
+  const DecodeRef ref = decode_reference(in, t, c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(s.d)));
+  const DecodeDevice dev(in, pages);
+  dev.set_table(t);
+
+  dev.poison();
+  dev.paged(3, true, c.scale, nullptr, kKScale, kVScale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> out = dev.out_bytes(), lse = dev.lse_bytes();
+  const std::vector<double> got_lse = decode(DType::kF32, lse);
+  expect_matches(in, ref, true, decode(s.dt, out), &got_lse, ::testing::Message(what) << " batch_decode_paged");
+
+  const Workspace ws(batch_decode_workspace_bytes(batch, s.nheads, s.nheads_kv, s.d, 0));
+  const DecodePlanInfo info = plan_for(s, t, ws, nullptr, DType::kE4M3);
+  if (*std::max_element(c.lens.begin(), c.lens.end()) >= 16384) {
+    EXPECT_TRUE(info.split) << what << ": " << info.chunks << " chunks of " << info.chunk_pages << " pages";
+  }
+  dev.poison();
+  dev.run(info, ws.view(), true, c.scale, nullptr, kKScale, kVScale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> run_lse = dev.got_lse();
+  expect_matches(in, ref, true, dev.got(), &run_lse, ::testing::Message(what) << " plan / run");
+  EXPECT_TRUE(dev.out_bytes() == out) << what << ": plan / run's out differs from batch_decode_paged's (the same plan)";
+  EXPECT_TRUE(dev.lse_bytes() == lse) << what << ": plan / run's lse differs from batch_decode_paged's (the same plan)";
+
+  const DecodePlanInfo info16 = plan_for(s, t, ws, nullptr, DType::kBF16);
+  dev.poison();
+  dev.run(info16, ws.view(), true, c.scale, nullptr, kKScale, kVScale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> run16_lse = dev.got_lse();
+  expect_matches(in, ref, true, dev.got(), &run16_lse,
+                 ::testing::Message(what) << " plan / run, planned for a 16-bit cache (" << info16.chunks << " chunks)");
+}
+
+TEST(PagedDecode, Fp8CacheMatchesTheDequantizedReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(822);
+  // A long request (split) among short ones: 0 keys (out 0, lse -inf), 1, a page + 1, a tile + 1.
+  const std::vector<int64_t> lens = {0, 1, 17, 20000 + 3, 65};
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (int64_t d : {64, 128})
+      for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+        const float scale = (dt == DType::kBF16) == (layout == KvLayout::kNHD) ? 0.f : 0.004f;  // each dtype, d, layout: both
+        check_fp8({{dt, 16, layout, 32, 8, d}, lens, scale}, rng);
+      }
+  check_fp8({{DType::kF16, 16, KvLayout::kNHD, 8, 8, 128}, {65, 0, 3000, 1, 17}, 0.004f}, rng);  // MHA
+  // Uniform (q = 0, V in eighths): every key weighs 1, the sums are exact: a key of the long
+  // request missed or repeated shows.
+  check_fp8({{DType::kBF16, 16, KvLayout::kHND, 32, 8, 64}, {17, 20000 + 5, 1, 0, 65}, 0.f, true}, rng);
+}
+
+// An e4m3 cache's argument checks: rungs 1-2 (no e4m3 kernel), scales not positive and finite,
+// scales other than 1 with a 16-bit cache, a 32-bit query; each rejected with its argument named,
+// nothing launched, out, lse and the workspace untouched.
+TEST(PagedDecode, Fp8CacheRejectsBadArguments) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(823);
+  const DecodeShape s{DType::kBF16, 16, KvLayout::kNHD, 8, 2, 64};
+  PageTable t(s.page_size, 16, 2, rng);
+  t.grow({20, 33});
+  const DecodeInputs in8 = fp8_inputs(s, 2, 16, 0.5, 0.25, false, rng), in16(s, 2, 16, rng);
+  const DecodeDevice dev8(in8, 16), dev16(in16, 16);
+  dev8.set_table(t);
+  dev16.set_table(t);
+  const Workspace ws(batch_decode_workspace_bytes(2, 8, 2, 64, 0));
+  const DecodePlanInfo info = plan_for(s, t, ws, nullptr, DType::kE4M3);
+  dev8.poison();
+  dev16.poison();
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> planned = download(ws.buf.ptr, ws.buf.bytes);
+  const auto untouched = [&](const std::string& what) {
+    for (const DecodeDevice* dev : {&dev8, &dev16}) {
+      EXPECT_TRUE(all_poisoned(dev->out_bytes())) << what << ": out was written";
+      EXPECT_TRUE(all_poisoned(dev->lse_bytes())) << what << ": lse was written";
+    }
+    EXPECT_TRUE(download(ws.buf.ptr, ws.buf.bytes) == planned) << what << ": the workspace changed";
+  };
+  const std::string paged = "batch_decode_paged: ", run = "batch_decode_run: ";
+
+  for (int rung : {1, 2}) {
+    expect_rejected([&] { dev8.paged(rung, true, 0.f, nullptr, 0.5f, 0.25f); },
+                    {paged + "argument 'k_cache'", "e4m3 caches: rung 3", "got e4m3"});
+    untouched("e4m3 at rung " + std::to_string(rung));
+  }
+  for (float bad : {0.f, -0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    const std::string what = "scale " + std::to_string(bad);
+    expect_rejected([&] { dev8.paged(3, true, 0.f, nullptr, bad, 0.25f); },
+                    {paged + "argument 'k_scale'", "expected a positive finite value"});
+    expect_rejected([&] { dev8.paged(3, true, 0.f, nullptr, 0.5f, bad); },
+                    {paged + "argument 'v_scale'", "expected a positive finite value"});
+    expect_rejected([&] { dev8.run(info, ws.view(), true, 0.f, nullptr, bad, 0.25f); },
+                    {run + "argument 'k_scale'", "expected a positive finite value"});
+    expect_rejected([&] { dev8.run(info, ws.view(), true, 0.f, nullptr, 0.5f, bad); },
+                    {run + "argument 'v_scale'", "expected a positive finite value"});
+    untouched(what);
+  }
+  expect_rejected([&] { dev8.paged(3, true, 0.f, nullptr, -0.5f, 0.25f); }, {paged + "argument 'k_scale'", "got -0.5"});
+  untouched("k_scale -0.5");
+
+  // Scales are for e4m3 caches: a 16-bit cache takes 1 and 1.
+  const std::string ones = "arguments 'k_scale', 'v_scale': expected 1 for a bf16 cache";
+  expect_rejected([&] { dev16.paged(3, true, 0.f, nullptr, 0.5f, 0.25f); }, {paged + ones, "got 0.5, 0.25"});
+  expect_rejected([&] { dev16.paged(2, true, 0.f, nullptr, 1.f, 0.25f); }, {paged + ones, "got 1, 0.25"});
+  const DecodePlanInfo info16 = plan_for(s, t, ws, nullptr);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> planned16 = download(ws.buf.ptr, ws.buf.bytes);
+  expect_rejected([&] { dev16.run(info16, ws.view(), true, 0.f, nullptr, 0.5f, 1.f); }, {run + ones, "got 0.5, 1"});
+  EXPECT_TRUE(download(ws.buf.ptr, ws.buf.bytes) == planned16) << "scales with a 16-bit cache: the workspace changed";
+  for (const DecodeDevice* dev : {&dev8, &dev16}) {
+    EXPECT_TRUE(all_poisoned(dev->out_bytes())) << "scales with a 16-bit cache: out was written";
+    EXPECT_TRUE(all_poisoned(dev->lse_bytes())) << "scales with a 16-bit cache: lse was written";
+  }
+
+  // An e4m3 cache takes fp16 / bf16 queries only.
+  DeviceBuffer q32(2 * 8 * 64 * 4), out32(2 * 8 * 64 * 4);
+  FLASHLAB_CUDA_CHECK(cudaMemset(q32.ptr, 0, q32.bytes));
+  out32.poison();
+  expect_rejected(
+      [&] {
+        batch_decode_paged(device_view(q32.ptr, DType::kF32, {2, 8, 64}), dev8.kv(), dev8.vv(), dev8.indv(), dev8.ptrv(),
+                           dev8.lastv(), device_view(out32.ptr, DType::kF32, {2, 8, 64}), nullptr, s.layout, 0.f, nullptr, 3,
+                           0.5f, 0.25f);
+      },
+      {paged + "argument 'q'", "got fp32"});
+  EXPECT_TRUE(all_poisoned(download(out32.ptr, out32.bytes))) << "an fp32 query: out was written";
 }
 
 }  // namespace
