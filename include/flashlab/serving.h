@@ -91,9 +91,9 @@ inline constexpr int kPagedDecodeRungs = 3;
 // It uses the stream's internal workspace (as attention_bwd).
 // FP8 KV cache (rung 3 only): k_cache, v_cache e4m3 with q / out fp16 or bf16; the logits use
 // k_scale K and the output v_scale V (per-tensor dequantization scales, positive and finite; 1
-// for fp16 / bf16 caches). The tensor cores run in fp16: the e4m3 values convert exactly; q is
-// converted after its multiplication by softmax_scale (a bf16 q times the scale must stay below
-// 65504, fp16's largest value).
+// for fp16 / bf16 caches). The tensor cores run in fp16: the e4m3 values convert exactly, and so
+// does a bf16 q whose magnitudes lie in [2^-14, 65504] (larger ones overflow: not checked; a
+// multiplication by softmax_scale first cost the lse its fp32 accuracy, measured).
 void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                         const TensorView& kv_indices, const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                         const TensorView& out, const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD,

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
       if (ok) *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(src);
       alignas(16) __half h[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) h[e] = __float2half_rn(to_float(v[e]) * p.scale);  // scaled first: fp16's range
+      for (int e = 0; e < 8; ++e) h[e] = __float2half_rn(to_float(v[e]));  // exact for |q| in [2^-14, 65504]
       *reinterpret_cast<uint4*>(sq + r * kRowElems + c * 8) = *reinterpret_cast<const uint4*>(h);
     } else {
       cp_async_16(sq + r * kRowElems + c * 8, src, ok ? 16 : 0);
@@ -206,9 +206,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
 
   float o[kHeadDim / 8][4] = {};  // rows g, g + 8 (g = lane / 4) of each 8-column tile, this warp's keys
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // log2 units; l a per-thread partial sum
-  // (e4m3: q was converted to fp16 already multiplied by the softmax scale, which keeps bf16
-  // queries up to 65504 / scale in fp16's range.)
-  const float scale_log2 = (Tr::kFp8 ? 1.f : p.scale) * kLog2e * s.k_scale;
+  const float scale_log2 = p.scale * kLog2e * s.k_scale;
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(sq));
   uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
   for (int t = 0; t < tiles; ++t) {
