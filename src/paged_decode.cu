@@ -191,9 +191,14 @@ int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
 // for the larger of the two slot counts, so one workspace size serves either cache.
 SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64_t d, int device, bool fp8 = false) {
   SplitLayout s;
-  const int64_t slots16 = split_slots(d, device, false), slots8 = split_fits(d, true) ? split_slots(d, device, true) : 0;
+  detail::DeviceGuard guard(device);
+  // A kernel whose shared memory does not fit this device has no slots (e4m3 fits more often).
+  const int64_t slots16 = split_fits(d, false) ? split_slots(d, device, false) : 0,
+                slots8 = split_fits(d, true) ? split_slots(d, device, true) : 0;
   s.slots = fp8 ? slots8 : slots16;
   const int64_t cap_slots = std::max(slots16, slots8);
+  FLASHLAB_CHECK(cap_slots > 0, "batch_decode: decode rung 3 at head dim ", d,
+                 " needs more shared memory per block than this device allows (", detail::max_smem_optin(), " bytes)");
   const int64_t per = items_per_chunk(nheads, nheads_kv);
   s.capacity = batch + 2 * ((cap_slots + per - 1) / per);
   FLASHLAB_CHECK(s.capacity * per <= 0x7fffffff && nheads <= 65535, "batch_decode_paged / batch_decode_plan: expected fewer than 2^31 work items and ",
@@ -212,6 +217,8 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
                          int64_t d, int device, bool fp8, void* ws, cudaStream_t stream) {
   const auto batch = static_cast<int64_t>(pages.size());
   const SplitLayout s = split_layout(batch, nheads, nheads_kv, d, device, fp8);
+  FLASHLAB_CHECK(s.slots > 0, "batch_decode_plan: decode rung 3 at head dim ", d, " with ", fp8 ? "an e4m3" : "a 16-bit",
+                 " cache needs more shared memory per block than this device allows");
   // An item's fixed cost (its start, the first tiles' latency, the merge's share) ~ 64 keys.
   const int64_t overhead = (64 + page_size - 1) / page_size;
   const detail::DecodePlan plan =
@@ -436,6 +443,8 @@ void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, c
   FLASHLAB_CHECK(s.capacity == plan.capacity, op, ": argument 'plan': expected a plan of this device's capacity (", s.capacity,
                  " items), got ", plan.capacity);
   check_workspace(op, workspace, s.bytes, plan.device);
+  FLASHLAB_CHECK(split_fits(call.c.d, call.fp8), op, ": decode rung 3 at head dim ", call.c.d, " with ",
+                 call.fp8 ? "an e4m3" : "a 16-bit", " cache needs more shared memory per block than this device allows");
   const check::Arg W{op, "workspace", workspace}, Kc{op, "k_cache", k_cache}, Vc{op, "v_cache", v_cache},
       Ind{op, "kv_indices", kv_indices}, Ptr{op, "kv_indptr", kv_indptr}, Last{op, "kv_last_page_len", kv_last_page_len},
       O{op, "out", out}, L{op, "lse", lse != nullptr ? *lse : out};
