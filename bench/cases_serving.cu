@@ -99,18 +99,33 @@ void bench_paged_decode(Harness& h, DType dt) {
     const int64_t ws_bytes = batch_decode_workspace_bytes(c.batch, kHeads, kHeadsKv, kD, 0);
     DeviceMem ws(static_cast<size_t>(ws_bytes));
     const TensorView wv = view(ws.p, DType::kU8, {ws_bytes});
+    const TensorView indptr_host(indptr.data(), DType::kI32, {c.batch + 1}, Device{DeviceType::kCPU, 0});
+    // A row of this case: the cache's dtype name and element size (q and out stay dt).
+    const auto add_row = [&](int rung, const char* kv_dtype, int64_t kv_es, bool hnd, double ms) {
+      Row r;
+      r.op = "paged_decode";
+      r.impl = "flashlab";
+      r.rung_name = kDecodeRungNames[rung];
+      r.rung = rung;
+      r.dtype = kv_dtype;
+      r.shape = {{"batch", c.batch}, {"kv_len", c.kv_len}, {"nheads_q", kHeads}, {"nheads_kv", kHeadsKv}, {"headdim", kD},
+                 {"page_size", kPage}};
+      if (c.zipf) r.shape.emplace_back("zipf", 1);
+      r.shape_text = {{"layout", hnd ? "HND" : "NHD"}};
+      r.ms = ms;
+      r.bytes = static_cast<double>(2 * tokens * kHeadsKv * kD * kv_es + 2 * q_n * es);
+      r.flops = 4.0 * static_cast<double>(tokens) * kHeads * kD;
+      h.add(r);
+    };
     // Rung 3 also with the HND layout (the same buffers viewed as (pages, heads, page_size, d)):
     // a page's rows of one head contiguous, 4 KB, instead of 256-byte rows 2 KB apart.
     for (int variant = kPagedDecodeRungs + 1; variant >= 1; --variant) {
       const int rung = std::min(variant, kPagedDecodeRungs);
       const bool hnd = variant > kPagedDecodeRungs;
       if ((c.zipf && rung == 1) || (c.zipf && hnd)) continue;  // the skewed case is about the split
-      Row r;
       double ms = 0;
       if (rung == 3) {
-        const DecodePlanInfo plan = batch_decode_plan(
-            TensorView(indptr.data(), DType::kI32, {c.batch + 1}, Device{DeviceType::kCPU, 0}), kPage, kHeads, kHeadsKv, kD, wv,
-            h.stream());
+        const DecodePlanInfo plan = batch_decode_plan(indptr_host, kPage, kHeads, kHeadsKv, kD, wv, h.stream());
         const std::vector<int64_t> hnd_shape = {pages, kHeadsKv, kPage, kD};
         const TensorView kh = view(kc.p, dt, hnd_shape), vh = view(vc.p, dt, hnd_shape);
         const auto call = [&] {
@@ -119,8 +134,6 @@ void bench_paged_decode(Harness& h, DType dt) {
         };
         call();  // the page table's values checked (a device read and a wait), outside the graph
         ms = time_graph(h, call);
-        r.extra["chunks"] = static_cast<double>(plan.chunks);
-        r.extra["chunk_pages"] = static_cast<double>(plan.chunk_pages);
       } else {
         const auto call = [&] {
           batch_decode_paged(qv, kv, vv, iv, pv, lv, ov, &lse_v, KvLayout::kNHD, 0.f, h.stream(), rung);
@@ -128,19 +141,7 @@ void bench_paged_decode(Harness& h, DType dt) {
         call();
         ms = time_graph(h, call);
       }
-      r.op = "paged_decode";
-      r.impl = "flashlab";
-      r.rung_name = kDecodeRungNames[rung];
-      r.rung = rung;
-      r.dtype = dtype_name(dt);
-      r.shape = {{"batch", c.batch}, {"kv_len", c.kv_len}, {"nheads_q", kHeads}, {"nheads_kv", kHeadsKv}, {"headdim", kD},
-                 {"page_size", kPage}};
-      if (c.zipf) r.shape.emplace_back("zipf", 1);
-      r.shape_text = {{"layout", hnd ? "HND" : "NHD"}};
-      r.ms = ms;
-      r.bytes = static_cast<double>(2 * tokens * kHeadsKv * kD * es + 2 * q_n * es);
-      r.flops = 4.0 * static_cast<double>(tokens) * kHeads * kD;
-      h.add(r);
+      add_row(rung, dtype_name(dt), es, hnd, ms);
     }
     // FP8 KV (rung 3, NHD, batch 64): the same buffers refilled with e4m3 values (half the bytes),
     // scales 0.5; dtype "e4m3" (the cache's; q and out stay bf16), against the bf16 rows above.
@@ -148,26 +149,13 @@ void bench_paged_decode(Harness& h, DType dt) {
       fill_random(kc.p, cache_n, 2, 84, h.stream());
       fill_random(vc.p, cache_n, 2, 85, h.stream());
       const TensorView k8 = view(kc.p, DType::kE4M3, cache_shape), v8 = view(vc.p, DType::kE4M3, cache_shape);
-      const DecodePlanInfo plan = batch_decode_plan(
-          TensorView(indptr.data(), DType::kI32, {c.batch + 1}, Device{DeviceType::kCPU, 0}), kPage, kHeads, kHeadsKv, kD, wv,
-          h.stream(), DType::kE4M3);
+      const DecodePlanInfo plan =
+          batch_decode_plan(indptr_host, kPage, kHeads, kHeadsKv, kD, wv, h.stream(), DType::kE4M3);
       const auto call = [&] {
         batch_decode_run(plan, wv, qv, k8, v8, iv, pv, lv, ov, &lse_v, KvLayout::kNHD, 0.f, h.stream(), 0.5f, 0.5f);
       };
       call();
-      Row r;
-      r.op = "paged_decode";
-      r.impl = "flashlab";
-      r.rung_name = kDecodeRungNames[3];
-      r.rung = 3;
-      r.dtype = "e4m3";
-      r.shape = {{"batch", c.batch}, {"kv_len", c.kv_len}, {"nheads_q", kHeads}, {"nheads_kv", kHeadsKv}, {"headdim", kD},
-                 {"page_size", kPage}};
-      r.shape_text = {{"layout", "NHD"}};
-      r.ms = time_graph(h, call);
-      r.bytes = static_cast<double>(2 * tokens * kHeadsKv * kD + 2 * q_n * es);
-      r.flops = 4.0 * static_cast<double>(tokens) * kHeads * kD;
-      h.add(r);
+      add_row(3, "e4m3", 1, false, time_graph(h, call));
     }
   }
 }

@@ -7,13 +7,6 @@
 
 namespace flashlab::detail {
 
-namespace {
-template <typename X>
-struct TypeTag {
-  using type = X;
-};
-}  // namespace
-
 void launch_attn_bwd_preprocess(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   if (p.seqlen_q == 0) return;
   const dim3 padded_rows_grid(static_cast<unsigned>(p.dsum_rows / 4), p.nheads, p.batch);

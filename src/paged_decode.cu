@@ -119,20 +119,19 @@ std::vector<int64_t> check_values(const char* op, const TensorView& kv_indices, 
 
 // Rung 3 ----------------------------------------------------------------------------------------
 
-template <typename X>
-struct TypeTag {
-  using type = X;
-};
-
 // The work items of one chunk: KV heads x blocks of 16 query heads.
 int64_t items_per_chunk(int64_t nheads, int64_t nheads_kv) {
   const int64_t group = nheads / nheads_kv, rows = kernels::DecodeSplitTraits<128>::kRows;
   return nheads_kv * ((group + rows - 1) / rows);
 }
 
-template <int kD, typename KV>
-const void* split_kernel_for() {
-  return reinterpret_cast<const void*>(&kernels::paged_decode_split_kernel<__nv_bfloat16, kD, KV>);
+// Opts a rung 3 kernel into its shared memory (beyond 48 KB) and the largest carveout (2 blocks
+// of 106 KB at d 128), before an occupancy query or a launch.
+template <typename Kernel>
+void configure_split(Kernel kernel, int smem) {
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
 }
 
 // Whether rung 3's shared memory at head dim d fits a block on the current device (16-bit
@@ -145,9 +144,10 @@ bool split_fits(int64_t d, bool fp8) {
   });
 }
 
-// Blocks of rung 3 resident at once on device `device` at head dim d for a 16-bit or an e4m3
-// cache (occupancy of the bf16-query kernel; fp16's is the same: shared memory limits both),
-// cached per (device, d, fp8).
+// Blocks of rung 3 resident at once on the current device (`device`, the cache's key) at head
+// dim d for a 16-bit or an e4m3 cache (occupancy of the bf16-query kernel; fp16's is the same:
+// shared memory limits both), cached per (device, d, fp8). Only for a kernel that fits
+// (split_fits).
 int64_t split_slots(int64_t d, int device, bool fp8) {
   static std::mutex mu;
   static std::map<std::tuple<int, int64_t, bool>, int64_t> cache;
@@ -156,23 +156,18 @@ int64_t split_slots(int64_t d, int device, bool fp8) {
     const auto it = cache.find({device, d, fp8});
     if (it != cache.end()) return it->second;
   }
-  detail::DeviceGuard guard(device);
   const int64_t slots = HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
     const auto occupancy = [&](auto kv_tag) {
       using KV = typename decltype(kv_tag)::type;
-      const auto* kernel = split_kernel_for<kD, KV>();
+      const auto kernel = kernels::paged_decode_split_kernel<__nv_bfloat16, kD, KV>;
       constexpr int smem = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>::kSmemBytes;
-      FLASHLAB_CHECK(smem <= detail::max_smem_optin(), "batch_decode: decode rung 3 at head dim ", kD, " needs ", smem,
-                     " bytes of shared memory per block; this device allows ", detail::max_smem_optin());
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               cudaSharedmemCarveoutMaxShared));  // 2 blocks of 106 KB at d 128
+      configure_split(kernel, smem);
       int per_sm = 0;
       FLASHLAB_CUDA_CHECK(
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::DecodeSplitTraits<kD>::kThreads, smem));
       return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
     };
-    return fp8 ? occupancy(TypeTag<__nv_fp8_e4m3>{}) : occupancy(TypeTag<__nv_bfloat16>{});
+    return fp8 ? occupancy(detail::TypeTag<__nv_fp8_e4m3>{}) : occupancy(detail::TypeTag<__nv_bfloat16>{});
   });
   std::lock_guard<std::mutex> lock(mu);
   cache[{device, d, fp8}] = slots;
@@ -278,13 +273,11 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
         using KV = typename decltype(kv_tag)::type;
         constexpr int smem = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>::kSmemBytes;
         const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV>;
-        FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                 cudaSharedmemCarveoutMaxShared));
+        configure_split(kernel, smem);
         FLASHLAB_LAUNCH(kernel, grid, kernels::DecodeSplitTraits<kD>::kThreads, smem, stream, call.p, sp);
       };
-      if (call.fp8) launch(TypeTag<__nv_fp8_e4m3>{});
-      else launch(TypeTag<T>{});
+      if (call.fp8) launch(detail::TypeTag<__nv_fp8_e4m3>{});
+      else launch(detail::TypeTag<T>{});
       if (merge) {
         // Programmatic dependent launch: the merge's blocks start during the decode grid's tail
         // (those of unsplit requests exit at once; the others wait for the grid: griddepcontrol).

@@ -38,3 +38,15 @@
     if (COND) { constexpr bool NAME = true; return __VA_ARGS__(); }  \
     else { constexpr bool NAME = false; return __VA_ARGS__(); }      \
   }()
+
+namespace flashlab::detail {
+
+// A type as a value, for generic lambdas that launch one kernel instantiation per type:
+//   const auto launch = [&](auto tag) { using X = typename decltype(tag)::type; ... };
+//   fp8 ? launch(TypeTag<__nv_fp8_e4m3>{}) : launch(TypeTag<T>{});
+template <typename X>
+struct TypeTag {
+  using type = X;
+};
+
+}  // namespace flashlab::detail
