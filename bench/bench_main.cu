@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
       if (dt == DType::kBF16 && h.selected("attn_fwd/" + d)) bench_attention(h, dt);
       if (dt == DType::kBF16 && h.selected("attn_bwd/" + d)) bench_attention_bwd(h, dt);
       if (dt == DType::kBF16 && h.selected("paged_decode/" + d)) bench_paged_decode(h, dt);
+      if (dt == DType::kBF16 && h.selected("paged_prefill/" + d)) bench_paged_prefill(h, dt);
     }
     if (h.selected("streams_pipeline/fp32")) bench_streams(h);
     h.write_json();

@@ -21,6 +21,14 @@ struct DeviceMem {
   DeviceMem& operator=(const DeviceMem&) = delete;
 };
 
+// The current device is a Hopper (compute capability 9.x): the TMA / wgmma rungs run.
+inline bool on_hopper() {
+  int dev = 0, major = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major == 9;
+}
+
 inline TensorView view(void* p, DType dt, std::vector<int64_t> shape) {
   return TensorView(p, dt, std::move(shape), Device{DeviceType::kCUDA, 0});
 }
@@ -60,5 +68,6 @@ void bench_attention_bwd(Harness& h, DType dt);
 
 // bench/cases_serving.cu: batch decode over a paged KV cache (op paged_decode)
 void bench_paged_decode(Harness& h, DType dt);
+void bench_paged_prefill(Harness& h, DType dt);
 
 }  // namespace flashlab::bench

@@ -30,14 +30,6 @@ static_assert(sizeof(kAttnRungNames) / sizeof(kAttnRungNames[0]) == kAttnFwdRung
 const char* const kAttnBwdRungNames[] = {"", "naive", "flash2_mma_sync", "hopper_wgmma_ws"};
 static_assert(sizeof(kAttnBwdRungNames) / sizeof(kAttnBwdRungNames[0]) == kAttnBwdRungs + 1, "one name per rung");
 
-// The current device is a Hopper (compute capability 9.x): the TMA / wgmma rungs run.
-bool on_hopper() {
-  int dev = 0, major = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major == 9;
-}
-
 struct AttnCase {
   int64_t batch, seqlen, nheads, headdim;
   bool causal;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/cases.h"
+#include "flashlab/attention.h"
 #include "flashlab/serving.h"
 
 namespace flashlab::bench {
@@ -156,6 +157,93 @@ void bench_paged_decode(Harness& h, DType dt) {
       };
       call();
       add_row(3, "e4m3", 1, false, time_graph(h, call));
+    }
+  }
+}
+
+// Batch prefill over the paged cache (op "paged_prefill"): bf16, 32 query heads / 8 KV heads,
+// head dim 128, page size 16, NHD, causal; batches of requests whose queries are their last qo_len
+// tokens: full prefills (qo_len = kv_len: 8 x 2k, 4 x 4k, 1 x 16k) and chunked prefills (16 x 512
+// new tokens over 4k) (quick: 8 x 2k). Pages are handed out in a shuffled order (a server's pool
+// after some churn). Each paged rung is timed beside attention_fwd's varlen forward of the same
+// kernel family on contiguous K/V of the same shape (impl "flashlab-contiguous", rung 3 or 4):
+// issue 8's bar is >= 0.9x of it. FLOPs: the visible (query, key) pairs x 4 d x heads; bytes: q,
+// K, V read and out written once.
+void bench_paged_prefill(Harness& h, DType dt) {
+  constexpr int64_t kHeads = 32, kHeadsKv = 8, kD = 128, kPage = 16;
+  struct PrefillCase {
+    int64_t batch, qo_len, kv_len;
+  };
+  const std::vector<PrefillCase> cases = h.options().quick
+                                             ? std::vector<PrefillCase>{{8, 2048, 2048}}
+                                             : std::vector<PrefillCase>{{8, 2048, 2048}, {4, 4096, 4096}, {1, 16384, 16384}, {16, 512, 4096}};
+  const bool hopper = on_hopper();
+  const int64_t es = dtype_size(dt);
+  for (const PrefillCase& c : cases) {
+    const int64_t total_q = c.batch * c.qo_len, total_k = c.batch * c.kv_len, pages_per = (c.kv_len + kPage - 1) / kPage;
+    const int64_t pages = c.batch * pages_per;
+    std::vector<int> indices(static_cast<size_t>(pages)), indptr(static_cast<size_t>(c.batch + 1)), last_len(static_cast<size_t>(c.batch)),
+        cuq(static_cast<size_t>(c.batch + 1)), cuk(static_cast<size_t>(c.batch + 1));
+    std::iota(indices.begin(), indices.end(), 0);
+    std::shuffle(indices.begin(), indices.end(), std::mt19937_64(9));
+    for (int64_t b = 0; b <= c.batch; ++b) {
+      indptr[b] = static_cast<int>(b * pages_per), cuq[b] = static_cast<int>(b * c.qo_len), cuk[b] = static_cast<int>(b * c.kv_len);
+      if (b < c.batch) last_len[b] = static_cast<int>(c.kv_len - (pages_per - 1) * kPage);
+    }
+    const int64_t q_n = total_q * kHeads * kD, kv_n = total_k * kHeadsKv * kD, cache_n = pages * kPage * kHeadsKv * kD;
+    DeviceMem q(q_n * es), out(q_n * es), kc(cache_n * es), vc(cache_n * es), k(kv_n * es), v(kv_n * es), ind(pages * 4),
+        ptr((c.batch + 1) * 4), last(c.batch * 4), cq((c.batch + 1) * 4), ck((c.batch + 1) * 4);
+    fill_random(q.p, q_n, dt == DType::kBF16, 91, h.stream());
+    fill_random(kc.p, cache_n, dt == DType::kBF16, 92, h.stream());
+    fill_random(vc.p, cache_n, dt == DType::kBF16, 93, h.stream());
+    fill_random(k.p, kv_n, dt == DType::kBF16, 94, h.stream());
+    fill_random(v.p, kv_n, dt == DType::kBF16, 95, h.stream());
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(ind.p, indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(ptr.p, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(last.p, last_len.data(), last_len.size() * 4, cudaMemcpyHostToDevice));
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(cq.p, cuq.data(), cuq.size() * 4, cudaMemcpyHostToDevice));
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(ck.p, cuk.data(), cuk.size() * 4, cudaMemcpyHostToDevice));
+    const std::vector<int64_t> cache_shape = {pages, kPage, kHeadsKv, kD};
+    const TensorView qv = view(q.p, dt, {total_q, kHeads, kD}), ov = view(out.p, dt, {total_q, kHeads, kD}),
+                     kcv = view(kc.p, dt, cache_shape), vcv = view(vc.p, dt, cache_shape), kv = view(k.p, dt, {total_k, kHeadsKv, kD}),
+                     vv = view(v.p, dt, {total_k, kHeadsKv, kD}), iv = view(ind.p, DType::kI32, {pages}),
+                     pv = view(ptr.p, DType::kI32, {c.batch + 1}), lv = view(last.p, DType::kI32, {c.batch}),
+                     cqv = view(cq.p, DType::kI32, {c.batch + 1}), ckv = view(ck.p, DType::kI32, {c.batch + 1});
+    // Visible pairs of a causal request: query i (at position kv_len - qo_len + i) sees that many + 1 keys.
+    const double pairs = static_cast<double>(c.batch) * (static_cast<double>(c.kv_len - c.qo_len) * c.qo_len +
+                                                         0.5 * static_cast<double>(c.qo_len) * (c.qo_len + 1));
+    const auto add_row = [&](const char* impl, const char* rung_name, int rung, double ms) {
+      Row r;
+      r.op = "paged_prefill";
+      r.impl = impl;
+      r.rung_name = rung_name;
+      r.rung = rung;
+      r.dtype = dtype_name(dt);
+      r.shape = {{"batch", c.batch}, {"qo_len", c.qo_len}, {"kv_len", c.kv_len}, {"nheads_q", kHeads}, {"nheads_kv", kHeadsKv},
+                 {"headdim", kD}, {"page_size", kPage}, {"causal", 1}};
+      r.ms = ms;
+      r.bytes = static_cast<double>((2 * q_n + 2 * kv_n) * es);
+      r.flops = 4.0 * pairs * kHeads * kD;
+      h.add(r);
+      return ms;
+    };
+    PagedPrefillOptions popt;
+    popt.causal = true;
+    AttnFwdOptions fopt;
+    fopt.causal = true, fopt.cu_seqlens_q = &cqv, fopt.cu_seqlens_k = &ckv, fopt.max_seqlen_q = c.qo_len, fopt.max_seqlen_k = c.kv_len;
+    for (int rung = kPagedPrefillRungs; rung >= 1; --rung) {
+      if (rung == 2 && !hopper) continue;
+      const int fwd_rung = rung == 2 ? 4 : 3;
+      // The values checked once (device reads), then timed with max_qo_len given: no reads.
+      batch_prefill_paged(qv, cqv, kcv, vcv, iv, pv, lv, ov, nullptr, KvLayout::kNHD, popt, -1, h.stream(), rung);
+      const double paged = add_row("flashlab", rung == 2 ? "hopper" : "flash2", rung, h.time_ms([&] {
+        batch_prefill_paged(qv, cqv, kcv, vcv, iv, pv, lv, ov, nullptr, KvLayout::kNHD, popt, c.qo_len, h.stream(), rung);
+      }));
+      const double contiguous = add_row("flashlab-contiguous", rung == 2 ? "hopper" : "flash2", fwd_rung, h.time_ms([&] {
+        attention_fwd(qv, kv, vv, ov, h.stream(), fwd_rung, fopt);
+      }));
+      std::printf("  paged_prefill rung %d: %.3f ms vs the contiguous forward (rung %d) %.3f ms: %.3fx\n", rung, paged, fwd_rung,
+                  contiguous, contiguous / paged);
     }
   }
 }

@@ -44,26 +44,6 @@ void check_cu_seqlens_tensor(const check::Arg& cu, const check::Arg& ref, int64_
   check::shape(cu, {batch + 1});
 }
 
-// cu_seqlens values (read from the device, so checked last): cu[0] = 0, non-decreasing,
-// cu[batch] = the packed rows of `ref`, every length <= max_len.
-void check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_t batch, int64_t total, int64_t max_len,
-                             const char* max_name, cudaStream_t stream) {
-  detail::DeviceGuard guard(cu.t.device.index);
-  const std::vector<int> v = detail::read_int32(cu.t, stream);
-  if (v[0] != 0) check::fail(cu, "cu_seqlens[0] = 0", detail::concat("cu_seqlens[0] = ", v[0]));
-  int64_t longest = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    if (v[b + 1] < v[b])
-      check::fail(cu, "non-decreasing values", detail::concat("cu_seqlens[", b + 1, "] = ", v[b + 1], " < cu_seqlens[", b, "] = ", v[b]));
-    longest = std::max<int64_t>(longest, v[b + 1] - v[b]);
-  }
-  if (v[batch] != total)
-    check::fail(cu, detail::concat("cu_seqlens[", batch, "] = ", total, " (the packed rows of '", ref.name, "')"),
-                detail::concat(v[batch]));
-  FLASHLAB_CHECK(longest <= max_len, cu.op, ": argument '", max_name, "': expected >= the longest sequence (", longest,
-                 "), got ", max_len);
-}
-
 // No two elements of a (an output) at one address: with its dims sorted by stride, each stride
 // is at least the span of the dims inside it (several blocks would write one element otherwise).
 void no_self_overlap(const check::Arg& a) {
@@ -93,6 +73,27 @@ void check_f32_aux(const check::Arg& a, const check::Arg& q) {
 }  // namespace
 
 namespace detail {
+
+// cu_seqlens values (read from the device, so checked last): cu[0] = 0, non-decreasing,
+// cu[batch] = the packed rows of `ref`, every length <= max_len; returns the longest.
+int64_t check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_t batch, int64_t total, int64_t max_len,
+                             const char* max_name, cudaStream_t stream) {
+  detail::DeviceGuard guard(cu.t.device.index);
+  const std::vector<int> v = detail::read_int32(cu.t, stream);
+  if (v[0] != 0) check::fail(cu, "cu_seqlens[0] = 0", detail::concat("cu_seqlens[0] = ", v[0]));
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (v[b + 1] < v[b])
+      check::fail(cu, "non-decreasing values", detail::concat("cu_seqlens[", b + 1, "] = ", v[b + 1], " < cu_seqlens[", b, "] = ", v[b]));
+    longest = std::max<int64_t>(longest, v[b + 1] - v[b]);
+  }
+  if (v[batch] != total)
+    check::fail(cu, detail::concat("cu_seqlens[", batch, "] = ", total, " (the packed rows of '", ref.name, "')"),
+                detail::concat(v[batch]));
+  FLASHLAB_CHECK(longest <= max_len, cu.op, ": argument '", max_name, "': expected >= the longest sequence (", longest,
+                 "), got ", max_len);
+  return longest;
+}
 
 bool tma_strides(const TensorView& t) {
   for (int dim = 0; dim + 1 < t.ndim(); ++dim)

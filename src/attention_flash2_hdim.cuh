@@ -27,4 +27,19 @@ void launch_attn_flash2_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   });
 }
 
+// Rung 3 over a paged KV cache (the paged prefill's portable rung, src/paged_prefill.cu): p.kv_indptr
+// set, q and o varlen, no dropout.
+template <int kHeadDim>
+void launch_attn_flash2_paged_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+    using Tr = kernels::Flash2Traits<kHeadDim, kScoreMod>;
+    HALF_DTYPE_SWITCH(dtype, T, [&] {
+      const auto kernel = kernels::attn_flash2_kernel<T, kHeadDim, kScoreMod, false, true>;
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+      const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, Tr::kBlockM)), p.nheads, p.batch);
+      FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+    });
+  });
+}
+
 }  // namespace flashlab::detail

@@ -48,7 +48,7 @@ CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
   return make_tensor_map_4d(vt, DType::kE4M3, dims, strides, box);
 }
 
-template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0>
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T))>;
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -60,11 +60,12 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   const int64_t total_q = std::max<int64_t>(p.total_q, 1), total_k = std::max<int64_t>(p.total_k, 1);
   args.q = attn_tensor_map(p.q, dtype, kHeadDim, total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride,
                            p.q_batch_stride, Tr::kBlockM);
-  args.k = attn_tensor_map(p.k, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
-                           p.k_batch_stride, Tr::kBlockN);
+  if constexpr (!kPaged)  // paged: K and V gathered by cp.async (no maps), o stored row by row (varlen)
+    args.k = attn_tensor_map(p.k, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
+                             p.k_batch_stride, Tr::kBlockN);
   if constexpr (Tr::kFp8) {  // bf16 output, stored from registers: no map for o
     args.v = attn_fp8_transposed_v<kHeadDim>(p, stream);
-  } else {
+  } else if constexpr (!kPaged) {
     args.v = attn_tensor_map(p.v, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
                              p.v_batch_stride, Tr::kBlockN);
     args.o = attn_tensor_map(p.o, dtype, kHeadDim, total_q, p.nheads, batch, p.o_row_stride, p.o_head_stride,
@@ -74,7 +75,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
   FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 query blocks of 128 "
                  "rows x heads x batches for rung 4, got ", ctas);
-  const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN>;
+  const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
@@ -93,6 +94,15 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   if (p.total_q == 0 || p.total_k == 0) return launch_attn_flash2(p, dtype, stream);
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
     HALF_DTYPE_SWITCH(dtype, T, [&] { launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream); });
+  });
+}
+
+// Rung 4 over a paged KV cache (the paged prefill, src/paged_prefill.cu): p.kv_indptr set, q
+// and o varlen, 16-bit.
+template <int kHeadDim>
+void launch_attn_hopper_paged_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+    HALF_DTYPE_SWITCH(dtype, T, [&] { launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 0, true>(p, dtype, stream); });
   });
 }
 

@@ -40,6 +40,14 @@ void launch_attn_hopper(const AttnFwdParams& p, DType dtype, cudaStream_t stream
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
 
+// The paged prefill's rungs (src/paged_prefill_d<D>.cu instantiate them for head dims 64, 128,
+// 256): rung 3 and rung 4 with K and V gathered through the page table (p.kv_indptr set, q and o
+// varlen, fp16 / bf16; rung 4 on sm_90a).
+template <int kHeadDim>
+void launch_attn_flash2_paged_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
+template <int kHeadDim>
+void launch_attn_hopper_paged_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
+
 // The tiled backward rungs (2, 3): p.dsum, p.lse_log2 and p.dq_accum point into their workspace
 // (attention_bwd_workspace_bytes). The preprocess (D, lse log2(e), dq_accum zeroed) runs first,
 // then one rung's main kernel, then the dq conversion (src/attention_bwd_flash2.cu).

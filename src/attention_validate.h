@@ -21,6 +21,12 @@ AttnFwdParams attention_validated_params(const char* op, const TensorView& q, co
                                          const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream,
                                          const std::function<void()>& more_host_checks = {});
 
+// cu_seqlens values (read from the device, waiting for `stream`): cu[0] = 0, non-decreasing,
+// cu[batch] = `total` (the packed rows of `ref`), every length <= max_len (named max_name);
+// returns the longest length.
+int64_t check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_t batch, int64_t total, int64_t max_len,
+                                const char* max_name, cudaStream_t stream);
+
 // TMA (forward rung 4, backward rung 3) walks a tensor with positive strides only: no broadcast
 // (0) or reversed dims.
 bool tma_strides(const TensorView& t);

@@ -1,6 +1,7 @@
 // Serving attention (issue 8): what a decode or prefill over split KV needs around its kernels.
 // So far the merge of attention states (FlashInfer's cascade merge_state / merge_states), the
-// paged KV cache's append and the batch decode over it (rungs 1-3, plan/run). Kernels: kernels/serving/,
+// paged KV cache's append, the batch decode over it (rungs 1-3, plan/run) and the batch
+// prefill over it. Kernels: kernels/serving/,
 // kernels/attention/decode/; doc: docs/ladder/attention.md (Serving).
 #pragma once
 
@@ -146,5 +147,46 @@ void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, c
                       const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,
                       const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD, float softmax_scale = 0.f,
                       cudaStream_t stream = nullptr, float k_scale = 1.f, float v_scale = 1.f);
+
+// Batch prefill / append over a paged KV cache (FlashInfer's BatchPrefillWithPagedKVCacheWrapper;
+// flash_attn_varlen_func with a block table): request b's queries, the packed rows
+// qo_indptr[b] .. qo_indptr[b + 1] of q, attend to the request's keys in the cache (its KV length
+// sk as batch_decode_paged), query row i at position sk - sq + i (bottom-right aligned: the
+// queries are the request's last sq tokens, already appended). Per query head h, KV head
+// h / (nheads / nheads_kv):
+//   o_i = sum_j softmax_j(s_ij) v_j,  s_ij = scale q_i . k_j (softcap: softcap tanh(s / softcap)),
+// over the keys j visible to row i: j <= i + sk - sq when causal, j >= i + sk - sq - window_left
+// when window_left >= 0. A row that sees no key gets o = 0, lse = -inf.
+// Ladder (the attention forward's tiled rungs with K and V gathered through the page table,
+// each key's page looked up; keys past a request's end zero-filled):
+//   1 FlashAttention-2 (forward rung 3: mma.sync, a 2-stage cp.async pipeline), any sm_80+;
+//   2 Hopper (forward rung 4: wgmma, warp specialization; the producer warpgroup gathers K and V
+//     with cp.async instead of TMA), sm_90a (top; elsewhere rung 1 takes over).
+inline constexpr int kPagedPrefillRungs = 2;
+struct PagedPrefillOptions {
+  bool causal = false;
+  int window_left = -1;       // >= 0: keys at most window_left positions before the diagonal
+  float softcap = 0.f;        // > 0: logits softcap tanh(s / softcap); 0: none
+  float softmax_scale = 0.f;  // <= 0 or NaN: 1 / sqrt(headdim)
+};
+//   q, out: CUDA, (total_q, nheads, headdim), fp16 / bf16, the cache's dtype, head dim
+//           contiguous, 16-byte aligned data and strides, positive strides; headdim 64, 128 or
+//           256; nheads a multiple of nheads_kv.
+//   qo_indptr: int32 (batch + 1,) contiguous on q's device: qo_indptr[0] = 0, non-decreasing,
+//              qo_indptr[batch] = total_q.
+//   k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, layout: as batch_decode_paged
+//           (16-bit caches; batch = kv_last_page_len's length, at most 65535).
+//   lse: optional fp32 (total_q, nheads) contiguous: the natural-log log-sum-exp of each row.
+//   max_qo_len: the longest request's query count, or -1: read from qo_indptr. The grid covers
+//           max_qo_len rows per request: under CUDA-graph capture (no device reads) it must be
+//           given, and replays must not exceed it.
+// The outputs must not overlap the inputs or each other. Enqueued on `stream`; throws
+// flashlab::Error (nothing launched) on invalid arguments, qo_indptr's and the page table's
+// values included (read from the device unless capturing).
+void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const TensorView& k_cache,
+                         const TensorView& v_cache, const TensorView& kv_indices, const TensorView& kv_indptr,
+                         const TensorView& kv_last_page_len, const TensorView& out, const TensorView* lse = nullptr,
+                         KvLayout layout = KvLayout::kNHD, const PagedPrefillOptions& options = {},
+                         int64_t max_qo_len = -1, cudaStream_t stream = nullptr, int rung = kPagedPrefillRungs);
 
 }  // namespace flashlab

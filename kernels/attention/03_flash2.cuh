@@ -38,6 +38,7 @@
 #include "kernels/attention/common.cuh"
 #include "kernels/attention/params.h"
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/divide.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
 
@@ -113,7 +114,32 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
 // kDropout: P multiplied by the dropout mask before P V (the row sums stay those before
 // dropout; O / l times 1 / (1 - p) at the end). Only with kScoreMod: its draws need the registers
 // the generic score path leaves (one m16 tile per warp; the two-tile kernel spilled).
-template <typename T, int kHeadDim, bool kScoreMod, bool kDropout = false>
+// flash2_load_tile for K or V in a paged cache (p.kv_indptr set): tile row r is key row0 + r of
+// a request of nrows keys, in page pages[key / page_size], slot key % page_size; `base` points at
+// the pool's KV head, page_stride / slot_stride in elements.
+template <typename T, typename Tr, int kRows>
+__device__ __forceinline__ void flash2_load_tile_paged(T* smem, const T* base, int64_t page_stride, int64_t slot_stride,
+                                                       const int* pages, IntDivisor page_size, int row0, int nrows) {
+  constexpr int kTotal = kRows * Tr::kChunks;
+  static_assert(kTotal % Tr::kThreads == 0, "whole chunks per thread");
+  // Fully unrolled, the generic score path at head dim 256 spilled 40 bytes.
+  constexpr int kUnroll = Tr::kScoreMod && Tr::kHeadDim > 128 ? 1 : kTotal / Tr::kThreads;
+#pragma unroll kUnroll
+  for (int e = threadIdx.x; e < kTotal; e += Tr::kThreads) {
+    const int r = e / Tr::kChunks, c = e % Tr::kChunks;
+    const uint32_t key = static_cast<uint32_t>(row0 + r);
+    const bool in = static_cast<int>(key) < nrows;
+    const T* src = base;
+    if (in) {
+      const uint32_t page = page_size.div(key);
+      src += pages[page] * page_stride + page_size.mod(key, page) * slot_stride + c * 8;
+    }
+    cp_async_16(smem + r * Tr::kStride + c * 8, src, in ? 16 : 0);
+  }
+}
+
+// kPaged: K and V from a paged cache (p.kv_indptr; q and o varlen), flash2_load_tile_paged.
+template <typename T, int kHeadDim, bool kScoreMod, bool kDropout = false, bool kPaged = false>
 __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) attn_flash2_kernel(const __grid_constant__ AttnFwdParams p) {
   static_assert(!kDropout || kScoreMod, "dropout runs on the generic score path");
   using Tr = Flash2Traits<kHeadDim, kScoreMod>;
@@ -125,7 +151,7 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
   T* vs = ks + 2 * kN * kS;                // (2, kN, kS)
 
   const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kM;
-  const AttnBatch sb = attn_batch(p, b);
+  const AttnBatch sb = attn_batch<kPaged>(p, b);
   if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows
   const int hk = h / (p.nheads / p.nheads_kv);
   const AttnScoreMod mod = attn_score_mod(p, b, h, sb);
@@ -137,8 +163,23 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
   const int row0 = m0 + warp_row + g;
 
   const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  // Paged: the pools' KV head (the page table places the rows); else this sequence's first row.
+  const T* k = static_cast<const T*>(p.k) +
+               (kPaged ? hk * p.k_head_stride : attn_offset(p, b, sb.k_row0, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride));
+  const T* v = static_cast<const T*>(p.v) +
+               (kPaged ? hk * p.v_head_stride : attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride));
+  // K and V block rows key0 .. key0 + kN into stage buffers.
+  const auto load_kv = [&](T* kdst, T* vdst, int key0) {
+    if constexpr (kPaged) {
+      const int* pages = p.kv_indices + p.kv_indptr[b];
+      const IntDivisor page_size(static_cast<uint32_t>(p.page_size));
+      flash2_load_tile_paged<T, Tr, kN>(kdst, k, p.k_batch_stride, p.k_row_stride, pages, page_size, key0, sb.sk);
+      flash2_load_tile_paged<T, Tr, kN>(vdst, v, p.v_batch_stride, p.v_row_stride, pages, page_size, key0, sb.sk);
+    } else {
+      flash2_load_tile<T, Tr, kN>(kdst, k, p.k_row_stride, key0, sb.sk);
+      flash2_load_tile<T, Tr, kN>(vdst, v, p.v_row_stride, key0, sb.sk);
+    }
+  };
   T* o = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
 
   // Key blocks this query block can see.
@@ -167,8 +208,7 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
 
   if (n_begin < n_end) {
     flash2_load_tile<T, Tr, kM>(qs, q, p.q_row_stride, m0, sb.sq);
-    flash2_load_tile<T, Tr, kN>(ks, k, p.k_row_stride, n_begin * kN, sb.sk);
-    flash2_load_tile<T, Tr, kN>(vs, v, p.v_row_stride, n_begin * kN, sb.sk);
+    load_kv(ks, vs, n_begin * kN);
     cp_async_commit();
   }
   for (int n = n_begin; n < n_end; ++n) {
@@ -177,8 +217,7 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
     T* vst = vs + stage * kN * kS;
     __syncthreads();  // every warp is done with the other stage (block n - 1)
     if (n + 1 < n_end) {
-      flash2_load_tile<T, Tr, kN>(ks + (1 - stage) * kN * kS, k, p.k_row_stride, (n + 1) * kN, sb.sk);
-      flash2_load_tile<T, Tr, kN>(vs + (1 - stage) * kN * kS, v, p.v_row_stride, (n + 1) * kN, sb.sk);
+      load_kv(ks + (1 - stage) * kN * kS, vs + (1 - stage) * kN * kS, (n + 1) * kN);
     }
     cp_async_commit();  // (possibly empty: keeps one group per iteration)
     cp_async_wait<1>();  // block n (and Q) landed
@@ -321,7 +360,7 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
         for (int j = 0; j < Tr::kDTiles; ++j)
           *reinterpret_cast<uint32_t*>(orow + j * 8 + 2 * t) = pack2<T>(acc[mt][j][2 * r] * inv, acc[mt][j][2 * r + 1] * inv);
         if (t == 0 && p.lse != nullptr) {
-          const int64_t at = attn_lse_offset(p, b, h, sb, i);
+          const int64_t at = attn_lse_offset<kPaged>(p, b, h, sb, i);
           p.lse[at] = l > 0.f ? (row_max[mt][r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
         }
       }

@@ -54,6 +54,8 @@
 
 #include "kernels/attention/common.cuh"
 #include "kernels/attention/params.h"
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/divide.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/tma.cuh"
@@ -123,8 +125,36 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
   return static_cast<uint32_t>(box * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2);
 }
 
+// The paged producer's copy of one K or V block (keys key0 .. key0 + kBlockN of a request of
+// `len` keys, `pages` its page table) by the 128 producer threads: 16-byte cp.async copies into
+// the 128B-swizzled 64-column boxes TMA would write, each key's page looked up; keys past the end
+// are zero-filled (a stale value there, even NaN, never meets P = 0 in P V). `base` points at the
+// pool's KV head; page_stride / slot_stride in elements.
+template <typename T, typename Tr>
+__device__ __forceinline__ void attn_hopper_load_paged(unsigned char* dst, const T* base, int64_t page_stride,
+                                                       int64_t slot_stride, const int* pages, IntDivisor page_size,
+                                                       int key0, int len) {
+  constexpr int kChunks = Tr::kHeadDim / 8, kCopies = Tr::kBlockN * kChunks;
+  static_assert(kCopies % 128 == 0, "whole copies per producer thread");
+  const int t = threadIdx.x % 128;
+#pragma unroll 1  // more: the producer's 24 registers spill (unroll 2: 8-16 bytes)
+  for (int e = t; e < kCopies; e += 128) {
+    const int r = e / kChunks, c = e % kChunks;
+    const uint32_t key = static_cast<uint32_t>(key0 + r);
+    const bool in = static_cast<int>(key) < len;
+    const T* src = base;
+    if (in) {
+      const uint32_t page = page_size.div(key);
+      src += pages[page] * page_stride + page_size.mod(key, page) * slot_stride + c * 8;
+    }
+    cp_async_16(dst + hopper_attn_swizzle(r, c * 8, Tr::kBlockN), src, in ? 16 : 0);
+  }
+}
+
 // Grid: m_blocks x nheads x batch CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic smem.
-template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0>
+// kPaged: K and V gathered from a paged cache (p.kv_indptr) by the producer warpgroup's cp.async
+// copies (attn_hopper_load_paged), not TMA.
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -150,7 +180,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   const int h = hb % p.nheads, b = hb / p.nheads;
   const int mb = args.m_blocks - 1 - static_cast<int>(blockIdx.x % static_cast<unsigned>(args.m_blocks));
   const int m0 = mb * kM;
-  const AttnBatch sb = attn_batch(p, b);
+  const AttnBatch sb = attn_batch<kPaged>(p, b);
   if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int hk = h / (p.nheads / p.nheads_kv);
@@ -170,8 +200,9 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   if (threadIdx.x == 0) {
     mbarrier_init(&q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&k_full[s], 1);   // the producer's arrive + the TMA bytes
-      mbarrier_init(&v_full[s], 1);
+      // The producer's arrive + the TMA bytes; paged: an arrive per producer thread when its copies land.
+      mbarrier_init(&k_full[s], kPaged ? 128 : 1);
+      mbarrier_init(&v_full[s], kPaged ? 128 : 1);
       mbarrier_init(&k_empty[s], 8);  // one arrive per consumer warp
       mbarrier_init(&v_empty[s], 8);
     }
@@ -180,6 +211,35 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   __syncthreads();
 
   const int wg = threadIdx.x / 128;
+  if constexpr (kPaged) {
+    if (wg == 0) {  // producer: Q by TMA (thread 0), then K and V gathered by the whole warpgroup
+      setmaxnreg_dec<24>();
+      if (n_blocks == 0) return;
+      if (threadIdx.x == 0) {
+        prefetch_tensor_map(&args.q);
+        mbarrier_arrive_expect_tx(&q_full, Tr::kQBytes);
+#pragma unroll
+        for (int x = 0; x < Tr::kBoxes; ++x)
+          tma_load_4d(sq + x * kM * 128, &args.q, x * Tr::kBoxCols, static_cast<int>(sb.q_row0) + m0, h, 0, &q_full);
+      }
+      const int* pages = p.kv_indices + p.kv_indptr[b];
+      const IntDivisor page_size(static_cast<uint32_t>(p.page_size));
+      const T* k = static_cast<const T*>(p.k) + hk * p.k_head_stride;
+      const T* v = static_cast<const T*>(p.v) + hk * p.v_head_stride;
+      for (int i = 0; i < n_blocks; ++i) {
+        const int s = i % kStages;
+        const uint32_t phase = (i / kStages) & 1;
+        const int key0 = (n_begin + i) * kN;
+        mbarrier_wait(&k_empty[s], phase ^ 1);
+        attn_hopper_load_paged<T, Tr>(sk + s * Tr::kKBytes, k, p.k_batch_stride, p.k_row_stride, pages, page_size, key0, sb.sk);
+        cp_async_mbarrier_arrive_noinc(&k_full[s]);
+        mbarrier_wait(&v_empty[s], phase ^ 1);
+        attn_hopper_load_paged<T, Tr>(sv + s * Tr::kVBytes, v, p.v_batch_stride, p.v_row_stride, pages, page_size, key0, sb.sk);
+        cp_async_mbarrier_arrive_noinc(&v_full[s]);
+      }
+      return;
+    }
+  }
   if (wg == 0) {  // producer
     setmaxnreg_dec<24>();
     if (threadIdx.x == 0 && n_blocks > 0) {
@@ -280,6 +340,12 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
+  // A K or V buffer has landed. Paged: written by cp.async (generic proxy), read by wgmma (async
+  // proxy): a proxy fence between them.
+  const auto wait_full = [&](uint64_t* bar, uint32_t parity) {
+    mbarrier_wait(bar, parity);
+    if constexpr (kPaged) fence_proxy_async_smem();
+  };
   // The online softmax of block n: s becomes 2^(logit - max) in log2 units, rescale[r] the factor
   // for O and l of row r. Plain scores stay raw dot products until the exponent, where one FFMA
   // applies scale log2(e) and subtracts the max (the max of raw scores scaled is the scaled max:
@@ -375,7 +441,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     float rescale[2];
     if constexpr (kOverlap) {
       // Block 0: S only.
-      mbarrier_wait(&k_full[0], 0);
+      wait_full(&k_full[0], 0);
       turn_begin();
       gemm_qk(0);
       turn_end(false);
@@ -386,8 +452,8 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       convert_p();
       for (int i = 1; i < n_blocks; ++i) {
         const int st = i % kStages, prev = (i - 1) % kStages;
-        mbarrier_wait(&k_full[st], (i / kStages) & 1);
-        mbarrier_wait(&v_full[prev], ((i - 1) / kStages) & 1);
+        wait_full(&k_full[st], (i / kStages) & 1);
+        wait_full(&v_full[prev], ((i - 1) / kStages) & 1);
         turn_begin();
         gemm_qk(st);    // S_i = Q K_i^T
         gemm_pv(prev);  // O += P_{i-1} V_{i-1}
@@ -403,7 +469,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
         convert_p();
       }
       const int last = (n_blocks - 1) % kStages;
-      mbarrier_wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
+      wait_full(&v_full[last], ((n_blocks - 1) / kStages) & 1);
       turn_begin();
       gemm_pv(last);
       turn_end(true);
@@ -415,7 +481,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       for (int i = 0; i < n_blocks; ++i) {
         const int st = i % kStages;
         const uint32_t phase = (i / kStages) & 1;
-        mbarrier_wait(&k_full[st], phase);
+        wait_full(&k_full[st], phase);
         turn_begin();
         gemm_qk(st);
         turn_end(false);
@@ -425,7 +491,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
         softmax(n_begin + i, rescale);
         rescale_o(rescale);
         convert_p();
-        mbarrier_wait(&v_full[st], phase);
+        wait_full(&v_full[st], phase);
         turn_begin();
         gemm_pv(st);
         turn_end(i == n_blocks - 1);
@@ -458,7 +524,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       }
     }
     if (t == 0 && p.lse != nullptr && i < sb.sq)
-      p.lse[attn_lse_offset(p, b, h, sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+      p.lse[attn_lse_offset<kPaged>(p, b, h, sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
   }
   if constexpr (kFp8) return;
   fence_proxy_async_smem();  // the writes above before the TMA engine reads them

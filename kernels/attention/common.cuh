@@ -19,8 +19,14 @@ struct AttnBatch {
   int sq, sk;
 };
 
+// kPaged: the keys from the page table (p.kv_indptr, varlen q), k_row0 unused.
+template <bool kPaged = false>
 __device__ __forceinline__ AttnBatch attn_batch(const AttnFwdParams& p, int b) {
   if (p.cu_seqlens_q != nullptr) {
+    if constexpr (kPaged) {
+      const int q0 = p.cu_seqlens_q[b], pages = p.kv_indptr[b + 1] - p.kv_indptr[b];
+      return {q0, 0, p.cu_seqlens_q[b + 1] - q0, pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0};
+    }
     const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
     return {q0, k0, p.cu_seqlens_q[b + 1] - q0, p.cu_seqlens_k[b + 1] - k0};
   }
@@ -35,8 +41,14 @@ __device__ __forceinline__ int64_t attn_offset(const AttnFwdParams& p, int b, in
   return batch_part + i * row_stride + h * head_stride;
 }
 
-// Element of the lse of (batch b, head h, row i): (batch, nheads, sq) or, varlen, (nheads, total_q).
+// Element of the lse of (batch b, head h, row i): (batch, nheads, sq) or, varlen, (nheads, total_q)
+// (or (total_q, nheads): lse_row_stride).
+// kRowStride: varlen rows lse_row_stride apart (the paged prefill's kernels), else 1 (the
+// multiply cost the dropout kernel of rung 3 a spill).
+template <bool kRowStride = false>
 __device__ __forceinline__ int64_t attn_lse_offset(const AttnFwdParams& p, int b, int h, const AttnBatch& s, int64_t i) {
+  if constexpr (kRowStride)
+    if (p.cu_seqlens_q != nullptr) return h * p.lse_head_stride + (s.q_row0 + i) * p.lse_row_stride;
   return p.cu_seqlens_q != nullptr ? h * p.lse_head_stride + s.q_row0 + i : b * p.lse_batch_stride + h * p.lse_head_stride + i;
 }
 

@@ -50,6 +50,19 @@ struct AttnFwdParams {
   float dropout_p, dropout_scale;
   uint32_t dropout_threshold, dropout_offset;
   uint64_t dropout_seed;
+  // Varlen lse: element (h, packed row r) at lse[h * lse_head_stride + r * lse_row_stride]
+  // (attention_fwd: (nheads, total_q), row stride 1; the paged prefill: (total_q, nheads), nheads;
+  // read by the paged kernels only, attn_lse_offset).
+  int64_t lse_row_stride = 1;
+  // Paged K/V (batch_prefill_paged, include/flashlab/serving.h; varlen q): kv_indptr non-null
+  // makes k and v page pools, batch b's keys the pages kv_indices[kv_indptr[b] ..), the last
+  // holding kv_last_page_len[b] keys; key j in page kv_indices[kv_indptr[b] + j / page_size],
+  // slot j % page_size. The k / v batch strides are then the page strides, the row strides the
+  // slot strides; cu_seqlens_k is unused.
+  const int* kv_indptr = nullptr;
+  const int* kv_indices = nullptr;
+  const int* kv_last_page_len = nullptr;
+  int page_size = 0;
 };
 
 // The backward (include/flashlab/attention.h, attention_bwd) reads everything above (lse is the

@@ -21,6 +21,14 @@ __device__ __forceinline__ void cp_async_16_l2_256(void* smem, const void* gmem,
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
+// An arrive on the mbarrier `bar` once every cp.async this thread issued so far has landed
+// (not ordered by commit groups). .noinc: the arrive is one of the barrier's expected arrivals
+// (initialise it with one per arriving thread).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  const auto b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(b) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 template <int kPending>

@@ -1,7 +1,9 @@
-// GPU test helpers: skip without a GPU, device buffers, upload/download, NaN poisoning.
+// GPU test helpers: skip without a GPU, device buffers, upload/download, NaN poisoning, streams
+// and captured graphs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -72,6 +74,50 @@ inline std::vector<double> download_rows(const DeviceBuffer& buf, DType dt, int6
   const int64_t es = dtype_size(dt);
   return decode(dt, download_row_bytes(buf.ptr, rows, cols * es, stride * es));
 }
+
+// A non-blocking stream, and a CUDA graph captured from one (the serving tests).
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  // fn's work on `stream`, captured in global mode (as torch.cuda.graph) and instantiated.
+  void capture(cudaStream_t stream, const std::function<void()>& fn) {
+    FLASHLAB_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      fn();
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream, &g);
+      if (g != nullptr) cudaGraphDestroy(g);
+      throw;
+    }
+    FLASHLAB_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    FLASHLAB_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+  }
+  size_t nodes() const {
+    size_t n = 0;
+    FLASHLAB_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+    return n;
+  }
+  void replay(cudaStream_t stream) const {
+    FLASHLAB_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+};
 
 inline TensorView device_view(void* p, DType dt, std::vector<int64_t> shape) {
   return TensorView(p, dt, std::move(shape), Device{DeviceType::kCUDA, 0});

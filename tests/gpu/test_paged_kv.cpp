@@ -40,6 +40,7 @@
 
 #include "flashlab/serving.h"
 #include "src/reference/quant.h"
+#include "tests/common/paged_cache.h"
 #include "tests/common/gpu_utils.h"
 #include "tests/common/test_utils.h"
 #include "tests/common/validation_utils.h"
@@ -48,6 +49,7 @@ namespace flashlab {
 namespace {
 
 using namespace flashlab::testing;
+using flashlab::testing::cache_offset;  // beside the append tests' own overload below
 
 std::vector<uint8_t> random_bytes(size_t n, std::mt19937_64& rng) {
   std::vector<uint8_t> b(n);
@@ -233,48 +235,6 @@ TEST(PagedKv, RejectsBadTableValues) {
 }
 
 // ---- Decode: inputs, the float64 reference, the tolerance, device buffers -----------------------
-
-// Where (page, slot, KV head h) of a cache starts, in elements.
-int64_t cache_offset(KvLayout layout, int64_t page_size, int64_t nheads_kv, int64_t d, int64_t page, int64_t slot, int64_t h) {
-  return layout == KvLayout::kNHD ? ((page * page_size + slot) * nheads_kv + h) * d : ((page * nheads_kv + h) * page_size + slot) * d;
-}
-
-// A page table over a pool of pages taken in a shuffled order: request b owns pages[b]. grow()
-// lengthens requests in place (their pages kept, new ones from the pool), as a server appends.
-struct PageTable {
-  int64_t page_size = 1;
-  std::vector<int64_t> lens;
-  std::vector<std::vector<int>> pages;
-  std::vector<int> pool;  // unused pages, taken from the front
-  size_t next = 0;
-  std::vector<int> indptr, indices, last;  // the flattened table
-
-  PageTable(int64_t ps, int64_t max_pages, size_t batch, std::mt19937_64& rng)
-      : page_size(ps), lens(batch, 0), pages(batch), pool(static_cast<size_t>(max_pages)) {
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), rng);
-  }
-  void grow(const std::vector<int64_t>& new_lens) {
-    ASSERT_EQ(new_lens.size(), lens.size());
-    indptr.assign(1, 0), indices.clear(), last.clear();
-    for (size_t b = 0; b < lens.size(); ++b) {
-      ASSERT_GE(new_lens[b], lens[b]) << "requests only grow";
-      lens[b] = new_lens[b];
-      const auto want = static_cast<size_t>((lens[b] + page_size - 1) / page_size);
-      while (pages[b].size() < want) pages[b].push_back(pool.at(next++));
-      indices.insert(indices.end(), pages[b].begin(), pages[b].end());
-      indptr.push_back(static_cast<int>(indices.size()));
-      last.push_back(static_cast<int>(want > 0 ? lens[b] - static_cast<int64_t>(want - 1) * page_size : 0));
-    }
-  }
-  int64_t total_pages() const { return static_cast<int64_t>(indices.size()); }
-};
-
-int64_t pages_for(const std::vector<int64_t>& lens, int64_t page_size) {
-  int64_t n = 0;
-  for (int64_t l : lens) n += (l + page_size - 1) / page_size;
-  return n;
-}
 
 struct DecodeShape {
   DType dt;
@@ -725,49 +685,6 @@ TEST(PagedDecode, Fp32AtRung3RunsRung2) {
 }
 
 // A non-default stream and a CUDA graph around one library call.
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-};
-
-struct Graph {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  Graph() = default;
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-  ~Graph() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-  }
-  // fn's work on `stream`, captured in global mode (as torch.cuda.graph) and instantiated.
-  void capture(cudaStream_t stream, const std::function<void()>& fn) {
-    FLASHLAB_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    try {
-      fn();
-    } catch (...) {
-      cudaGraph_t g = nullptr;
-      cudaStreamEndCapture(stream, &g);
-      if (g != nullptr) cudaGraphDestroy(g);
-      throw;
-    }
-    FLASHLAB_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    FLASHLAB_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, 0));
-  }
-  size_t nodes() const {
-    size_t n = 0;
-    FLASHLAB_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
-    return n;
-  }
-  void replay(cudaStream_t stream) const {
-    FLASHLAB_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-};
-
 // Captured, batch_decode_paged cannot read the page table to plan: one item per request, whole,
 // one launch (no merge); replays are correct, a long request included.
 TEST(PagedDecode, Rung3UnderGraphCapture) {
