@@ -74,6 +74,14 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
                  ": argument 'softmax_scale': expected a finite value, got ", options.softmax_scale);
   FLASHLAB_CHECK(max_qo_len >= -1 && max_qo_len <= std::numeric_limits<int>::max(), op,
                  ": argument 'max_qo_len': expected -1 (read from qo_indptr) or a count in [0, 2^31 - 1], got ", max_qo_len);
+  // The kernels' page and slot strides are 32-bit (kernels/attention/paged.cuh).
+  int64_t strides[2][3];
+  detail::cache_strides(k_cache, layout, strides[0][0], strides[0][1], strides[0][2]);
+  detail::cache_strides(v_cache, layout, strides[1][0], strides[1][1], strides[1][2]);
+  for (int x = 0; x < 2; ++x)
+    if (strides[x][0] > std::numeric_limits<int>::max() || strides[x][1] > std::numeric_limits<int>::max())
+      check::fail(x == 0 ? Kc : Vc, "page and slot strides below 2^31 elements",
+                  detail::concat("strides ", shape_str((x == 0 ? k_cache : v_cache).strides)));
   detail::DeviceGuard guard(q.device.index);
   if (rung == 2) {
     for (const check::Arg* x : {&Q, &O})
@@ -100,8 +108,8 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
   p.q_row_stride = q.strides[0], p.q_head_stride = q.strides[1];
   p.o_row_stride = out.strides[0], p.o_head_stride = out.strides[1];
   p.k = k_cache.data, p.v = v_cache.data;  // paged: batch strides = page strides, row strides = slot strides
-  detail::cache_strides(k_cache, layout, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  detail::cache_strides(v_cache, layout, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  p.k_batch_stride = strides[0][0], p.k_row_stride = strides[0][1], p.k_head_stride = strides[0][2];
+  p.v_batch_stride = strides[1][0], p.v_row_stride = strides[1][1], p.v_head_stride = strides[1][2];
   p.lse = lse != nullptr ? static_cast<float*>(lse->data) : nullptr;
   p.lse_head_stride = 1, p.lse_row_stride = nheads;  // (total_q, nheads)
   p.cu_seqlens_q = static_cast<const int*>(qo_indptr.data);

@@ -37,8 +37,8 @@
 
 #include "kernels/attention/common.cuh"
 #include "kernels/attention/params.h"
+#include "kernels/attention/paged.cuh"
 #include "kernels/common/cp_async.cuh"
-#include "kernels/common/divide.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
 
@@ -114,31 +114,8 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
 // kDropout: P multiplied by the dropout mask before P V (the row sums stay those before
 // dropout; O / l times 1 / (1 - p) at the end). Only with kScoreMod: its draws need the registers
 // the generic score path leaves (one m16 tile per warp; the two-tile kernel spilled).
-// flash2_load_tile for K or V in a paged cache (p.kv_indptr set): tile row r is key row0 + r of
-// a request of nrows keys, in page pages[key / page_size], slot key % page_size; `base` points at
-// the pool's KV head, page_stride / slot_stride in elements.
-template <typename T, typename Tr, int kRows>
-__device__ __forceinline__ void flash2_load_tile_paged(T* smem, const T* base, int64_t page_stride, int64_t slot_stride,
-                                                       const int* pages, IntDivisor page_size, int row0, int nrows) {
-  constexpr int kTotal = kRows * Tr::kChunks;
-  static_assert(kTotal % Tr::kThreads == 0, "whole chunks per thread");
-  // Fully unrolled, the generic score path at head dim 256 spilled 40 bytes.
-  constexpr int kUnroll = Tr::kScoreMod && Tr::kHeadDim > 128 ? 1 : kTotal / Tr::kThreads;
-#pragma unroll kUnroll
-  for (int e = threadIdx.x; e < kTotal; e += Tr::kThreads) {
-    const int r = e / Tr::kChunks, c = e % Tr::kChunks;
-    const uint32_t key = static_cast<uint32_t>(row0 + r);
-    const bool in = static_cast<int>(key) < nrows;
-    const T* src = base;
-    if (in) {
-      const uint32_t page = page_size.div(key);
-      src += pages[page] * page_stride + page_size.mod(key, page) * slot_stride + c * 8;
-    }
-    cp_async_16(smem + r * Tr::kStride + c * 8, src, in ? 16 : 0);
-  }
-}
-
-// kPaged: K and V from a paged cache (p.kv_indptr; q and o varlen), flash2_load_tile_paged.
+// kPaged: K and V from a paged cache (p.kv_indptr; q and o varlen), copied by PagedBlockCopy
+// (kernels/attention/paged.cuh).
 template <typename T, int kHeadDim, bool kScoreMod, bool kDropout = false, bool kPaged = false>
 __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) attn_flash2_kernel(const __grid_constant__ AttnFwdParams p) {
   static_assert(!kDropout || kScoreMod, "dropout runs on the generic score path");
@@ -171,10 +148,13 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
   // K and V block rows key0 .. key0 + kN into stage buffers.
   const auto load_kv = [&](T* kdst, T* vdst, int key0) {
     if constexpr (kPaged) {
-      const int* pages = p.kv_indices + p.kv_indptr[b];
-      const IntDivisor page_size(static_cast<uint32_t>(p.page_size));
-      flash2_load_tile_paged<T, Tr, kN>(kdst, k, p.k_batch_stride, p.k_row_stride, pages, page_size, key0, sb.sk);
-      flash2_load_tile_paged<T, Tr, kN>(vdst, v, p.v_batch_stride, p.v_row_stride, pages, page_size, key0, sb.sk);
+      PagedBlockCopy<kN, kHeadDim / 8> rows;
+      rows.lookup(p.kv_indices + p.kv_indptr[b], IntDivisor(static_cast<uint32_t>(p.page_size)), key0, sb.sk);
+      const auto at = [](int row, int col) { return static_cast<uint32_t>((row * kS + col) * sizeof(T)); };
+      // Fully unrolled, the generic score path at head dim 256 spilled.
+      constexpr int kUnroll = kScoreMod && kHeadDim > 128 ? 1 : PagedBlockCopy<kN, kHeadDim / 8>::kPasses;
+      rows.template copy<kUnroll>(reinterpret_cast<unsigned char*>(kdst), k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), at);
+      rows.template copy<kUnroll>(reinterpret_cast<unsigned char*>(vdst), v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), at);
     } else {
       flash2_load_tile<T, Tr, kN>(kdst, k, p.k_row_stride, key0, sb.sk);
       flash2_load_tile<T, Tr, kN>(vdst, v, p.v_row_stride, key0, sb.sk);

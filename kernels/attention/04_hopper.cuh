@@ -54,8 +54,7 @@
 
 #include "kernels/attention/common.cuh"
 #include "kernels/attention/params.h"
-#include "kernels/common/cp_async.cuh"
-#include "kernels/common/divide.cuh"
+#include "kernels/attention/paged.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/tma.cuh"
@@ -125,35 +124,9 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
   return static_cast<uint32_t>(box * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2);
 }
 
-// The paged producer's copy of one K or V block (keys key0 .. key0 + kBlockN of a request of
-// `len` keys, `pages` its page table) by the 128 producer threads: 16-byte cp.async copies into
-// the 128B-swizzled 64-column boxes TMA would write, each key's page looked up; keys past the end
-// are zero-filled (a stale value there, even NaN, never meets P = 0 in P V). `base` points at the
-// pool's KV head; page_stride / slot_stride in elements.
-template <typename T, typename Tr>
-__device__ __forceinline__ void attn_hopper_load_paged(unsigned char* dst, const T* base, int64_t page_stride,
-                                                       int64_t slot_stride, const int* pages, IntDivisor page_size,
-                                                       int key0, int len) {
-  constexpr int kChunks = Tr::kHeadDim / 8, kCopies = Tr::kBlockN * kChunks;
-  static_assert(kCopies % 128 == 0, "whole copies per producer thread");
-  const int t = threadIdx.x % 128;
-#pragma unroll 1  // more: the producer's 24 registers spill (unroll 2: 8-16 bytes)
-  for (int e = t; e < kCopies; e += 128) {
-    const int r = e / kChunks, c = e % kChunks;
-    const uint32_t key = static_cast<uint32_t>(key0 + r);
-    const bool in = static_cast<int>(key) < len;
-    const T* src = base;
-    if (in) {
-      const uint32_t page = page_size.div(key);
-      src += pages[page] * page_stride + page_size.mod(key, page) * slot_stride + c * 8;
-    }
-    cp_async_16(dst + hopper_attn_swizzle(r, c * 8, Tr::kBlockN), src, in ? 16 : 0);
-  }
-}
-
-// Grid: m_blocks x nheads x batch CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic smem.
 // kPaged: K and V gathered from a paged cache (p.kv_indptr) by the producer warpgroup's cp.async
-// copies (attn_hopper_load_paged), not TMA.
+// copies (PagedBlockCopy, kernels/attention/paged.cuh) into the swizzled layout TMA would write,
+// rows past the end zero-filled; not TMA (a box per page would not zero a last page's tail).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -213,7 +186,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   const int wg = threadIdx.x / 128;
   if constexpr (kPaged) {
     if (wg == 0) {  // producer: Q by TMA (thread 0), then K and V gathered by the whole warpgroup
-      setmaxnreg_dec<24>();
+      setmaxnreg_dec<32>();  // the gather's 128 threads spilled at 24 (4-8 bytes); the consumers get 232
       if (n_blocks == 0) return;
       if (threadIdx.x == 0) {
         prefetch_tensor_map(&args.q);
@@ -226,15 +199,17 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       const IntDivisor page_size(static_cast<uint32_t>(p.page_size));
       const T* k = static_cast<const T*>(p.k) + hk * p.k_head_stride;
       const T* v = static_cast<const T*>(p.v) + hk * p.v_head_stride;
+      const auto swizzle = [](int row, int col) { return hopper_attn_swizzle(row, col, kN); };
+      PagedBlockCopy<kN, kHeadDim / 8> rows;
       for (int i = 0; i < n_blocks; ++i) {
         const int s = i % kStages;
         const uint32_t phase = (i / kStages) & 1;
-        const int key0 = (n_begin + i) * kN;
+        rows.lookup(pages, page_size, (n_begin + i) * kN, sb.sk);  // in flight during the wait
         mbarrier_wait(&k_empty[s], phase ^ 1);
-        attn_hopper_load_paged<T, Tr>(sk + s * Tr::kKBytes, k, p.k_batch_stride, p.k_row_stride, pages, page_size, key0, sb.sk);
+        rows.template copy<1>(sk + s * Tr::kKBytes, k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), swizzle);
         cp_async_mbarrier_arrive_noinc(&k_full[s]);
         mbarrier_wait(&v_empty[s], phase ^ 1);
-        attn_hopper_load_paged<T, Tr>(sv + s * Tr::kVBytes, v, p.v_batch_stride, p.v_row_stride, pages, page_size, key0, sb.sk);
+        rows.template copy<1>(sv + s * Tr::kVBytes, v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), swizzle);
         cp_async_mbarrier_arrive_noinc(&v_full[s]);
       }
       return;
@@ -276,7 +251,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   }
 
   // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64).
-  setmaxnreg_inc<240>();
+  setmaxnreg_inc<kPaged ? 232 : 240>();  // 128 x (24 + 2 x 240) or (32 + 2 x 232): the 64512 launched
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;

@@ -78,9 +78,10 @@ struct PrefillHost {
   int64_t max_pages, total_q = 0, total_k = 0, max_lq = 0;
   std::vector<int64_t> cuq, cuk;
   HostTensor q, kc, vc, kp, vp;
-  PrefillHost(const PrefillCase& pc, std::mt19937_64& rng)
-      : c(pc), t(pc.page_size, pages_for(pc.lk, pc.page_size) + 3, pc.lk.size(), rng),
-        max_pages(pages_for(pc.lk, pc.page_size) + 3), cuq(prefix(pc.lq)), cuk(prefix(pc.lk)),
+  // spare_pages: pool pages beyond the requests' (3 that no request owns, or room to grow).
+  PrefillHost(const PrefillCase& pc, std::mt19937_64& rng, int64_t spare_pages = 3)
+      : c(pc), t(pc.page_size, pages_for(pc.lk, pc.page_size) + spare_pages, pc.lk.size(), rng),
+        max_pages(pages_for(pc.lk, pc.page_size) + spare_pages), cuq(prefix(pc.lq)), cuk(prefix(pc.lk)),
         q(random_tensor(pc.dt, cuq.back() * pc.h * pc.d, rng, -2.0, 2.0)),
         kc(random_tensor(pc.dt, max_pages * pc.page_size * pc.hk * pc.d, rng, -2.0, 2.0)),
         vc(random_tensor(pc.dt, max_pages * pc.page_size * pc.hk * pc.d, rng, -1.0, 1.0)),
@@ -326,7 +327,7 @@ TEST(PagedPrefill, GraphReplaysAfterTheTableChanged) {
   c.lq = {100, 20, 8};
   c.lk = {300, 20, 1000};
   const std::vector<int64_t> lq2 = {40, 80, 8}, lk2 = {420, 90, 1010};  // grown keys, same 128 queries
-  PrefillHost hs(c, rng);
+  PrefillHost hs(c, rng, pages_for(lk2, c.page_size));
   PrefillHost grown_view = hs;  // the state after growth: the same cache, a longer table
   grown_view.c.lq = lq2, grown_view.c.lk = lk2;
   grown_view.t.grow(lk2);
