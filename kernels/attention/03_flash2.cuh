@@ -114,7 +114,7 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
 // kDropout: P multiplied by the dropout mask before P V (the row sums stay those before
 // dropout; O / l times 1 / (1 - p) at the end). Only with kScoreMod: its draws need the registers
 // the generic score path leaves (one m16 tile per warp; the two-tile kernel spilled).
-// kPaged: K and V from a paged cache (p.kv_indptr; q and o varlen), copied by PagedBlockCopy
+// kPaged: K and V from a paged cache (p.kv_indptr; q and o varlen), copied by PagedRowCopy
 // (kernels/attention/paged.cuh).
 template <typename T, int kHeadDim, bool kScoreMod, bool kDropout = false, bool kPaged = false>
 __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) attn_flash2_kernel(const __grid_constant__ AttnFwdParams p) {
@@ -148,13 +148,11 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
   // K and V block rows key0 .. key0 + kN into stage buffers.
   const auto load_kv = [&](T* kdst, T* vdst, int key0) {
     if constexpr (kPaged) {
-      PagedBlockCopy<kN, kHeadDim / 8> rows;
-      rows.lookup(p.kv_indices + p.kv_indptr[b], IntDivisor(static_cast<uint32_t>(p.page_size)), key0, sb.sk);
+      const PagedRowCopy<kN, kHeadDim / 8> rows(p.kv_indices + p.kv_indptr[b], IntDivisor(static_cast<uint32_t>(p.page_size)),
+                                                key0, sb.sk);
       const auto at = [](int row, int col) { return static_cast<uint32_t>((row * kS + col) * sizeof(T)); };
-      // Fully unrolled, the generic score path at head dim 256 spilled.
-      constexpr int kUnroll = kScoreMod && kHeadDim > 128 ? 1 : PagedBlockCopy<kN, kHeadDim / 8>::kPasses;
-      rows.template copy<kUnroll>(reinterpret_cast<unsigned char*>(kdst), k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), at);
-      rows.template copy<kUnroll>(reinterpret_cast<unsigned char*>(vdst), v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), at);
+      rows.copy(reinterpret_cast<unsigned char*>(kdst), k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), at);
+      rows.copy(reinterpret_cast<unsigned char*>(vdst), v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), at);
     } else {
       flash2_load_tile<T, Tr, kN>(kdst, k, p.k_row_stride, key0, sb.sk);
       flash2_load_tile<T, Tr, kN>(vdst, v, p.v_row_stride, key0, sb.sk);

@@ -125,7 +125,7 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
 }
 
 // kPaged: K and V gathered from a paged cache (p.kv_indptr) by the producer warpgroup's cp.async
-// copies (PagedBlockCopy, kernels/attention/paged.cuh) into the swizzled layout TMA would write,
+// copies (PagedRowCopy, kernels/attention/paged.cuh) into the swizzled layout TMA would write,
 // rows past the end zero-filled; not TMA (a box per page would not zero a last page's tail).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   const int wg = threadIdx.x / 128;
   if constexpr (kPaged) {
     if (wg == 0) {  // producer: Q by TMA (thread 0), then K and V gathered by the whole warpgroup
-      setmaxnreg_dec<32>();  // the gather's 128 threads spilled at 24 (4-8 bytes); the consumers get 232
+      setmaxnreg_dec<32>();  // at 24 the gather spilled (head dim 256 with softcap); the consumers get 232
       if (n_blocks == 0) return;
       if (threadIdx.x == 0) {
         prefetch_tensor_map(&args.q);
@@ -200,16 +200,15 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       const T* k = static_cast<const T*>(p.k) + hk * p.k_head_stride;
       const T* v = static_cast<const T*>(p.v) + hk * p.v_head_stride;
       const auto swizzle = [](int row, int col) { return hopper_attn_swizzle(row, col, kN); };
-      PagedBlockCopy<kN, kHeadDim / 8> rows;
       for (int i = 0; i < n_blocks; ++i) {
         const int s = i % kStages;
         const uint32_t phase = (i / kStages) & 1;
-        rows.lookup(pages, page_size, (n_begin + i) * kN, sb.sk);  // in flight during the wait
+        const PagedRowCopy<kN, kHeadDim / 8> rows(pages, page_size, (n_begin + i) * kN, sb.sk);  // in flight during the wait
         mbarrier_wait(&k_empty[s], phase ^ 1);
-        rows.template copy<1>(sk + s * Tr::kKBytes, k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), swizzle);
+        rows.copy(sk + s * Tr::kKBytes, k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), swizzle);
         cp_async_mbarrier_arrive_noinc(&k_full[s]);
         mbarrier_wait(&v_empty[s], phase ^ 1);
-        rows.template copy<1>(sv + s * Tr::kVBytes, v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), swizzle);
+        rows.copy(sv + s * Tr::kVBytes, v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), swizzle);
         cp_async_mbarrier_arrive_noinc(&v_full[s]);
       }
       return;
