@@ -60,9 +60,19 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   const int64_t total_q = std::max<int64_t>(p.total_q, 1), total_k = std::max<int64_t>(p.total_k, 1);
   args.q = attn_tensor_map(p.q, dtype, kHeadDim, total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride,
                            p.q_batch_stride, Tr::kBlockM);
-  if constexpr (!kPaged)  // paged: K and V gathered by cp.async (no maps), o stored row by row (varlen)
+  if constexpr (kPaged) {  // the caches as (head dim, page_size, kv heads, pages); o stored row by row (varlen)
+    const int ps = p.page_size, n = Tr::kBlockN;
+    const int box_rows = ps % 8 == 0 && n % ps == 0 ? ps : ps % n == 0 ? n : 0;  // 1024-byte aligned boxes (swizzle)
+    if (box_rows > 0 && n / box_rows * Tr::kBoxes <= 32) {  // one warp issues a block's boxes
+      args.page_box_rows = box_rows;
+      const int64_t pages = std::max<int64_t>(p.total_k, 1);  // the pool's pages (the caller sets total_k)
+      args.k = attn_tensor_map(p.k, dtype, kHeadDim, ps, p.nheads_kv, pages, p.k_row_stride, p.k_head_stride, p.k_batch_stride, box_rows);
+      args.v = attn_tensor_map(p.v, dtype, kHeadDim, ps, p.nheads_kv, pages, p.v_row_stride, p.v_head_stride, p.v_batch_stride, box_rows);
+    }
+  } else {
     args.k = attn_tensor_map(p.k, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
                              p.k_batch_stride, Tr::kBlockN);
+  }
   if constexpr (Tr::kFp8) {  // bf16 output, stored from registers: no map for o
     args.v = attn_fp8_transposed_v<kHeadDim>(p, stream);
   } else if constexpr (!kPaged) {

@@ -117,6 +117,7 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
   p.kv_last_page_len = static_cast<const int*>(kv_last_page_len.data);
   p.page_size = static_cast<int>(c.page_size);
   p.total_q = total_q;
+  p.total_k = c.max_pages;  // paged: the pool's pages (rung 4's tensor maps over the caches)
   p.batch = static_cast<int>(batch), p.nheads = static_cast<int>(nheads), p.nheads_kv = static_cast<int>(c.nheads);
   p.headdim = static_cast<int>(c.d);
   p.seqlen_q = static_cast<int>(grid_rows);

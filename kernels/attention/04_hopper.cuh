@@ -115,6 +115,10 @@ struct HopperAttnArgs {
   AttnFwdParams p;
   CUtensorMap q, k, v, o;
   int m_blocks;  // query blocks per (batch, head): ceil(max seqlen_q / 128)
+  // Paged (kPaged): > 0: k and v map the caches as (head dim, page_size, kv heads, pages) with boxes
+  // of page_box_rows rows (the page size, dividing kBlockN, or kBlockN, dividing the page size),
+  // and whole key blocks come by TMA; 0: every block by cp.async copies.
+  int page_box_rows;
 };
 
 // Byte offset of element (row, col) in a tile stored as 64-column, 128B-swizzled boxes of
@@ -124,9 +128,11 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
   return static_cast<uint32_t>(box * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2);
 }
 
-// kPaged: K and V gathered from a paged cache (p.kv_indptr) by the producer warpgroup's cp.async
-// copies (PagedRowCopy, kernels/attention/paged.cuh) into the swizzled layout TMA would write,
-// rows past the end zero-filled; not TMA (a box per page would not zero a last page's tail).
+// kPaged: K and V from a paged cache (p.kv_indptr). Blocks whose keys all lie in the request come
+// by TMA, a box per page (args.page_box_rows); a request's last block (whose last page's tail, and
+// pages past its end, hold stale values: NaN there would meet P = 0 in P V) and page sizes TMA
+// cannot tile come by the producer warpgroup's cp.async copies (PagedRowCopy,
+// kernels/attention/paged.cuh), keys past the end zero-filled, into the same swizzled layout.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -186,7 +192,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   const int wg = threadIdx.x / 128;
   if constexpr (kPaged) {
     if (wg == 0) {  // producer: Q by TMA (thread 0), then K and V gathered by the whole warpgroup
-      setmaxnreg_dec<32>();  // at 24 the gather spilled (head dim 256 with softcap); the consumers get 232
+      setmaxnreg_dec<24>();
       if (n_blocks == 0) return;
       if (threadIdx.x == 0) {
         prefetch_tensor_map(&args.q);
@@ -200,16 +206,44 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       const T* k = static_cast<const T*>(p.k) + hk * p.k_head_stride;
       const T* v = static_cast<const T*>(p.v) + hk * p.v_head_stride;
       const auto swizzle = [](int row, int col) { return hopper_attn_swizzle(row, col, kN); };
+      // TMA boxes of box_rows keys (a page, or a block's part of a longer page) x 64 columns:
+      // warp 0's lane l issues box (l / kBoxes, column box l % kBoxes). Thread 0's arrive sets the
+      // bytes; the other 127 arrive plainly (the barriers count 128, as for the copies).
+      const int box_rows = args.page_box_rows, lane = threadIdx.x % 32;
+      const int boxes = box_rows > 0 ? kN / box_rows * Tr::kBoxes : 0;
+      const auto load_boxes = [&](unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int page, int row_in_page) {
+        if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, Tr::kKBytes);
+        __syncwarp();
+        if (threadIdx.x != 0) mbarrier_arrive(bar);
+        if (threadIdx.x < boxes) {
+          const int j = lane / Tr::kBoxes, x = lane % Tr::kBoxes;
+          tma_load_4d(dst + (x * kN + j * box_rows) * 128, map, x * Tr::kBoxCols, row_in_page, hk, page, bar);
+        }
+      };
       for (int i = 0; i < n_blocks; ++i) {
         const int s = i % kStages;
         const uint32_t phase = (i / kStages) & 1;
-        const PagedRowCopy<kN, kHeadDim / 8> rows(pages, page_size, (n_begin + i) * kN, sb.sk);  // in flight during the wait
-        mbarrier_wait(&k_empty[s], phase ^ 1);
-        rows.copy(sk + s * Tr::kKBytes, k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), swizzle);
-        cp_async_mbarrier_arrive_noinc(&k_full[s]);
-        mbarrier_wait(&v_empty[s], phase ^ 1);
-        rows.copy(sv + s * Tr::kVBytes, v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), swizzle);
-        cp_async_mbarrier_arrive_noinc(&v_full[s]);
+        const int key0 = (n_begin + i) * kN;
+        if (box_rows > 0 && key0 + kN <= sb.sk) {  // every key of the block in the request: TMA
+          int page = 0, row_in_page = 0;
+          if (threadIdx.x < boxes) {
+            const uint32_t key = static_cast<uint32_t>(key0 + lane / Tr::kBoxes * box_rows);
+            const uint32_t q = page_size.div(key);
+            page = pages[q], row_in_page = static_cast<int>(page_size.mod(key, q));
+          }
+          mbarrier_wait(&k_empty[s], phase ^ 1);
+          load_boxes(sk + s * Tr::kKBytes, &args.k, &k_full[s], page, row_in_page);
+          mbarrier_wait(&v_empty[s], phase ^ 1);
+          load_boxes(sv + s * Tr::kVBytes, &args.v, &v_full[s], page, row_in_page);
+        } else {  // the request's last block (keys past its end zero-filled), or no TMA for this page size
+          const PagedRowCopy<kN, kHeadDim / 8> rows(pages, page_size, key0, sb.sk);  // in flight during the wait
+          mbarrier_wait(&k_empty[s], phase ^ 1);
+          rows.copy(sk + s * Tr::kKBytes, k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), swizzle);
+          cp_async_mbarrier_arrive_noinc(&k_full[s]);
+          mbarrier_wait(&v_empty[s], phase ^ 1);
+          rows.copy(sv + s * Tr::kVBytes, v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), swizzle);
+          cp_async_mbarrier_arrive_noinc(&v_full[s]);
+        }
       }
       return;
     }
@@ -250,7 +284,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   }
 
   // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64).
-  setmaxnreg_inc<kPaged ? 232 : 240>();  // 128 x (24 + 2 x 240) or (32 + 2 x 232): the 64512 launched
+  setmaxnreg_inc<240>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;

@@ -49,7 +49,7 @@ struct PagedRowCopy {
                                        DstOffset dst_offset) const {
     if (row >= kRows) return;
     const T* src = base + static_cast<int64_t>(page) * page_stride + (slot * slot_stride + part * 8);
-    constexpr int kUnroll = kPerThread > 16 ? 8 : kPerThread;  // 32 copies unrolled (head dim 256) spilled rung 4's producer
+    constexpr int kUnroll = kPerThread > 16 ? 4 : kPerThread;  // 32 copies unrolled (head dim 256) spilled rung 4's producer
 #pragma unroll kUnroll
     for (int j = 0; j < kPerThread; ++j) {
       const int c = part + kTPR * j;

@@ -58,7 +58,7 @@ struct AttnFwdParams {
   // makes k and v page pools, batch b's keys the pages kv_indices[kv_indptr[b] ..), the last
   // holding kv_last_page_len[b] keys; key j in page kv_indices[kv_indptr[b] + j / page_size],
   // slot j % page_size. The k / v batch strides are then the page strides, the row strides the
-  // slot strides; cu_seqlens_k is unused.
+  // slot strides, total_k the pool's pages; cu_seqlens_k is unused.
   const int* kv_indptr = nullptr;
   const int* kv_indices = nullptr;
   const int* kv_last_page_len = nullptr;
