@@ -8,7 +8,9 @@
 //     forward rung 3, rung 2 against forward rung 4, same scale): paging changes no bit.
 // Every cache slot no request owns (unused pages, the tail of each last page) holds NaN: a kernel
 // that lets one into P V (0 x NaN) fails.
-// Cases: page sizes 1, 16, 48 (not a power of two), 64 and 256; NHD and HND; fp16 and bf16; head dims 64, 128, 256;
+// Cases: page sizes 1, 8, 16, 48 (not a power of two), 64 and 256 (rung 2 loads whole key blocks
+// by TMA, a box per page, where the page size tiles the block: 8, 16, 64 and 256 at head dim 128);
+// NHD and HND; fp16 and bf16; head dims 64, 128, 256;
 // MHA, GQA 4 and 8, MQA; causal, sliding window, softcap; queries longer than the keys (causal
 // rows that see nothing), requests without queries or without keys, one-query requests, keys
 // up to 2k. Under CUDA-graph capture (max_qo_len given): replays after the page table and the
@@ -290,6 +292,11 @@ TEST(PagedPrefill, MatchesTheReferenceAndTheContiguousForward) {
         check_prefill(c, rng);
       }
     }
+  // Rung 2's TMA boxes: pages of 8 (16 a key block, 32 boxes) and 256 (a key block within a page).
+  for (int64_t page_size : {8, 256}) {
+    c.page_size = page_size;
+    check_prefill(c, rng);
+  }
   c.layout = KvLayout::kNHD, c.page_size = 64;
   c.dt = DType::kF16, c.h = 8, c.hk = 8, c.d = 64, c.causal = true;  // MHA, d 64
   check_prefill(c, rng);
