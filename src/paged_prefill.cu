@@ -7,6 +7,7 @@
 
 #include "flashlab/serving.h"
 #include "flashlab/validate.h"
+#include "kernels/common/divide.cuh"
 #include "src/attention_launch.h"
 #include "src/attention_validate.h"
 #include "src/core/launch.h"
@@ -116,6 +117,8 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
   p.kv_indptr = static_cast<const int*>(kv_indptr.data), p.kv_indices = static_cast<const int*>(kv_indices.data);
   p.kv_last_page_len = static_cast<const int*>(kv_last_page_len.data);
   p.page_size = static_cast<int>(c.page_size);
+  const kernels::IntDivisor page_divisor(static_cast<uint32_t>(c.page_size));
+  p.page_size_magic = page_divisor.magic, p.page_size_shift = page_divisor.shift;
   p.total_q = total_q;
   p.total_k = c.max_pages;  // paged: the pool's pages (rung 4's tensor maps over the caches)
   p.batch = static_cast<int>(batch), p.nheads = static_cast<int>(nheads), p.nheads_kv = static_cast<int>(c.nheads);

@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(Flash2Traits<kHeadDim, kScoreMod>::kThreads) a
   // K and V block rows key0 .. key0 + kN into stage buffers.
   const auto load_kv = [&](T* kdst, T* vdst, int key0) {
     if constexpr (kPaged) {
-      const PagedRowCopy<kN, kHeadDim / 8> rows(p.kv_indices + p.kv_indptr[b], IntDivisor(static_cast<uint32_t>(p.page_size)),
-                                                key0, sb.sk);
+      const IntDivisor page_size = IntDivisor::of(static_cast<uint32_t>(p.page_size), p.page_size_magic, p.page_size_shift);
+      const PagedRowCopy<kN, kHeadDim / 8> rows(p.kv_indices + p.kv_indptr[b], page_size, key0, sb.sk);
       const auto at = [](int row, int col) { return static_cast<uint32_t>((row * kS + col) * sizeof(T)); };
       rows.copy(reinterpret_cast<unsigned char*>(kdst), k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), at);
       rows.copy(reinterpret_cast<unsigned char*>(vdst), v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), at);

@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
           tma_load_4d(sq + x * kM * 128, &args.q, x * Tr::kBoxCols, static_cast<int>(sb.q_row0) + m0, h, 0, &q_full);
       }
       const int* pages = p.kv_indices + p.kv_indptr[b];
-      const IntDivisor page_size(static_cast<uint32_t>(p.page_size));
+      const IntDivisor page_size = IntDivisor::of(static_cast<uint32_t>(p.page_size), p.page_size_magic, p.page_size_shift);
       const T* k = static_cast<const T*>(p.k) + hk * p.k_head_stride;
       const T* v = static_cast<const T*>(p.v) + hk * p.v_head_stride;
       const auto swizzle = [](int row, int col) { return hopper_attn_swizzle(row, col, kN); };

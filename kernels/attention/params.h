@@ -63,6 +63,7 @@ struct AttnFwdParams {
   const int* kv_indices = nullptr;
   const int* kv_last_page_len = nullptr;
   int page_size = 0;
+  uint32_t page_size_magic = 0, page_size_shift = 0;  // page_size as an IntDivisor (kernels/common/divide.cuh), set on the host
 };
 
 // The backward (include/flashlab/attention.h, attention_bwd) reads everything above (lse is the

@@ -42,6 +42,12 @@ struct IntDivisor {
     while (shift < 31 && (1u << shift) < d) ++shift;
     magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
   }
+  // A divisor whose magic and shift were computed elsewhere (the host, into kernel parameters).
+  __host__ __device__ static IntDivisor of(uint32_t divisor, uint32_t magic, uint32_t shift) {
+    IntDivisor x;
+    x.d = divisor, x.magic = magic, x.shift = shift;
+    return x;
+  }
   __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
   __device__ __forceinline__ uint32_t mod(uint32_t n, uint32_t q) const { return n - q * d; }  // q = div(n)
 };
