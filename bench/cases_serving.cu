@@ -12,6 +12,7 @@
 // with an e4m3 cache (dtype "e4m3" rows; issue 8's bar: >= 1.7x the bf16 row's speed).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <numeric>
@@ -170,7 +171,10 @@ void bench_paged_decode(Harness& h, DType dt) {
 // issue 8's bar is >= 0.9x of it. FLOPs: the visible (query, key) pairs x 4 d x heads; bytes: q,
 // K, V read and out written once.
 void bench_paged_prefill(Harness& h, DType dt) {
-  constexpr int64_t kHeads = 32, kHeadsKv = 8, kD = 128, kPage = 16;
+  constexpr int64_t kHeads = 32, kHeadsKv = 8, kD = 128;
+  // FLASHLAB_PREFILL_PAGE: another page size (experiments; the rows record it).
+  const char* page_env = std::getenv("FLASHLAB_PREFILL_PAGE");
+  const int64_t kPage = page_env != nullptr ? std::atoi(page_env) : 16;
   struct PrefillCase {
     int64_t batch, qo_len, kv_len;
   };
