@@ -1,5 +1,5 @@
 // TVM-FFI exports of the serving ops (include/flashlab/serving.h): attention-state merges, the
-// paged KV cache's append and batch decode.
+// paged KV cache's append, batch decode and batch prefill.
 #include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/function.h>
 
@@ -65,6 +65,30 @@ void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tv
     flashlab::batch_decode_paged(Q, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout),
                                  static_cast<float>(softmax_scale), current_stream(Q), to_rung(op, rung, kPagedDecodeRungs),
                                  static_cast<float>(k_scale), static_cast<float>(v_scale));
+  });
+}
+
+// out (and lse, when given: (total_q, nheads)) = the batch prefill of q (packed by qo_indptr) over
+// a paged KV cache; max_qo_len -1: read from qo_indptr.
+void batch_prefill_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView qo_indptr, tvm::ffi::TensorView k_cache,
+                         tvm::ffi::TensorView v_cache, tvm::ffi::TensorView kv_indices, tvm::ffi::TensorView kv_indptr,
+                         tvm::ffi::TensorView kv_last_page_len, tvm::ffi::TensorView out, OptTensor lse, int64_t layout,
+                         bool causal, int64_t window_left, double softcap, double softmax_scale, int64_t max_qo_len,
+                         int64_t rung) {
+  constexpr const char* op = "batch_prefill_paged";
+  call([&] {
+    const TensorView Q = to_flashlab(q, op, "q"), QP = to_flashlab(qo_indptr, op, "qo_indptr"),
+                     Kc = to_flashlab(k_cache, op, "k_cache"), Vc = to_flashlab(v_cache, op, "v_cache"),
+                     Ind = to_flashlab(kv_indices, op, "kv_indices"), Ptr = to_flashlab(kv_indptr, op, "kv_indptr"),
+                     Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"), O = to_flashlab(out, op, "out"),
+                     L = to_flashlab_opt(lse, op, "lse");
+    FLASHLAB_CHECK(window_left >= -1 && window_left <= 0x7fffffff, op,
+                   ": argument 'window_left': expected -1 (unbounded) or a count below 2^31, got ", window_left);
+    PagedPrefillOptions opt;
+    opt.causal = causal, opt.window_left = static_cast<int>(window_left), opt.softcap = static_cast<float>(softcap);
+    opt.softmax_scale = static_cast<float>(softmax_scale);
+    flashlab::batch_prefill_paged(Q, QP, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout), opt,
+                                  max_qo_len, current_stream(Q), to_rung(op, rung, kPagedPrefillRungs));
   });
 }
 
@@ -136,3 +160,4 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_paged, flashlab::bindings::batch_deco
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_workspace_bytes, flashlab::bindings::batch_decode_workspace_bytes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_plan, flashlab::bindings::batch_decode_plan);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_run, flashlab::bindings::batch_decode_run);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_prefill_paged, flashlab::bindings::batch_prefill_paged);

@@ -83,14 +83,13 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
     if (strides[x][0] > std::numeric_limits<int>::max() || strides[x][1] > std::numeric_limits<int>::max())
       check::fail(x == 0 ? Kc : Vc, "page and slot strides below 2^31 elements",
                   detail::concat("strides ", shape_str((x == 0 ? k_cache : v_cache).strides)));
-  detail::DeviceGuard guard(q.device.index);
-  if (rung == 2) {
+  if (rung == 2)
     for (const check::Arg* x : {&Q, &O})
       if (!detail::tma_strides(x->t))
         check::fail(*x, "positive strides on every dim of size > 1 for rung 2 (TMA)",
                     detail::concat("strides ", shape_str(x->t.strides)));
-    if (detail::cc_major() != 9) rung = 1;  // rung 2 is built for sm_90a only: rung 1 takes over
-  }
+  detail::DeviceGuard guard(q.device.index);
+  if (rung == 2 && detail::cc_major() != 9) rung = 1;  // rung 2 is built for sm_90a only: rung 1 takes over
   // Last: the values (device reads, waiting for `stream`), unless capturing.
   const bool capture = detail::capturing(stream);
   FLASHLAB_CHECK(!capture || max_qo_len >= 0, op, ": argument 'max_qo_len': expected the longest request's query count "

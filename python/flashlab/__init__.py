@@ -115,5 +115,6 @@ from .gemm import GEMM_RUNGS, gemm  # noqa: E402
 from .flash_attn_interface import (ATTN_BWD_RUNGS, ATTN_FWD_RUNGS, attention_bwd, attention_fwd, flash_attn_func,  # noqa: E402
                                    flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_func,
                                    flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
-from .serving import (PAGED_DECODE_RUNGS, BatchDecodeWithPagedKVCacheWrapper, append_paged_kv_cache,  # noqa: E402
-                      batch_decode_paged, batch_decode_workspace_bytes, merge_state, merge_state_in_place, merge_states)
+from .serving import (PAGED_DECODE_RUNGS, PAGED_PREFILL_RUNGS, BatchDecodeWithPagedKVCacheWrapper,  # noqa: E402
+                      BatchPrefillWithPagedKVCacheWrapper, append_paged_kv_cache, batch_decode_paged,
+                      batch_decode_workspace_bytes, batch_prefill_paged, merge_state, merge_state_in_place, merge_states)

@@ -1,7 +1,8 @@
 """Serving attention ops (C++: include/flashlab/serving.h): so far the merge of attention states,
 FlashInfer's ``merge_state`` / ``merge_states`` / ``merge_state_in_place``, and the paged KV
 cache's ``append_paged_kv_cache``, ``batch_decode_paged`` and the plan/run wrapper
-``BatchDecodeWithPagedKVCacheWrapper`` (FlashInfer's, for CUDA-graph decode steps).
+``BatchDecodeWithPagedKVCacheWrapper`` (FlashInfer's, for CUDA-graph decode steps), and
+``batch_prefill_paged`` with ``BatchPrefillWithPagedKVCacheWrapper``.
 
 An attention state is the output ``v`` of attention over one segment of the keys, (seq, nheads,
 headdim), and its log-sum-exp ``s``, fp32 (seq, nheads), natural log as ``softmax_lse`` (note:
@@ -227,6 +228,144 @@ class BatchDecodeWithPagedKVCacheWrapper:
         _ffi.batch_decode_run(self._plan, self._workspace, q, k_cache, v_cache, indices, indptr, last_page_len, out, lse,
                               layout, self._sm_scale, 1.0 if k_scale is None else float(k_scale),
                               1.0 if v_scale is None else float(v_scale))
+        return (out, lse) if return_lse else out
+
+    forward = run  # FlashInfer's older name
+
+
+PAGED_PREFILL_RUNGS = 2  # 1 FlashAttention-2 (mma.sync, cp.async), 2 Hopper (wgmma, TMA per page; top, sm_90)
+
+
+def _prefill_options(op: str, pos_encoding_mode: str, logits_soft_cap: float | None) -> float:
+    """The softcap (0: none); rejects what flashlab's prefill lacks (rotary inside the kernel)."""
+    if pos_encoding_mode != "NONE":
+        raise ValueError(f"{op}: argument 'pos_encoding_mode': expected 'NONE' (apply RoPE before the prefill: "
+                         f"flashlab.apply_rope), got {pos_encoding_mode!r}")
+    return 0.0 if logits_soft_cap is None else float(logits_soft_cap)
+
+
+def batch_prefill_paged(q: Any, qo_indptr: Any, paged_kv_cache: Any, kv_indices: Any, kv_indptr: Any,
+                        kv_last_page_len: Any, kv_layout: str = "NHD", causal: bool = False, window_left: int = -1,
+                        logits_soft_cap: float | None = None, sm_scale: float | None = None, return_lse: bool = False,
+                        out: Any = None, max_qo_len: int | None = None, rung: int | None = None) -> Any:
+    """Each request's queries attending to its paged KV (C++ ``batch_prefill_paged``).
+
+    q: (total_q, num_qo_heads, head_dim) packed, request b's rows ``qo_indptr[b]:qo_indptr[b + 1]``
+    (int32 CUDA), fp16 / bf16 (the cache's dtype), head_dim 64, 128 or 256; the cache and page table
+    as ``append_paged_kv_cache``. The queries are each request's last tokens (already appended):
+    ``causal`` aligns the mask bottom-right; ``window_left`` >= 0 limits how far back a query
+    sees; ``logits_soft_cap`` > 0 caps the logits. Returns out (like q), or ``(out, lse)`` with
+    ``return_lse`` (fp32 (total_q, num_qo_heads), natural log). ``max_qo_len``: the longest
+    request's query count (default: read from qo_indptr, which a CUDA-graph capture cannot do).
+    """
+    layout, k_cache, v_cache = _paged_cache("batch_prefill_paged", paged_kv_cache, kv_layout)
+    shape = _shape(q)
+    out = _alloc.empty(q, shape) if out is None else out
+    lse = _alloc.empty(q, shape[:2], "float32") if return_lse and len(shape) == 3 else None
+    _ffi.batch_prefill_paged(q, qo_indptr, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout,
+                             bool(causal), int(window_left), 0.0 if logits_soft_cap is None else float(logits_soft_cap),
+                             0.0 if sm_scale is None else float(sm_scale), -1 if max_qo_len is None else int(max_qo_len),
+                             PAGED_PREFILL_RUNGS if rung is None else rung)
+    return (out, lse) if return_lse else out
+
+
+class BatchPrefillWithPagedKVCacheWrapper:
+    """Batch prefill / append over a paged KV cache (FlashInfer's wrapper of the same name; C++
+    ``batch_prefill_paged``, its top rung).
+
+    ``plan()`` reads ``qo_indptr`` on the host (call it outside a CUDA-graph capture) for the
+    longest request's query count, which fixes the grid; ``run()`` then launches without reading
+    the device, so it can be captured. ``use_cuda_graph=True`` (with ``qo_indptr_buf`` and the three
+    ``paged_kv_*_buf`` tensors, as FlashInfer): every ``plan()`` copies its arrays into those
+    buffers, so a captured ``run()`` replays correctly after a new ``plan()`` whose longest request
+    has no more queries than at capture time (same batch). ``float_workspace_buffer`` is accepted
+    and unused (the prefill needs no workspace). The lse is the natural log.
+    """
+
+    def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD", use_cuda_graph: bool = False,
+                 qo_indptr_buf: Any = None, paged_kv_indptr_buf: Any = None, paged_kv_indices_buf: Any = None,
+                 paged_kv_last_page_len_buf: Any = None, custom_mask_buf: Any = None, mask_indptr_buf: Any = None,
+                 backend: str = "auto", jit_args: Any = None) -> None:
+        op = "BatchPrefillWithPagedKVCacheWrapper"
+        if kv_layout not in _LAYOUTS:
+            raise ValueError(f"{op}: argument 'kv_layout': expected 'NHD' or 'HND', got {kv_layout!r}")
+        buffers = (qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, paged_kv_last_page_len_buf)
+        if use_cuda_graph and any(b is None for b in buffers):
+            raise ValueError(f"{op}: use_cuda_graph=True needs qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf "
+                             "and paged_kv_last_page_len_buf (the fixed tensors the graph reads)")
+        for name, value in (("custom_mask_buf", custom_mask_buf), ("mask_indptr_buf", mask_indptr_buf), ("jit_args", jit_args)):
+            if value is not None:
+                raise ValueError(f"{op}: argument '{name}': expected None (not supported), got {type(value).__name__}")
+        self._kv_layout = kv_layout
+        self._buffers = buffers if use_cuda_graph else None
+        self._table: tuple[Any, Any, Any, Any] | None = None
+        self._max_qo_len = -1
+        self._options: tuple[bool, int, float, float] = (False, -1, 0.0, 0.0)
+
+    def plan(self, qo_indptr: Any, paged_kv_indptr: Any, paged_kv_indices: Any, paged_kv_last_page_len: Any,
+             num_qo_heads: int, num_kv_heads: int, head_dim_qk: int, page_size: int, head_dim_vo: int | None = None,
+             custom_mask: Any = None, packed_custom_mask: Any = None, causal: bool = False, pos_encoding_mode: str = "NONE",
+             use_fp16_qk_reduction: bool = False, sm_scale: float | None = None, window_left: int = -1,
+             logits_soft_cap: float | None = None, rope_scale: float | None = None, rope_theta: float | None = None,
+             q_data_type: Any = None, kv_data_type: Any = None, non_blocking: bool = True, **unsupported: Any) -> None:
+        """Plans the prefill of the batch whose queries are split by ``qo_indptr`` and whose page
+        table is (paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len), int32 CUDA tensors.
+        Shapes and dtypes come from ``run()``'s tensors (checked there); features flashlab's
+        prefill lacks (custom masks, rotary inside the kernel, a different value head dim) are
+        rejected."""
+        op = "BatchPrefillWithPagedKVCacheWrapper.plan"
+        softcap = _prefill_options(op, pos_encoding_mode, logits_soft_cap)
+        if custom_mask is not None or packed_custom_mask is not None:
+            raise ValueError(f"{op}: arguments 'custom_mask', 'packed_custom_mask': expected None (not supported)")
+        if head_dim_vo not in (None, head_dim_qk):
+            raise ValueError(f"{op}: argument 'head_dim_vo': expected None or head_dim_qk ({head_dim_qk}), got {head_dim_vo}")
+        for name, value in unsupported.items():
+            if value not in (None, 0):
+                raise ValueError(f"{op}: argument '{name}': expected None (not supported), got {type(value).__name__}")
+        host = _host_int32(op, "qo_indptr", qo_indptr)
+        lens = [int(host[i + 1]) - int(host[i]) for i in range(len(host) - 1)]
+        max_qo_len = max(lens) if lens else 0
+        table = (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len)
+        if self._buffers is not None:
+            qo_buf, ptr_buf, ind_buf, last_buf = self._buffers
+            nnz = _shape(paged_kv_indices)[0]
+            if _shape(qo_buf)[0] != len(host) or _shape(ptr_buf)[0] != len(host) or _shape(ind_buf)[0] < nnz:
+                raise ValueError(f"{op}: the CUDA-graph buffers hold a batch of {_shape(qo_buf)[0] - 1} and "
+                                 f"{_shape(ind_buf)[0]} pages; this plan has a batch of {len(host) - 1} and {nnz} pages")
+            if self._table is not None and max_qo_len > self._max_qo_len:
+                raise ValueError(f"{op}: a CUDA-graph plan's longest request must not exceed the first plan's "
+                                 f"{self._max_qo_len} queries (the captured grid), got {max_qo_len}")
+            qo_buf.copy_(qo_indptr, non_blocking=non_blocking)
+            ptr_buf.copy_(paged_kv_indptr, non_blocking=non_blocking)
+            ind_buf[:nnz].copy_(paged_kv_indices, non_blocking=non_blocking)
+            last_buf.copy_(paged_kv_last_page_len, non_blocking=non_blocking)
+            table = (qo_buf, ptr_buf, ind_buf, last_buf)
+            max_qo_len = max(max_qo_len, self._max_qo_len)  # the grid of the first plan (a capture's) stays
+        self._table = table
+        self._max_qo_len = max_qo_len
+        self._options = (bool(causal), int(window_left), softcap, 0.0 if sm_scale is None else float(sm_scale))
+
+    def run(self, q: Any, paged_kv_cache: Any, *, q_scale: float | None = None, k_scale: float | None = None,
+            v_scale: float | None = None, out: Any = None, lse: Any = None, return_lse: bool = False) -> Any:
+        """out = the prefill of q (total_q, num_qo_heads, head_dim) over ``paged_kv_cache``
+        (``(k_cache, v_cache)`` or one (max_pages, 2, ...) tensor, the wrapper's layout), or
+        ``(out, lse)`` with ``return_lse`` (lse fp32 (total_q, num_qo_heads)). Scales must be None
+        or 1 (FP8 prefill is not supported)."""
+        op = "BatchPrefillWithPagedKVCacheWrapper.run"
+        if self._table is None:
+            raise RuntimeError(f"{op}: plan() first")
+        for name, value in (("q_scale", q_scale), ("k_scale", k_scale), ("v_scale", v_scale)):
+            if value not in (None, 1, 1.0):
+                raise ValueError(f"{op}: argument '{name}': expected None or 1 (FP8 prefill is not supported), got {value}")
+        layout, k_cache, v_cache = _paged_cache(op, paged_kv_cache, self._kv_layout)
+        shape = _shape(q)
+        out = _alloc.empty(q, shape) if out is None else out
+        if lse is None and return_lse and len(shape) == 3:
+            lse = _alloc.empty(q, shape[:2], "float32")
+        qo_indptr, kv_indptr, kv_indices, kv_last = self._table
+        causal, window_left, softcap, sm_scale = self._options
+        _ffi.batch_prefill_paged(q, qo_indptr, k_cache, v_cache, kv_indices, kv_indptr, kv_last, out, lse, layout, causal,
+                                 window_left, softcap, sm_scale, self._max_qo_len, PAGED_PREFILL_RUNGS)
         return (out, lse) if return_lse else out
 
     forward = run  # FlashInfer's older name

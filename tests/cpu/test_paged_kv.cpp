@@ -1,4 +1,5 @@
-// append_paged_kv_cache, batch_decode_paged and the decode's plan / run (include/flashlab/serving.h):
+// append_paged_kv_cache, batch_decode_paged, the decode's plan / run and batch_prefill_paged
+// (include/flashlab/serving.h):
 // every host-side rejection that comes before a CUDA call (message names the argument, what was
 // expected and what was given; nothing launched), on fake device tensors. The checks that need
 // the device (the int32 arrays' values, the workspace's size against the device's capacity, the
@@ -352,6 +353,115 @@ TEST(PagedKvValidation, DecodeWorkspaceBytes) {
   bytes(3, 8, 4, 160, {op + "'headdim'", "32, 64, 96, 128, 192 or 256", "got 160"});
 }
 
+// batch_prefill_paged: 3 requests, 30 packed queries of 8 heads x 128, over Call's NHD cache.
+struct Prefill {
+  Call c;
+  TensorView q = gpu(kBf, {30, 8, 128}, kAk), out = gpu(kBf, {30, 8, 128}, kAv), lse = gpu(DType::kF32, {30, 8}, kBi);
+  TensorView qo = gpu(kI32, {4}, kPos);
+  const TensorView* lse_ptr = &lse;
+  PagedPrefillOptions opt;
+  int64_t max_qo_len = -1;
+  int rung = kPagedPrefillRungs;
+  void run() const {
+    batch_prefill_paged(q, qo, c.kc, c.vc, c.ind, c.ptr, c.last, out, lse_ptr, c.layout, opt, max_qo_len, nullptr, rung);
+  }
+};
+
+void rejected(const Prefill& p, const std::vector<std::string>& pieces) {
+  testing::expect_rejected([&] { p.run(); }, pieces);
+}
+
+TEST(PagedKvValidation, Prefill) {
+  const std::string op = "batch_prefill_paged: argument ";
+  {
+    Prefill p;
+    p.rung = 3;
+    rejected(p, {op + "'rung'", "expected 1..2", "got 3"});
+  }
+  {
+    Prefill p;
+    p.qo = gpu(kI32, {3}, kPos);
+    rejected(p, {op + "'qo_indptr'", "expected shape [4]", "got [3]"});
+  }
+  {
+    Prefill p;
+    p.qo = gpu(DType::kI64, {4}, kPos);
+    rejected(p, {op + "'qo_indptr'", "dtype"});
+  }
+  {
+    Prefill p;  // fp32: the tensor-core rungs take 16-bit inputs
+    p.c.kc = gpu(DType::kF32, {32, 16, 4, 128}, kKc), p.c.vc = gpu(DType::kF32, {32, 16, 4, 128}, kVc);
+    p.q = gpu(DType::kF32, {30, 8, 128}, kAk), p.out = gpu(DType::kF32, {30, 8, 128}, kAv);
+    rejected(p, {op + "'q'", "dtype", "fp32"});
+  }
+  {
+    Prefill p;
+    p.q = gpu(DType::kF16, {30, 8, 128}, kAk);
+    rejected(p, {op + "'q'", "dtype"});
+  }
+  {
+    Prefill p;  // head dim 96: rung 3 and 4 have it, the paged kernels are built for 64, 128, 256
+    p.c.kc = gpu(kBf, {32, 16, 4, 96}, kKc), p.c.vc = gpu(kBf, {32, 16, 4, 96}, kVc);
+    p.q = gpu(kBf, {30, 8, 96}, kAk), p.out = gpu(kBf, {30, 8, 96}, kAv);
+    rejected(p, {op + "'q'", "64, 128 or 256", "got 96"});
+  }
+  {
+    Prefill p;
+    p.q = gpu(kBf, {30, 6, 128}, kAk), p.out = gpu(kBf, {30, 6, 128}, kAv), p.lse = gpu(DType::kF32, {30, 6}, kBi);
+    rejected(p, {op + "'q'", "a multiple of the cache's KV heads (4)", "got 6"});
+  }
+  {
+    Prefill p;
+    p.out = gpu(kBf, {30, 8, 64}, kAv);
+    rejected(p, {op + "'out'", "expected shape [30, 8, 128]"});
+  }
+  {
+    Prefill p;
+    p.out = gpu(kBf, {30, 8, 128}, kAk);  // the same memory as q
+    rejected(p, {op + "'out'", "disjoint from 'q'"});
+  }
+  {
+    Prefill p;
+    p.lse = gpu(DType::kF32, {8, 30}, kBi);  // (nheads, total_q): the prefill's is (total_q, nheads)
+    rejected(p, {op + "'lse'", "expected shape [30, 8]", "got [8, 30]"});
+  }
+  {
+    Prefill p;
+    p.lse = gpu(DType::kF32, {30, 8}, kPos);  // over qo_indptr
+    rejected(p, {op + "'lse'", "qo_indptr"});
+  }
+  {
+    Prefill p;
+    p.opt.window_left = -2;
+    rejected(p, {op + "'window_left'", "expected >= -1", "got -2"});
+  }
+  {
+    Prefill p;
+    p.opt.softcap = -1.f;
+    rejected(p, {op + "'softcap'", "expected a finite value >= 0", "got -1"});
+  }
+  {
+    Prefill p;
+    p.opt.softmax_scale = INFINITY;
+    rejected(p, {op + "'softmax_scale'", "expected a finite value"});
+  }
+  {
+    Prefill p;
+    p.max_qo_len = -2;
+    rejected(p, {op + "'max_qo_len'", "got -2"});
+  }
+  {
+    Prefill p;  // q strides no TMA can walk: a broadcast head dim of stride 0
+    p.q = TensorView(testing::fake(0, kAk), kBf, {30, 8, 128}, {128, 0, 1}, testing::kGpu);
+    rejected(p, {op + "'q'", "positive strides on every dim of size > 1 for rung 2"});
+  }
+  {
+    Prefill p;
+    p.c.layout = static_cast<KvLayout>(2);
+    rejected(p, {op + "'layout'", "expected NHD or HND"});
+  }
+}
+
 bool has_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -390,6 +500,8 @@ TEST(PagedKvValidation, ValidCallsPassTheHostChecks) {
   one.kc = TensorView(testing::fake(0, kKc), kBf, {32, 16, 4, 128}, {2 * page, 4 * 128, 128, 1}, testing::kGpu);
   one.vc = TensorView(testing::fake(page * 2, kKc), kBf, {32, 16, 4, 128}, {2 * page, 4 * 128, 128, 1}, testing::kGpu);
   passes(one);
+  Prefill pf;  // past every host check: the device guard's first CUDA call
+  testing::expect_rejected([&] { pf.run(); }, {"CUDA error"});
   Decode d;
   testing::expect_rejected([&] { d.run(); }, {"CUDA error"});  // past every host check: the device read
   d.lse_ptr = nullptr;

@@ -459,3 +459,152 @@ def test_decode_fp8_cache(dtype):
     name = "bf16" if dtype == "bfloat16" else "fp16"
     with pytest.raises(ValueError, match=re.escape(f"arguments 'k_scale', 'v_scale': expected 1 for a {name} cache")):
         flashlab.batch_decode_paged(q.cuda(), (k8.to(dt).cuda(),) * 2, *table, k_scale=0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# batch_prefill_paged and BatchPrefillWithPagedKVCacheWrapper
+
+def test_batch_prefill_paged_messages():
+    q, cache = fake((30, 8, 128), "bfloat16"), (fake((32, 16, 4, 128), "bfloat16"), fake((32, 16, 4, 128), "bfloat16"))
+    table = (fake((40,), "int32"), fake((4,), "int32"), fake((3,), "int32"))
+    assert flashlab.PAGED_PREFILL_RUNGS == 2
+    with raises("batch_prefill_paged: argument 'qo_indptr': expected shape [4], got [3]"):
+        flashlab.batch_prefill_paged(q, fake((3,), "int32"), cache, *table, out=q)
+    with raises("batch_prefill_paged: argument 'rung': expected 1..2, got 3"):
+        flashlab.batch_prefill_paged(q, fake((4,), "int32"), cache, *table, out=q, rung=3)
+    with raises("batch_prefill_paged: argument 'q': expected a head dim (last dim) of 64, 128 or 256, got 96"):
+        q96 = fake((30, 8, 96), "bfloat16")
+        c96 = (fake((32, 16, 4, 96), "bfloat16"), fake((32, 16, 4, 96), "bfloat16"))
+        flashlab.batch_prefill_paged(q96, fake((4,), "int32"), c96, *table, out=q96)
+    with raises("batch_prefill_paged: argument 'window_left': expected -1 (unbounded) or a count below 2^31, got -2"):
+        flashlab.batch_prefill_paged(q, fake((4,), "int32"), cache, *table, out=q, window_left=-2)
+    with pytest.raises(ValueError, match="argument 'pos_encoding_mode': expected 'NONE'"):
+        flashlab.BatchPrefillWithPagedKVCacheWrapper().plan(np.zeros(4, np.int32), None, None, None, 8, 4, 128, 16,
+                                                            pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(RuntimeError, match="plan\\(\\) first"):
+        flashlab.BatchPrefillWithPagedKVCacheWrapper().run(q, cache)
+
+
+def _prefill_reference(q, qo_lens, kc, vc, indices, indptr, last, ps, causal, window_left=-1, softcap=0.0):
+    """float64 attention of each request's queries (its last tokens) over its gathered pages (NHD)."""
+    hq, d = q.shape[1], q.shape[2]
+    hk = kc.shape[2]
+    out, lse = torch.zeros(q.shape, dtype=torch.float64), torch.full(q.shape[:2], -math.inf, dtype=torch.float64)
+    row = 0
+    for b, nq in enumerate(qo_lens):
+        pages = indices[int(indptr[b]):int(indptr[b + 1])].long()
+        n = (len(pages) - 1) * ps + int(last[b]) if len(pages) else 0
+        if nq == 0 or n == 0:
+            row += nq
+            continue
+        k = kc[pages].reshape(-1, hk, d)[:n].double().repeat_interleave(hq // hk, dim=1)
+        v = vc[pages].reshape(-1, hk, d)[:n].double().repeat_interleave(hq // hk, dim=1)
+        qb = q[row:row + nq].double()
+        sc = torch.einsum("ihd,jhd->hij", qb, k) / math.sqrt(d)
+        if softcap > 0:
+            sc = softcap * torch.tanh(sc / softcap)
+        i = torch.arange(nq)[:, None] + (n - nq)  # query positions
+        j = torch.arange(n)[None, :]
+        visible = torch.ones(nq, n, dtype=torch.bool)
+        if causal:
+            visible &= j <= i
+        if window_left >= 0:
+            visible &= j >= i - window_left
+        sc = sc.masked_fill(~visible, -math.inf)
+        m = torch.logsumexp(sc, dim=-1)  # (h, nq)
+        p = torch.where(torch.isneginf(m)[..., None], torch.zeros_like(sc), torch.exp(sc - m[..., None]))
+        out[row:row + nq] = torch.einsum("hij,jhd->ihd", p, v)
+        lse[row:row + nq] = m.transpose(0, 1)
+        row += nq
+    return out, lse
+
+
+def _check_prefill(out, lse, ref, ref_lse, max_v, n_max, what):
+    # As _check_decode: the fp32 sums' bound plus one bf16 rounding of out and of P, times max|v|.
+    u, tol = 2.0 ** -8, (n_max + 8) * 2.0 ** -23
+    out, lse = out.double().cpu(), lse.double().cpu()
+    assert not torch.isnan(out).any(), what
+    assert (out - ref).abs().le(u * ref.abs() + (tol + u) * max_v).all(), what
+    inf = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), inf), f"{what}: -inf lse rows"
+    assert (lse[~inf] - ref_lse[~inf]).abs().le(tol * (1 + ref_lse[~inf].abs()) + 1e-5).all(), f"{what} (lse)"
+
+
+@gpu
+@pytest.mark.parametrize("rung", [1, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_batch_prefill_paged(rung, causal):
+    # GQA 8 / 2, page size 16, ragged requests (one without queries, one without keys, one query
+    # longer than its keys), pages shuffled, against float64 torch attention over gathered keys.
+    if rung == 2 and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("rung 2 needs sm_90 (elsewhere rung 1 runs)")
+    g = torch.Generator().manual_seed(43)
+    qo_lens, kv_lens, hq, hk, d, ps = [5, 0, 40, 129, 3], [5, 9, 300, 1000, 0], 8, 2, 128, 16
+    indices, indptr, last = _page_table(kv_lens, ps, sum((n + ps - 1) // ps for n in kv_lens) + 3, g)
+    max_pages = int(indices.max()) + 4
+    kc, vc = ((torch.rand(max_pages, ps, hk, d, generator=g) * 2 - 1).to(torch.bfloat16) for _ in range(2))
+    q = (torch.rand(sum(qo_lens), hq, d, generator=g) * 2 - 1).to(torch.bfloat16)
+    qo_indptr = torch.tensor([0] + [sum(qo_lens[: i + 1]) for i in range(len(qo_lens))], dtype=torch.int32)
+    ref, ref_lse = _prefill_reference(q, qo_lens, kc, vc, indices, indptr, last, ps, causal)
+    args = (q.cuda(), qo_indptr.cuda(), (kc.cuda(), vc.cuda()), indices.cuda(), indptr.cuda(), last.cuda())
+    out, lse = flashlab.batch_prefill_paged(*args, causal=causal, return_lse=True, rung=rung)
+    torch.cuda.synchronize()
+    _check_prefill(out, lse, ref, ref_lse, float(vc.double().abs().max()), max(kv_lens), f"rung {rung}")
+    if causal:  # a sliding window and softcap on the same batch
+        ref, ref_lse = _prefill_reference(q, qo_lens, kc, vc, indices, indptr, last, ps, True, 50, 20.0)
+        out, lse = flashlab.batch_prefill_paged(*args, causal=True, window_left=50, logits_soft_cap=20.0,
+                                                return_lse=True, rung=rung)
+        torch.cuda.synchronize()
+        _check_prefill(out, lse, ref, ref_lse, float(vc.double().abs().max()), max(kv_lens), f"rung {rung} window")
+
+
+@gpu
+def test_prefill_wrapper_matches_the_call_and_replays_in_a_graph():
+    # plan / run gives the one-shot call's bits; with use_cuda_graph a captured run replays after a
+    # new plan of grown requests (same batch, no request over the first plan's query count).
+    g = torch.Generator().manual_seed(44)
+    hq, hk, d, ps = 8, 2, 128, 16
+    qo_lens, kv_lens = [64, 10, 30], [200, 10, 500]
+    qo2, kv2 = [20, 44, 40], [260, 60, 520]  # 104 queries again, each <= 64
+    max_pages = sum((n + ps - 1) // ps for n in kv2) + 2
+    kc, vc = ((torch.rand(max_pages, ps, hk, d, generator=g) * 2 - 1).to(torch.bfloat16).cuda() for _ in range(2))
+    q = ((torch.rand(sum(qo_lens), hq, d, generator=g) * 2 - 1).to(torch.bfloat16)).cuda()
+
+    def table(qo, kv):
+        pages = [(n + ps - 1) // ps for n in kv]
+        indices = torch.arange(sum(pages), dtype=torch.int32)  # distinct pages per request
+        indptr = torch.tensor([0] + [sum(pages[: i + 1]) for i in range(len(pages))], dtype=torch.int32)
+        lastl = torch.tensor([n - (p - 1) * ps for n, p in zip(kv, pages)], dtype=torch.int32)
+        qo_indptr = torch.tensor([0] + [sum(qo[: i + 1]) for i in range(len(qo))], dtype=torch.int32)
+        return qo_indptr.cuda(), indptr.cuda(), indices.cuda(), lastl.cuda()
+
+    t1 = table(qo_lens, kv_lens)
+    w = flashlab.BatchPrefillWithPagedKVCacheWrapper(torch.empty(1, dtype=torch.uint8, device="cuda"))
+    w.plan(*t1, hq, hk, d, ps, causal=True)
+    want = flashlab.batch_prefill_paged(q, t1[0], (kc, vc), t1[2], t1[1], t1[3], causal=True)
+    assert torch.equal(w.run(q, (kc, vc)), want)
+
+    bufs = [torch.zeros(4, dtype=torch.int32, device="cuda"), torch.zeros(4, dtype=torch.int32, device="cuda"),
+            torch.zeros(max_pages, dtype=torch.int32, device="cuda"), torch.zeros(3, dtype=torch.int32, device="cuda")]
+    wg = flashlab.BatchPrefillWithPagedKVCacheWrapper(None, use_cuda_graph=True, qo_indptr_buf=bufs[0],
+                                                     paged_kv_indptr_buf=bufs[1], paged_kv_indices_buf=bufs[2],
+                                                     paged_kv_last_page_len_buf=bufs[3])
+    wg.plan(*t1, hq, hk, d, ps, causal=True)
+    out = torch.empty_like(q)
+    wg.run(q, (kc, vc), out=out)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wg.run(q, (kc, vc), out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
+    t2 = table(qo2, kv2)
+    wg.plan(*t2, hq, hk, d, ps, causal=True)
+    out.fill_(float("nan"))
+    graph.replay()
+    want2 = flashlab.batch_prefill_paged(q, t2[0], (kc, vc), t2[2], t2[1], t2[3], causal=True)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want2)
+    with pytest.raises(ValueError, match="must not exceed the first plan's 64 queries"):
+        wg.plan(*table([70, 4, 30], kv2), hq, hk, d, ps, causal=True)
