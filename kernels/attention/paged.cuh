@@ -1,16 +1,14 @@
-// Copying a block of keys from a paged KV cache into shared memory (the paged prefill: forward
-// rungs 3 and 4 with p.kv_indptr set). 128 threads copy kRows keys x kChunks 16-byte chunks:
-// kTPR adjacent threads per row (128 / kRows where that divides the row's chunks, else 1), thread
-// t taking row t / kTPR and every kTPR-th chunk from t % kTPR. Each thread looks its row's page
-// up once per block and walks the row from one pointer, the chunks at constant offsets.
-// Measured against the first two versions (rung 4's producer, 8 x 2k causal prefill, H100): a
-// lookup per 16-byte copy (a dependent global load before each) ran at 0.36x the contiguous
-// kernel, a lookup per lane shared by shuffles at 0.49x (both: ~40 instructions a copy, issued
-// by the producer warps beside the consumers); this layout's ~3 a copy: see
-// docs/ladder/attention.md (batch prefill).
-// A thread's copies of one 256-byte row hit 16 different rows in a warp instruction, half a
-// 32-byte sector each; the next instruction takes the other halves from L2. The kernels are
-// compute-bound: the doubled L2 requests cost nothing measurable.
+// Copying a block of keys from a paged KV cache into shared memory with cp.async (the paged
+// prefill: forward rung 3 for every block; rung 4 for a request's last block and for page sizes
+// its TMA boxes cannot tile). 128 threads copy kRows keys x kChunks 16-byte chunks: kTPR adjacent
+// threads per row (128 / kRows where that divides the row's chunks, else 1), thread t taking row
+// t / kTPR and every kTPR-th chunk from t % kTPR; keys past the request's end are zero-filled.
+// Each thread looks its row's page up once per block and walks the row from one pointer, the
+// chunks at constant offsets (~3 instructions a copy). The two layouts before it, measured in
+// rung 4's producer (H100, 8 x 2k causal, docs/ladder/attention.md, batch prefill): a page
+// lookup before every 16-byte copy, 0.36x the contiguous kernel; a lookup per lane shared by
+// shuffles, 0.49x; this one 0.52x: for rung 4 the copies themselves were the limit, and whole
+// blocks now come by TMA.
 #pragma once
 
 #include <cstdint>
