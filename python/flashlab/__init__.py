@@ -13,7 +13,7 @@ from . import _alloc, _loader
 
 __all__ = ["ACTIVATION_RUNGS", "ATTN_BWD_RUNGS", "ATTN_FWD_RUNGS", "attention_bwd", "attention_fwd", "flash_attn_func", "flash_attn_kvpacked_func",
            "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
-           "flash_attn_varlen_qkvpacked_func", "ROPE_RUNGS", "apply_llama31_rope_pos_ids",
+           "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache", "ROPE_RUNGS", "apply_llama31_rope_pos_ids",
            "apply_llama31_rope_pos_ids_inplace", "apply_rope_pos_ids", "apply_rope_pos_ids_inplace",
            "apply_rope_with_cos_sin_cache", "GEMM_RUNGS", "LAYERNORM_RUNGS", "QUANT_RUNGS", "RMSNORM_RUNGS", "SOFTMAX_RUNGS", "SUM_RUNGS", "VECTOR_ADD_RUNGS",
            "fused_add_rmsnorm", "gelu_and_mul", "gelu_tanh_and_mul", "gemm", "gemma_fused_add_rmsnorm", "gemma_rmsnorm",
@@ -114,7 +114,8 @@ from .rope import (ROPE_RUNGS, apply_llama31_rope_pos_ids, apply_llama31_rope_po
 from .gemm import GEMM_RUNGS, gemm  # noqa: E402
 from .flash_attn_interface import (ATTN_BWD_RUNGS, ATTN_FWD_RUNGS, attention_bwd, attention_fwd, flash_attn_func,  # noqa: E402
                                    flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_func,
-                                   flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
+                                   flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
+                                   flash_attn_with_kvcache)
 from .serving import (PAGED_DECODE_RUNGS, PAGED_PREFILL_RUNGS, BatchDecodeWithPagedKVCacheWrapper,  # noqa: E402
                       BatchPrefillWithPagedKVCacheWrapper, append_paged_kv_cache, batch_decode_paged,
                       batch_decode_workspace_bytes, batch_prefill_paged, merge_state, merge_state_in_place, merge_states)

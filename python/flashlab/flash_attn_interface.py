@@ -339,3 +339,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                    causal=causal, softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, impl=impl,
                    deterministic=deterministic)
+
+
+# flash-attn's inference entry point (python/flashlab/kvcache.py), importable from here as from flash_attn.
+from .kvcache import flash_attn_with_kvcache  # noqa: E402,F401
