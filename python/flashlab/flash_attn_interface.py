@@ -19,7 +19,11 @@ What differs from flash-attn:
   ``random`` module (``random.seed``). The backward reuses the forward's seed, so it regenerates
   the forward's mask. A call captured into a CUDA graph keeps the seed it drew at capture: every
   replay repeats that mask;
-* paged KV (``block_table``) raises NotImplementedError;
+* paged KV: ``flash_attn_varlen_func(..., block_table=)`` runs the paged prefill
+  (``batch_prefill_paged``: k, v are the (num_blocks, page_block_size, nheads_k, headdim) caches,
+  ``cu_seqlens_k`` each sequence's length; forward only, torch tensors, no dropout / ALiBi / FP8 /
+  ``return_attn_probs``, a right window of -1 or 0); ``flash_attn_with_kvcache`` is in
+  ``kvcache.py``; the other functions reject ``block_table``;
 * head dims are 32, 64, 96, 128, 192 or 256 (flash-attn pads others; flashlab refuses them);
 * with ``return_attn_probs`` the third value ``S_dmask`` is the normalised probabilities
   exp(s_ij - lse_i) in q's dtype, (batch, nheads, seqlen_q, seqlen_k) (varlen: padded to
@@ -149,10 +153,33 @@ def _is_e4m3(x: Any) -> bool:
 # ---------------------------------------------------------------------------------------------
 # flash-attn's argument handling: only what C++ never sees.
 
-def _check_block_table(fn: str, block_table: Any) -> None:
-    if block_table is not None:
-        raise NotImplementedError(
-            f"{fn}: argument 'block_table': expected None (paged KV is not implemented yet), got a tensor")
+def _paged_varlen(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, window, softcap,
+                  alibi_slopes, dropout_p, return_attn_probs, block_table, impl, descales):
+    """flash_attn_varlen_func over a paged cache (``block_table``): the paged prefill, forward only."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(q, torch.Tensor):
+        raise TypeError(f"{fn}: argument 'q': expected a torch tensor with 'block_table' (its page table is built "
+                        f"with torch ops), got {type(q).__name__}")
+    unsupported = {"dropout_p": dropout_p != 0, "alibi_slopes": alibi_slopes is not None,
+                   "return_attn_probs": bool(return_attn_probs), "impl": impl is not None,
+                   "q_descale": descales[0] is not None, "k_descale": descales[1] is not None,
+                   "v_descale": descales[2] is not None}
+    for name, present in unsupported.items():
+        if present:
+            raise NotImplementedError(f"{fn}: argument '{name}': not supported with 'block_table' (the paged prefill)")
+    left, right = window
+    if right not in (-1, 0):
+        raise ValueError(f"{fn}: argument 'window_size': expected a right window of -1 or 0 with 'block_table', got {right}")
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        raise NotImplementedError(f"{fn}: the paged prefill ('block_table') has no backward: pass tensors that do not "
+                                  "require grad")
+    from .kvcache import csr_page_table
+    from .serving import batch_prefill_paged
+    seqlen_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+    kv_indices, kv_indptr, last = csr_page_table(torch, block_table, seqlen_k, int(k.shape[1]))
+    return batch_prefill_paged(q, cu_seqlens_q, (k, v), kv_indices, kv_indptr, last, causal=bool(causal) or right == 0,
+                               window_left=int(left), logits_soft_cap=float(softcap) if softcap else None,
+                               sm_scale=softmax_scale, max_qo_len=int(max_seqlen_q))
 
 
 def _window(fn: str, window_size: Any) -> tuple[Any, Any]:
@@ -279,7 +306,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     lengths.
     """
     fn = "flash_attn_varlen_func"
-    _check_block_table(fn, block_table)
+    if block_table is not None:
+        return _paged_varlen(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
+                             _window(fn, window_size), softcap, alibi_slopes, dropout_p, return_attn_probs, block_table,
+                             impl, (q_descale, k_descale, v_descale))
     return _attend(q, k, v, return_attn_probs=return_attn_probs, softmax_scale=softmax_scale,
                    causal=causal, window=_window(fn, window_size), softcap=softcap, alibi_slopes=alibi_slopes,
                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,

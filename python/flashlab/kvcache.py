@@ -49,6 +49,24 @@ def _rotate(torch: Any, x: Any, cos: Any, sin: Any, pos: Any, interleaved: bool)
     return torch.cat((rot.to(x.dtype), x[..., rd:]), dim=-1)
 
 
+def csr_page_table(torch: Any, table: Any, seqlen_k: Any, page_size: int) -> tuple[Any, Any, Any]:
+    """flash-attn's block table (batch, max_blocks) int32 and sequence lengths (batch,) as the
+    serving ops' CSR page table (kv_indices, kv_indptr, kv_last_page_len): sequence b's pages
+    table[b, :ceil(seqlen_k[b] / page_size)], built with device ops (no host synchronization: the
+    indices tensor is as long as the whole table; entries past kv_indptr[batch] are not read)."""
+    batch, max_blocks = table.shape
+    seqlen_k = seqlen_k.to(torch.int32)
+    pages = (seqlen_k + page_size - 1) // page_size
+    kv_indptr = torch.zeros(batch + 1, device=table.device, dtype=torch.int32)
+    kv_indptr[1:] = torch.cumsum(pages, 0)
+    j = torch.arange(batch * max_blocks, device=table.device, dtype=torch.int32)
+    owner = torch.searchsorted(kv_indptr[1:], j, right=True).clamp(max=max(batch - 1, 0))
+    offset = (j - kv_indptr[owner]).clamp(0, max_blocks - 1)
+    kv_indices = table[owner.long(), offset.long()].contiguous()
+    last = torch.where(pages > 0, seqlen_k - (pages - 1) * page_size, torch.zeros_like(seqlen_k)).to(torch.int32)
+    return kv_indices, kv_indptr, last
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                             cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0,
@@ -110,17 +128,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         k_cache[page, slot] = k.to(k_cache.dtype)
         v_cache[page, slot] = v.to(v_cache.dtype)
 
-    # The page table in CSR form: sequence b's pages table[b, :pages_b], without a host sync (the
-    # indices tensor is as long as the whole table; entries past kv_indptr[batch] are not read).
-    seqlen_k = lens + seqlen_new
-    pages = (seqlen_k + page_size - 1) // page_size
-    kv_indptr = torch.zeros(batch + 1, device=dev, dtype=torch.int32)
-    kv_indptr[1:] = torch.cumsum(pages, 0)
-    j = torch.arange(batch * max_blocks, device=dev, dtype=torch.int32)
-    owner = (torch.searchsorted(kv_indptr[1:], j, right=True)).clamp(max=batch - 1)
-    offset = (j - kv_indptr[owner]).clamp(0, max_blocks - 1)
-    kv_indices = table[owner.long(), offset.long()].contiguous()
-    last = torch.where(pages > 0, seqlen_k - (pages - 1) * page_size, torch.zeros_like(seqlen_k)).to(torch.int32)
+    kv_indices, kv_indptr, last = csr_page_table(torch, table, lens + seqlen_new, page_size)
     scale = None if softmax_scale is None else float(softmax_scale)
 
     if seqlen_q == 1 and window_left < 0 and not softcap:  # decode: split-KV over the pages

@@ -217,8 +217,7 @@ def test_python_side_checks():
             fn(*args, window_size=(4,))
         with pytest.raises(ValueError, match=f"^{fn.__name__}: argument 'window_size'"):
             fn(*args, window_size=(4.5, 0))
-    with pytest.raises(NotImplementedError, match="^flash_attn_varlen_func: argument 'block_table': expected None "
-                                                  r"\(paged KV is not implemented yet\)"):
+    with pytest.raises(TypeError, match="^flash_attn_varlen_func: argument 'q': expected a torch tensor with 'block_table'"):
         flashlab.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 17, 17, block_table=np.zeros((1, 1), np.int32))
     # Dropout 0 and deterministic pass on to C++ (which rejects the CPU tensor).
     with raises("attention_fwd: argument 'q': expected a CUDA tensor, got cpu tensor"):

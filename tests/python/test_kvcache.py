@@ -145,3 +145,26 @@ def test_decode_step(paged):
     g = torch.Generator().manual_seed(62)
     _run_case(paged, seqlen_q=1, seqlen_new=1, causal=True, rotary=True, g=g)  # the split-KV decode
     _run_case(paged, seqlen_q=1, seqlen_new=1, causal=True, window_left=8, softcap=30.0, g=g)  # the prefill kernel
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_with_block_table_is_the_contiguous_forward(causal):
+    # flash_attn_varlen_func(block_table=) runs the paged prefill; over the same keys gathered into
+    # contiguous k, v the varlen forward is the same kernel family: the bits must agree.
+    g = torch.Generator().manual_seed(63)
+    h, hk, d, ps, blocks = 8, 2, 128, 16, 6
+    lq, lk = [3, 50, 17], [40, 90, 17]
+    cache_k = (torch.rand(3 * blocks + 1, ps, hk, d, generator=g) * 2 - 1).to(torch.bfloat16).cuda()
+    cache_v = (torch.rand(3 * blocks + 1, ps, hk, d, generator=g) * 2 - 1).to(torch.bfloat16).cuda()
+    table = torch.randperm(3 * blocks + 1, generator=g)[: 3 * blocks].view(3, blocks).to(torch.int32).cuda()
+    q = ((torch.rand(sum(lq), h, d, generator=g) * 2 - 1).to(torch.bfloat16)).cuda()
+    cu_q = torch.tensor([0, 3, 53, 70], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 40, 130, 147], dtype=torch.int32, device="cuda")
+    got = flashlab.flash_attn_varlen_func(q, cache_k, cache_v, cu_q, cu_k, max(lq), max(lk), causal=causal,
+                                          block_table=table)
+    k = torch.cat([cache_k[table[b].long()].reshape(-1, hk, d)[:n] for b, n in enumerate(lk)])
+    v = torch.cat([cache_v[table[b].long()].reshape(-1, hk, d)[:n] for b, n in enumerate(lk)])
+    want = flashlab.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal)
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
