@@ -68,6 +68,18 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
       const int64_t pages = std::max<int64_t>(p.total_k, 1);  // the pool's pages (the caller sets total_k)
       args.k = attn_tensor_map(p.k, dtype, kHeadDim, ps, p.nheads_kv, pages, p.k_row_stride, p.k_head_stride, p.k_batch_stride, box_rows);
       args.v = attn_tensor_map(p.v, dtype, kHeadDim, ps, p.nheads_kv, pages, p.v_row_stride, p.v_head_stride, p.v_batch_stride, box_rows);
+      if (ps == 16) {  // V k-step-major, a box per page (kernels/attention/04_hopper.cuh, HopperAttnArgs)
+        const int64_t es = dtype_size(dtype);
+        const int64_t dims[5] = {64, 16, Tr::kBoxes, p.nheads_kv, pages};
+        // A dim of size 1 (one KV head, one page) may carry any stride in the caller's tensor; TMA
+        // never steps it: it gets a valid one (16 rows' bytes).
+        const int64_t rows_bytes = 16 * p.v_row_stride * es;
+        const int64_t head_bytes = p.nheads_kv > 1 ? p.v_head_stride * es : rows_bytes;
+        const int64_t strides[4] = {p.v_row_stride * es, 128, head_bytes, pages > 1 ? p.v_batch_stride * es : rows_bytes};
+        const int box[5] = {64, 16, Tr::kBoxes, 1, 1};
+        args.v = make_tensor_map_5d(p.v, dtype, dims, strides, box);
+        args.v_step_major = 1;
+      }
     }
   } else {
     args.k = attn_tensor_map(p.k, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,

@@ -119,7 +119,20 @@ struct HopperAttnArgs {
   // of page_box_rows rows (the page size, dividing kBlockN, or kBlockN, dividing the page size),
   // and whole key blocks come by TMA; 0: every block by cp.async copies.
   int page_box_rows;
+  // Paged with pages of 16 keys (one k-step of P V each): V's tile stored k-step-major, (key step,
+  // column box, 16 rows, 128 bytes), so one 3-D box (64 columns x 16 rows x column boxes) of a
+  // 5-D map (columns, page rows, column boxes, kv heads, pages) loads a page: half of V's boxes.
+  int v_step_major;
 };
+
+// Byte offset of element (row, col) of a k-step-major V tile (HopperAttnArgs::v_step_major): 16
+// rows per step, kBoxes 64-column boxes of 2048 bytes each per step, 128B-swizzled.
+template <int kBoxes>
+__device__ __forceinline__ uint32_t hopper_attn_step_swizzle(int row, int col) {
+  const int chunk = (col % 64) / 8;
+  return static_cast<uint32_t>(((row / 16) * kBoxes + col / 64) * 2048 + (row % 16) * 128 + ((chunk ^ (row % 8)) * 16) +
+                               (col % 8) * 2);
+}
 
 // Byte offset of element (row, col) in a tile stored as 64-column, 128B-swizzled boxes of
 // `rows` rows: the 16-byte chunk index within a 128-byte row is XORed with row % 8.
@@ -211,6 +224,10 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       // bytes; the other 127 arrive plainly (the barriers count 128, as for the copies).
       const int box_rows = args.page_box_rows, lane = threadIdx.x % 32;
       const int boxes = box_rows > 0 ? kN / box_rows * Tr::kBoxes : 0;
+      const bool v_steps = args.v_step_major != 0;
+      const auto v_offset = [v_steps](int row, int col) {
+        return v_steps ? hopper_attn_step_swizzle<Tr::kBoxes>(row, col) : hopper_attn_swizzle(row, col, kN);
+      };
       const auto load_boxes = [&](unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int page, int row_in_page) {
         if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, Tr::kKBytes);
         __syncwarp();
@@ -233,15 +250,24 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
           }
           mbarrier_wait(&k_empty[s], phase ^ 1);
           load_boxes(sk + s * Tr::kKBytes, &args.k, &k_full[s], page, row_in_page);
+          const int v_page = __shfl_sync(0xffffffffu, page, (lane * Tr::kBoxes) % 32);  // lane j: page j of the block
           mbarrier_wait(&v_empty[s], phase ^ 1);
-          load_boxes(sv + s * Tr::kVBytes, &args.v, &v_full[s], page, row_in_page);
+          if (v_steps) {  // a box per page: (64 columns, 16 rows, every column box)
+            uint64_t* bar = &v_full[s];
+            if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, Tr::kVBytes);
+            __syncwarp();
+            if (threadIdx.x != 0) mbarrier_arrive(bar);
+            if (threadIdx.x < kN / 16) tma_load_5d(sv + s * Tr::kVBytes + threadIdx.x * Tr::kBoxes * 2048, &args.v, 0, 0, 0, hk, v_page, bar);
+          } else {
+            load_boxes(sv + s * Tr::kVBytes, &args.v, &v_full[s], page, row_in_page);
+          }
         } else {  // the request's last block (keys past its end zero-filled), or no TMA for this page size
           const PagedRowCopy<kN, kHeadDim / 8> rows(pages, page_size, key0, sb.sk);  // in flight during the wait
           mbarrier_wait(&k_empty[s], phase ^ 1);
           rows.copy(sk + s * Tr::kKBytes, k, static_cast<int>(p.k_batch_stride), static_cast<int>(p.k_row_stride), swizzle);
           cp_async_mbarrier_arrive_noinc(&k_full[s]);
           mbarrier_wait(&v_empty[s], phase ^ 1);
-          rows.copy(sv + s * Tr::kVBytes, v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), swizzle);
+          rows.copy(sv + s * Tr::kVBytes, v, static_cast<int>(p.v_batch_stride), static_cast<int>(p.v_row_stride), v_offset);
           cp_async_mbarrier_arrive_noinc(&v_full[s]);
         }
       }
@@ -326,6 +352,10 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     }
     wgmma_commit();
   };
+  // V's k-steps of 16 keys and 64-column boxes (LBO): kN rows of 128 bytes per box, or k-step-major
+  // (paged, pages of 16: HopperAttnArgs::v_step_major).
+  const bool v_steps = kPaged && args.v_step_major != 0;
+  const uint32_t v_step_bytes = v_steps ? Tr::kBoxes * 2048 : 16 * 128, v_lbo = v_steps ? 2048 : kN * 128;
   const auto gemm_pv = [&](int stage) {
     const uint32_t v_base = smem_u32(sv + stage * Tr::kVBytes);
     wgmma_fence_operands(o);
@@ -339,7 +369,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       } else {
         // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
         // bytes further; 64-column boxes (LBO) are kN rows apart.
-        const uint64_t db = wgmma_desc_sw128(v_base + kk * 16 * 128, kN * 128, 1024);
+        const uint64_t db = wgmma_desc_sw128(v_base + kk * v_step_bytes, v_lbo, 1024);
         WgmmaRs<T, kHeadDim>::template mma<1>(o, pa[kk], db, 1);
       }
     }

@@ -1,5 +1,7 @@
 #include "src/core/tensor_map.h"
 
+#include <string>
+
 #include <cuda_runtime_api.h>
 
 #include "flashlab/error.h"
@@ -56,21 +58,40 @@ CUtensorMap make_tensor_map_2d(const void* base, DType dtype, int64_t inner, int
   return map;
 }
 
+namespace {
+
+// A rank-D (4 or 5) 128B-swizzled view; the message lists the view.
+CUtensorMap tensor_map_swizzled(const void* base, DType dtype, int rank, const int64_t* dims, const int64_t* strides_bytes,
+                                const int* box) {
+  CUtensorMap map{};
+  cuuint64_t d[5], st[4];
+  cuuint32_t bx[5];
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  for (int i = 0; i < rank; ++i) d[i] = static_cast<cuuint64_t>(dims[i]), bx[i] = static_cast<cuuint32_t>(box[i]);
+  for (int i = 0; i + 1 < rank; ++i) st[i] = static_cast<cuuint64_t>(strides_bytes[i]);
+  const CUresult r = encode_tiled()(&map, map_dtype(dtype), static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, st, bx,
+                                    elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::string view;
+    for (int i = 0; i < rank; ++i) view += (i ? " x " : "dims ") + std::to_string(dims[i]);
+    for (int i = 0; i + 1 < rank; ++i) view += (i ? ", " : ", byte strides ") + std::to_string(strides_bytes[i]);
+    for (int i = 0; i < rank; ++i) view += (i ? " x " : ", box ") + std::to_string(box[i]);
+    FLASHLAB_CHECK(false, "cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r), ") for a ", rank, "-D view of ", view);
+  }
+  return map;
+}
+
+}  // namespace
+
 CUtensorMap make_tensor_map_4d(const void* base, DType dtype, const int64_t (&dims)[4], const int64_t (&strides_bytes)[3],
                                const int (&box)[4]) {
-  CUtensorMap map{};
-  cuuint64_t d[4], st[3];
-  cuuint32_t bx[4];
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  for (int i = 0; i < 4; ++i) d[i] = static_cast<cuuint64_t>(dims[i]), bx[i] = static_cast<cuuint32_t>(box[i]);
-  for (int i = 0; i < 3; ++i) st[i] = static_cast<cuuint64_t>(strides_bytes[i]);
-  const CUresult r = encode_tiled()(&map, map_dtype(dtype), 4, const_cast<void*>(base), d, st, bx, elem_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FLASHLAB_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r), ") for a 4-D view of dims ",
-                 dims[0], " x ", dims[1], " x ", dims[2], " x ", dims[3], ", byte strides ", strides_bytes[0], ", ",
-                 strides_bytes[1], ", ", strides_bytes[2], ", box ", box[0], " x ", box[1], " x ", box[2], " x ", box[3]);
-  return map;
+  return tensor_map_swizzled(base, dtype, 4, dims, strides_bytes, box);
+}
+
+CUtensorMap make_tensor_map_5d(const void* base, DType dtype, const int64_t (&dims)[5], const int64_t (&strides_bytes)[4],
+                               const int (&box)[5]) {
+  return tensor_map_swizzled(base, dtype, 5, dims, strides_bytes, box);
 }
 
 }  // namespace flashlab::detail

@@ -22,5 +22,8 @@ CUtensorMap make_tensor_map_2d(const void* base, DType dtype, int64_t inner, int
 // size = 128 bytes). Used for (head dim, rows, heads, batch) views of attention tensors.
 CUtensorMap make_tensor_map_4d(const void* base, DType dtype, const int64_t (&dims)[4], const int64_t (&strides_bytes)[3],
                                const int (&box)[4]);
+// The same with 5 dims (the paged prefill's V: 64 columns, page rows, column boxes, heads, pages).
+CUtensorMap make_tensor_map_5d(const void* base, DType dtype, const int64_t (&dims)[5], const int64_t (&strides_bytes)[4],
+                               const int (&box)[5]);
 
 }  // namespace flashlab::detail
