@@ -37,6 +37,9 @@
 // V read transposed (a pass before the kernel, 04_hopper_fp8_v.cuh: 8-bit wgmma takes K-major
 // operands only), P packed to e4m3 in registers without shuffles (convert_p), the descale factors
 // folded into the scale and 1 / l, and bf16 O stored from registers (twice Q's tile size).
+// Paged K/V (kPaged; the paged prefill, include/flashlab/serving.h): the same kernel with the
+// producer loading whole key blocks as a TMA box per page (and V k-step-major at pages of 16),
+// the last block of a request by cp.async copies, zero-filled (HopperAttnArgs, below).
 // Limits: not persistent (one CTA per query block: a persistent version with static tile
 // striding measured slower, causal 16k 599 -> 417 TFLOP/s, a80b187); the producer loads Q per
 // CTA; FP8 reaches 1.34x the bf16 rate at 8k (cf57815): its softmax is now the larger part.

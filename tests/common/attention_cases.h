@@ -151,6 +151,24 @@ inline void expect_no_nan(const std::vector<double>& v, const ::testing::Message
   EXPECT_EQ(n, 0) << what << ": NaN in the output";
 }
 
+// A kernel's lse against the reference's (both (nheads, total_q) here): -inf must match exactly
+// (rows that see no key), the rest within the rule (2x the naive error + 1e-5 (1 + max|lse|)).
+inline void expect_lse_matches(std::vector<double> lse, std::vector<double> lse_ref, std::vector<double> lse_naive,
+                               const ::testing::Message& what) {
+  int64_t inf_mismatch = 0;
+  double max_lse = 0;
+  for (size_t x = 0; x < lse.size(); ++x) {
+    if (std::isinf(lse_ref[x]) || std::isinf(lse[x])) {
+      inf_mismatch += lse[x] != lse_ref[x];
+      lse[x] = lse_ref[x] = lse_naive[x] = 0;
+    }
+    max_lse = std::max(max_lse, std::fabs(lse_ref[x]));
+  }
+  EXPECT_EQ(inf_mismatch, 0) << what << ": lse rows where exactly one of kernel and reference is -inf";
+  expect_no_nan(lse, what);
+  expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse), ::testing::Message(what) << " (lse)");
+}
+
 // The case's ALiBi slopes, fp32 values in [0.01, 0.5): none, (nheads,) or (batch, nheads).
 inline std::vector<double> random_slopes(const Case& c, std::mt19937_64& rng) {
   std::vector<double> slopes;

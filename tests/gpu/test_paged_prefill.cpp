@@ -205,19 +205,7 @@ void expect_matches_reference(const PrefillHost& hs, const PrefillDevice& dev, c
   double max_ref = 0;
   for (double x : ref.out) max_ref = std::max(max_ref, std::fabs(x));
   expect_within_tolerance(got, naive.out, ref.out, unit_roundoff(hs.c.dt) * max_ref, what);
-  std::vector<double> lse = dev.got_lse(), lse_ref = ref.lse, lse_naive = naive.lse;
-  int64_t inf_mismatch = 0;
-  double max_lse = 0;
-  for (size_t x = 0; x < lse.size(); ++x) {
-    if (std::isinf(lse_ref[x]) || std::isinf(lse[x])) {
-      inf_mismatch += lse[x] != lse_ref[x];
-      lse[x] = lse_ref[x] = lse_naive[x] = 0;
-    }
-    max_lse = std::max(max_lse, std::fabs(lse_ref[x]));
-  }
-  EXPECT_EQ(inf_mismatch, 0) << what << ": lse rows where exactly one of kernel and reference is -inf";
-  expect_no_nan(lse, what);
-  expect_within_tolerance(lse, lse_naive, lse_ref, 1e-5 * (1 + max_lse), ::testing::Message(what) << " (lse)");
+  expect_lse_matches(dev.got_lse(), ref.lse, naive.lse, what);
 }
 
 // attention_fwd's varlen forward at `fwd_rung` over the gathered keys: out and lse bytes.

@@ -10,12 +10,12 @@ attention over the updated cache (tolerance as test_serving's prefill checks).
 
 from __future__ import annotations
 
-import math
 
 import pytest
 
 import flashlab
 from flashlab.kvcache import _rotate
+from numerics import attention_reference
 from test_bindings import gpu, torch
 
 
@@ -51,28 +51,6 @@ def test_rotation_matches_float64(interleaved):
     want = torch.cat((rot, xd[..., 64:]), dim=-1)
     assert (got - want).abs().le(2.0 ** -8 * want.abs() + 2.0 ** -20).all()
     assert torch.equal(got[..., 64:], xd[..., 64:])  # past rotary_dim: untouched
-
-
-def _attention_reference(q, keys, values, causal, window_left, softcap):
-    """float64 attention of q (sq, h, d) over keys / values (sk, hk, d), bottom-right aligned."""
-    sq, h, d = q.shape
-    sk, hk = keys.shape[0], keys.shape[1]
-    k = keys.double().repeat_interleave(h // hk, dim=1)
-    v = values.double().repeat_interleave(h // hk, dim=1)
-    s = torch.einsum("ihd,jhd->hij", q.double(), k) / math.sqrt(d)
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq)[:, None] + (sk - sq)
-    j = torch.arange(sk)[None, :]
-    visible = torch.ones(sq, sk, dtype=torch.bool)
-    if causal:
-        visible &= j <= i
-    if window_left >= 0:
-        visible &= j >= i - window_left
-    s = s.masked_fill(~visible, -math.inf)
-    lse = torch.logsumexp(s, dim=-1)  # (h, sq)
-    p = torch.where(torch.isneginf(lse)[..., None], torch.zeros_like(s), torch.exp(s - lse[..., None]))
-    return torch.einsum("hij,jhd->ihd", p, v), lse
 
 
 def _run_case(paged, seqlen_q, seqlen_new, causal, window_left=-1, softcap=0.0, rotary=None, g=None):
@@ -121,7 +99,7 @@ def _run_case(paged, seqlen_q, seqlen_new, causal, window_left=-1, softcap=0.0, 
         rows = rows_of(bb, int(lens[bb]) + seqlen_new)
         keys = torch.stack([kc_after[r, s] for r, s in rows]) if rows else torch.zeros(0, hk, d)
         values = torch.stack([vc_after[r, s] for r, s in rows]) if rows else torch.zeros(0, hk, d)
-        ref, ref_lse = _attention_reference(qr[bb].cpu(), keys, values, causal, window_left, softcap)
+        ref, ref_lse = attention_reference(qr[bb].cpu(), keys, values, causal, window_left, softcap)
         tol = (len(rows) + 8) * 2.0 ** -23
         assert not torch.isnan(out[bb]).any()
         assert (out[bb] - ref).abs().le(2.0 ** -8 * ref.abs() + (tol + 2.0 ** -8) * max_v).all(), f"sequence {bb}"

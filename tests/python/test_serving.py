@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import flashlab
+from numerics import attention_reference
 from test_bindings import fake, gpu, raises, torch
 
 
@@ -487,7 +488,7 @@ def test_batch_prefill_paged_messages():
 
 def _prefill_reference(q, qo_lens, kc, vc, indices, indptr, last, ps, causal, window_left=-1, softcap=0.0):
     """float64 attention of each request's queries (its last tokens) over its gathered pages (NHD)."""
-    hq, d = q.shape[1], q.shape[2]
+    d = q.shape[2]
     hk = kc.shape[2]
     out, lse = torch.zeros(q.shape, dtype=torch.float64), torch.full(q.shape[:2], -math.inf, dtype=torch.float64)
     row = 0
@@ -497,24 +498,9 @@ def _prefill_reference(q, qo_lens, kc, vc, indices, indptr, last, ps, causal, wi
         if nq == 0 or n == 0:
             row += nq
             continue
-        k = kc[pages].reshape(-1, hk, d)[:n].double().repeat_interleave(hq // hk, dim=1)
-        v = vc[pages].reshape(-1, hk, d)[:n].double().repeat_interleave(hq // hk, dim=1)
-        qb = q[row:row + nq].double()
-        sc = torch.einsum("ihd,jhd->hij", qb, k) / math.sqrt(d)
-        if softcap > 0:
-            sc = softcap * torch.tanh(sc / softcap)
-        i = torch.arange(nq)[:, None] + (n - nq)  # query positions
-        j = torch.arange(n)[None, :]
-        visible = torch.ones(nq, n, dtype=torch.bool)
-        if causal:
-            visible &= j <= i
-        if window_left >= 0:
-            visible &= j >= i - window_left
-        sc = sc.masked_fill(~visible, -math.inf)
-        m = torch.logsumexp(sc, dim=-1)  # (h, nq)
-        p = torch.where(torch.isneginf(m)[..., None], torch.zeros_like(sc), torch.exp(sc - m[..., None]))
-        out[row:row + nq] = torch.einsum("hij,jhd->ihd", p, v)
-        lse[row:row + nq] = m.transpose(0, 1)
+        keys, values = kc[pages].reshape(-1, hk, d)[:n], vc[pages].reshape(-1, hk, d)[:n]
+        o, m = attention_reference(q[row:row + nq], keys, values, causal, window_left, softcap)
+        out[row:row + nq], lse[row:row + nq] = o, m.transpose(0, 1)
         row += nq
     return out, lse
 
