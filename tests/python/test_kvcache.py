@@ -10,7 +10,6 @@ attention over the updated cache (tolerance as test_serving's prefill checks).
 
 from __future__ import annotations
 
-
 import pytest
 
 import flashlab
