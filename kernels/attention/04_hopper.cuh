@@ -124,7 +124,7 @@ struct HopperAttnArgs {
   int page_box_rows;
   // Paged with pages of 16 keys (one k-step of P V each): V's tile stored k-step-major, (key step,
   // column box, 16 rows, 128 bytes), so one 3-D box (64 columns x 16 rows x column boxes) of a
-  // 5-D map (columns, page rows, column boxes, kv heads, pages) loads a page: half of V's boxes.
+  // 5-D map (columns, page rows, column boxes, kv heads, pages) loads a page's V (kBoxes boxes -> 1).
   int v_step_major;
 };
 

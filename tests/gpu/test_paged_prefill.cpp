@@ -9,7 +9,8 @@
 // Every cache slot no request owns (unused pages, the tail of each last page) holds NaN: a kernel
 // that lets one into P V (0 x NaN) fails.
 // Cases: page sizes 1, 8, 16, 48 (not a power of two), 64 and 256 (rung 2 loads whole key blocks
-// by TMA, a box per page, where the page size tiles the block: 8, 16, 64 and 256 at head dim 128);
+// by TMA, a box per page, where the page size tiles the block: 8, 16, 64 and 256 at head dim 128;
+// at 16 V is k-step-major, a box per page: d 64, 128, 256);
 // NHD and HND; fp16 and bf16; head dims 64, 128, 256;
 // MHA, GQA 4 and 8, MQA; causal, sliding window, softcap; queries longer than the keys (causal
 // rows that see nothing), requests without queries or without keys, one-query requests, keys
@@ -287,6 +288,8 @@ TEST(PagedPrefill, MatchesTheReferenceAndTheContiguousForward) {
   }
   c.layout = KvLayout::kNHD, c.page_size = 64;
   c.dt = DType::kF16, c.h = 8, c.hk = 8, c.d = 64, c.causal = true;  // MHA, d 64
+  check_prefill(c, rng);
+  c.page_size = 16;  // d 64 with V k-step-major (one column box)
   check_prefill(c, rng);
   c.dt = DType::kBF16, c.h = 8, c.hk = 1, c.d = 256, c.page_size = 256;  // MQA, d 256, pages longer than a key block
   check_prefill(c, rng);
