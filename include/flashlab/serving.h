@@ -157,11 +157,14 @@ void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, c
 //   o_i = sum_j softmax_j(s_ij) v_j,  s_ij = scale q_i . k_j (softcap: softcap tanh(s / softcap)),
 // over the keys j visible to row i: j <= i + sk - sq when causal, j >= i + sk - sq - window_left
 // when window_left >= 0. A row that sees no key gets o = 0, lse = -inf.
-// Ladder (the attention forward's tiled rungs with K and V gathered through the page table,
-// each key's page looked up; keys past a request's end zero-filled):
-//   1 FlashAttention-2 (forward rung 3: mma.sync, a 2-stage cp.async pipeline), any sm_80+;
-//   2 Hopper (forward rung 4: wgmma, warp specialization; the producer warpgroup gathers K and V
-//     with cp.async instead of TMA), sm_90a (top; elsewhere rung 1 takes over).
+// Ladder (the attention forward's tiled rungs with K and V reached through the page table; keys
+// past a request's end zero-filled; the results are the contiguous forward's, bit for bit):
+//   1 FlashAttention-2 (forward rung 3: mma.sync, a 2-stage cp.async pipeline, each row's page
+//     looked up per key block), any sm_80+;
+//   2 Hopper (forward rung 4: wgmma, warp specialization; whole key blocks by TMA, a box per page,
+//     where the page size tiles the 128-key block or holds whole blocks; a request's last block
+//     and other page sizes by the producer warpgroup's cp.async copies), sm_90a (top; elsewhere
+//     rung 1 takes over).
 inline constexpr int kPagedPrefillRungs = 2;
 struct PagedPrefillOptions {
   bool causal = false;
