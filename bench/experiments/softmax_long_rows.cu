@@ -23,6 +23,7 @@
 //   exp2_two      after all copies: the thread's max (packed bf16), then one exponent per value
 //   exp2_two_poly the same with a quarter of the exponents by exp2_poly3_nonpos
 //   (--rung: the rung's own kernel with and without that polynomial share, alternated)
+//   (--window: the rung's own kernel with 16 .. 1 copies in flight per thread ahead of its fold)
 // plus a plain 16-byte grid-stride copy kernel and cudaMemcpyAsync of the same bytes, and an
 // empty kernel with the same grid, clusters and shared memory (the launch alone). A probe
 // run records per-block timestamps (globaltimer at start/end, clock64 at each phase).
@@ -31,6 +32,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cooperative_groups.h>
@@ -405,6 +407,56 @@ int main(int argc, char** argv) {
       const double ms1 = h.time_ms([&] { run_rung(with_poly, false); });
       std::printf("rep %d: cudaMemcpyAsync %.4f ms | rung, MUFU only %.4f ms (%.3fx copy) | rung, poly share %.4f ms (%.3fx copy)\n",
                   rep, copy_ms, ms0, copy_ms / ms0, ms1, copy_ms / ms1);
+    }
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--window") {
+    // The rung's own kernel with kAhead copies in flight per thread ahead of the fold (16: all
+    // issued before the first fold, the rung until this experiment), alternated in one process
+    // after a check that every window gives the same outputs bit for bit (the fold order is
+    // the same).
+    const int64_t chunk = (cols / Vec<T>::kN + kSoftmaxClusterBlocks - 1) / kSoftmaxClusterBlocks;
+    const size_t smem = chunk * sizeof(Vec<T>);
+    auto run_rung = [&](auto kernel) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
+      kernel<<<static_cast<unsigned>(rows * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, smem, h.stream()>>>(p, chunk);
+    };
+    const auto kernels = std::make_tuple(softmax_split_cluster_kernel<T, false, true, false, 16>,
+                                         softmax_split_cluster_kernel<T, false, true, false, 8>,
+                                         softmax_split_cluster_kernel<T, false, true, false, 6>,
+                                         softmax_split_cluster_kernel<T, false, true, false, 4>,
+                                         softmax_split_cluster_kernel<T, false, true, false, 3>,
+                                         softmax_split_cluster_kernel<T, false, true, false, 2>,
+                                         softmax_split_cluster_kernel<T, false, true, false, 1>);
+    const int windows[] = {16, 8, 6, 4, 3, 2, 1};
+    std::vector<uint16_t> ref(rows * cols), got(rows * cols);
+    int idx = 0;
+    std::apply([&](auto... kernel) {
+      ([&] {
+        cudaMemsetAsync(y, 0xff, rows * cols * sizeof(T), h.stream());
+        run_rung(kernel);
+        cudaMemcpyAsync((idx == 0 ? ref : got).data(), y, ref.size() * 2, cudaMemcpyDeviceToHost, h.stream());
+        cudaStreamSynchronize(h.stream());
+        int64_t diff = 0;
+        for (size_t i = 0; i < ref.size(); ++i) diff += ref[i] != got[i] || (ref[i] & 0x7fff) > 0x7f80;
+        if (idx > 0)
+          std::printf("window %2d vs 16: %lld of %zu outputs differ or NaN (%s)\n", windows[idx], (long long)diff,
+                      ref.size(), cudaGetErrorString(cudaGetLastError()));
+        ++idx;
+      }(), ...);
+    }, kernels);
+    for (int rep = 0; rep < 4; ++rep) {
+      const double copy_ms =
+          h.time_ms([&] { cudaMemcpyAsync(y, x, rows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });
+      std::printf("rep %d: cudaMemcpyAsync %.4f ms |", rep, copy_ms);
+      idx = 0;
+      std::apply([&](auto... kernel) {
+        ([&] {
+          const double ms = h.time_ms([&] { run_rung(kernel); });
+          std::printf(" w%d %.4f (%.3fx)", windows[idx++], ms, copy_ms / ms);
+        }(), ...);
+      }, kernels);
+      std::printf("\n");
     }
     return 0;
   }

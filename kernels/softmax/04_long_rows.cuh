@@ -53,13 +53,16 @@ inline constexpr int kSoftmaxClusterBlocks = 8;  // blocks per row (the portable
 inline constexpr int kSoftmaxSplitThreads = 256;
 inline constexpr int kSoftmaxSplitMaxSmemBytes = 200 * 1024;  // one chunk of the shared-memory path
 inline constexpr int kSoftmaxSplitUnrolledVpt = 16;  // vectors per thread of the unrolled copy/fold loop
+inline constexpr int kSoftmaxSplitCopyAhead = kSoftmaxSplitUnrolledVpt;  // see kAhead below
 static_assert(kSoftmaxClusterBlocks <= kWarpSize, "a warp merges one state per block of the cluster");
 
 // Block b works on row b / kSoftmaxClusterBlocks, vectors [q * chunk_vecs, (q + 1) * chunk_vecs)
 // of it, q = its rank in the cluster. kInSmem: dynamic shared memory of chunk_vecs vectors.
 // kPolyShare: a quarter of the fold's exponents on the FMA pipe (online_softmax_add_exp2); an
 // experiment, off (bench/experiments/softmax_long_rows.cu --rung: 2% slower).
-template <typename T, bool kLog, bool kInSmem, bool kPolyShare = false>
+// kAhead: copies a thread keeps in flight ahead of the vector it folds (unrolled path);
+// kSoftmaxSplitUnrolledVpt issues them all before the first fold.
+template <typename T, bool kLog, bool kInSmem, bool kPolyShare = false, int kAhead = kSoftmaxSplitCopyAhead>
 __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(kSoftmaxSplitThreads)
     softmax_split_cluster_kernel(const __grid_constant__ SoftmaxParams p, const int64_t chunk_vecs) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -99,13 +102,18 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
       // always that many commit groups (the extra ones empty, complete at once), so that the
       // wait before vector k is a compile-time count in a fully unrolled loop, not a run-time
       // switch over eight cp.async.wait_group instructions.
-#pragma unroll
-      for (int k = 0; k < kSoftmaxSplitUnrolledVpt; ++k) {
+      static_assert(kAhead >= 1 && kAhead <= kSoftmaxSplitUnrolledVpt, "copies in flight per thread");
+      const auto issue = [&](int k) {
         if (k < nk) cp_async_16(&chunk[i0 + k * blockDim.x], in + (i0 + k * blockDim.x) * V::kN);
         cp_async_commit();
-      }
+      };
+#pragma unroll
+      for (int k = 0; k < kAhead; ++k) issue(k);
       static_for<kSoftmaxSplitUnrolledVpt>([&](auto k) {
-        cp_async_wait<kSoftmaxSplitUnrolledVpt - 1 - k>();  // vector k has landed
+        if constexpr (k + kAhead < kSoftmaxSplitUnrolledVpt) issue(k + kAhead);
+        // Groups committed after vector k's: min(kAhead, kSoftmaxSplitUnrolledVpt - 1 - k).
+        constexpr int kNewer = k + kAhead < kSoftmaxSplitUnrolledVpt ? kAhead : kSoftmaxSplitUnrolledVpt - 1 - k;
+        cp_async_wait<kNewer>();  // vector k has landed
         if (k < nk) fold(st, smem_vec(i0 + k * blockDim.x));
       });
     } else {
