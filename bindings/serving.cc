@@ -68,6 +68,16 @@ void batch_decode_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView k_cache, tv
   });
 }
 
+// The prefill's options from the binding's scalars.
+PagedPrefillOptions prefill_options(const char* op, bool causal, int64_t window_left, double softcap, double softmax_scale) {
+  FLASHLAB_CHECK(window_left >= -1 && window_left <= 0x7fffffff, op,
+                 ": argument 'window_left': expected -1 (unbounded) or a count below 2^31, got ", window_left);
+  PagedPrefillOptions opt;
+  opt.causal = causal, opt.window_left = static_cast<int>(window_left), opt.softcap = static_cast<float>(softcap);
+  opt.softmax_scale = static_cast<float>(softmax_scale);
+  return opt;
+}
+
 // out (and lse, when given: (total_q, nheads)) = the batch prefill of q (packed by qo_indptr) over
 // a paged KV cache; max_qo_len -1: read from qo_indptr.
 void batch_prefill_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView qo_indptr, tvm::ffi::TensorView k_cache,
@@ -82,13 +92,62 @@ void batch_prefill_paged(tvm::ffi::TensorView q, tvm::ffi::TensorView qo_indptr,
                      Ind = to_flashlab(kv_indices, op, "kv_indices"), Ptr = to_flashlab(kv_indptr, op, "kv_indptr"),
                      Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"), O = to_flashlab(out, op, "out"),
                      L = to_flashlab_opt(lse, op, "lse");
-    FLASHLAB_CHECK(window_left >= -1 && window_left <= 0x7fffffff, op,
-                   ": argument 'window_left': expected -1 (unbounded) or a count below 2^31, got ", window_left);
-    PagedPrefillOptions opt;
-    opt.causal = causal, opt.window_left = static_cast<int>(window_left), opt.softcap = static_cast<float>(softcap);
-    opt.softmax_scale = static_cast<float>(softmax_scale);
-    flashlab::batch_prefill_paged(Q, QP, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout), opt,
-                                  max_qo_len, current_stream(Q), to_rung(op, rung, kPagedPrefillRungs));
+    flashlab::batch_prefill_paged(Q, QP, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr, to_layout(layout),
+                                  prefill_options(op, causal, window_left, softcap, softmax_scale), max_qo_len,
+                                  current_stream(Q), to_rung(op, rung, kPagedPrefillRungs));
+  });
+}
+
+// A prefill plan as the 11 integers Python keeps: batch, total_q, max_qo_len, page_size, kv_pages,
+// pages_used, device, and the addresses of qo_indptr, kv_indices, kv_indptr, kv_last_page_len.
+tvm::ffi::Shape prefill_plan_to_shape(const PrefillPlanInfo& p) {
+  return tvm::ffi::Shape({p.batch, p.total_q, p.max_qo_len, p.page_size, p.kv_pages, p.pages_used,
+                          static_cast<int64_t>(p.device), static_cast<int64_t>(p.qo_indptr),
+                          static_cast<int64_t>(p.kv_indices), static_cast<int64_t>(p.kv_indptr),
+                          static_cast<int64_t>(p.kv_last_page_len)});
+}
+PrefillPlanInfo shape_to_prefill_plan(const tvm::ffi::Shape& s, const char* op) {
+  if (s.size() != 11)
+    throw Error(detail::concat(op, ": argument 'plan': expected the 11 integers batch_prefill_paged_plan returned, got ", s.size()));
+  PrefillPlanInfo p;
+  p.batch = s[0], p.total_q = s[1], p.max_qo_len = s[2], p.page_size = s[3], p.kv_pages = s[4], p.pages_used = s[5];
+  p.device = static_cast<int>(s[6]);
+  p.qo_indptr = static_cast<uint64_t>(s[7]), p.kv_indices = static_cast<uint64_t>(s[8]);
+  p.kv_indptr = static_cast<uint64_t>(s[9]), p.kv_last_page_len = static_cast<uint64_t>(s[10]);
+  return p;
+}
+
+// The plan of a batch prefill: the index tensors' values read (on the caller's current stream) and checked once.
+tvm::ffi::Shape batch_prefill_paged_plan(tvm::ffi::TensorView qo_indptr, tvm::ffi::TensorView kv_indices,
+                                         tvm::ffi::TensorView kv_indptr, tvm::ffi::TensorView kv_last_page_len,
+                                         int64_t page_size) {
+  constexpr const char* op = "batch_prefill_paged_plan";
+  PrefillPlanInfo info;
+  call([&] {
+    const TensorView QP = to_flashlab(qo_indptr, op, "qo_indptr"), Ind = to_flashlab(kv_indices, op, "kv_indices"),
+                     Ptr = to_flashlab(kv_indptr, op, "kv_indptr"), Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len");
+    info = flashlab::batch_prefill_paged_plan(QP, Ind, Ptr, Last, page_size, current_stream(QP));
+  });
+  return prefill_plan_to_shape(info);
+}
+
+// out (and lse, when given) = the batch prefill under a plan (no device reads); layout 0: NHD, 1: HND.
+void batch_prefill_paged_run(tvm::ffi::Shape plan, tvm::ffi::TensorView q, tvm::ffi::TensorView qo_indptr,
+                             tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm::ffi::TensorView kv_indices,
+                             tvm::ffi::TensorView kv_indptr, tvm::ffi::TensorView kv_last_page_len, tvm::ffi::TensorView out,
+                             OptTensor lse, int64_t layout, bool causal, int64_t window_left, double softcap,
+                             double softmax_scale, int64_t rung) {
+  constexpr const char* op = "batch_prefill_paged_run";
+  call([&] {
+    const PrefillPlanInfo info = shape_to_prefill_plan(plan, op);
+    const TensorView Q = to_flashlab(q, op, "q"), QP = to_flashlab(qo_indptr, op, "qo_indptr"),
+                     Kc = to_flashlab(k_cache, op, "k_cache"), Vc = to_flashlab(v_cache, op, "v_cache"),
+                     Ind = to_flashlab(kv_indices, op, "kv_indices"), Ptr = to_flashlab(kv_indptr, op, "kv_indptr"),
+                     Last = to_flashlab(kv_last_page_len, op, "kv_last_page_len"), O = to_flashlab(out, op, "out"),
+                     L = to_flashlab_opt(lse, op, "lse");
+    flashlab::batch_prefill_paged_run(info, Q, QP, Kc, Vc, Ind, Ptr, Last, O, lse.has_value() ? &L : nullptr,
+                                      to_layout(layout), prefill_options(op, causal, window_left, softcap, softmax_scale),
+                                      current_stream(Q), to_rung(op, rung, kPagedPrefillRungs));
   });
 }
 
@@ -161,3 +220,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_workspace_bytes, flashlab::bindings::
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_plan, flashlab::bindings::batch_decode_plan);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_decode_run, flashlab::bindings::batch_decode_run);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_prefill_paged, flashlab::bindings::batch_prefill_paged);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_prefill_paged_plan, flashlab::bindings::batch_prefill_paged_plan);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(batch_prefill_paged_run, flashlab::bindings::batch_prefill_paged_run);

@@ -95,8 +95,8 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   }
   args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
   const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
-  FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 query blocks of 128 "
-                 "rows x heads x batches for rung 4, got ", ctas);
+  FLASHLAB_CHECK(ctas <= INT_MAX, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'",
+                 ": expected at most 2^31 - 1 query blocks of 128 rows x heads x batches for rung 4, got ", ctas);
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);

@@ -31,6 +31,14 @@ int64_t check_table(const check::Arg& Ind, const check::Arg& Ptr, const check::A
 std::vector<int64_t> check_table_values(const check::Arg& Ind, const check::Arg& Ptr, const check::Arg& Last, int64_t batch,
                                         const CacheDims& c, cudaStream_t stream);
 
+// The same checks on values already on the host (ptr, last, ind: the three arrays' contents);
+// max_pages < 0: page indices only checked >= 0. *max_index (when given): the largest page index
+// the table uses (-1: none).
+std::vector<int64_t> check_table_host_values(const check::Arg& Ind, const check::Arg& Ptr, const check::Arg& Last,
+                                             const std::vector<int>& ptr, const std::vector<int>& last,
+                                             const std::vector<int>& ind, int64_t batch, int64_t page_size,
+                                             int64_t max_pages, int64_t* max_index);
+
 // Element strides (page, slot, head) of a cache in `layout`.
 void cache_strides(const TensorView& t, KvLayout layout, int64_t& page, int64_t& slot, int64_t& head);
 

@@ -1,9 +1,12 @@
 // Host side of the batch prefill over a paged KV cache (include/flashlab/serving.h): the checks,
 // the forward's parameters with the page table in place of cu_seqlens_k, and the launch of
 // forward rung 3 or 4 with paged K/V loads (src/paged_prefill_d<D>.cu).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "flashlab/serving.h"
 #include "flashlab/validate.h"
@@ -25,13 +28,12 @@ void launch_paged_prefill(const AttnFwdParams& p, DType dtype, int rung, cudaStr
   detail::launch_attn_flash2_paged_hdim<kHeadDim>(p, dtype, stream);
 }
 
-}  // namespace
-
-void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const TensorView& k_cache,
-                         const TensorView& v_cache, const TensorView& kv_indices, const TensorView& kv_indptr,
-                         const TensorView& kv_last_page_len, const TensorView& out, const TensorView* lse, KvLayout layout,
-                         const PagedPrefillOptions& options, int64_t max_qo_len, cudaStream_t stream, int rung) {
-  const char* op = kOp;
+// The one-shot call (plan null: the index tensors' values read from the device unless
+// capturing) and the call under a plan (nothing read): every host check, then the launch.
+void prefill(const char* op, const PrefillPlanInfo* plan, const TensorView& q, const TensorView& qo_indptr,
+             const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
+             const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out, const TensorView* lse,
+             KvLayout layout, const PagedPrefillOptions& options, int64_t max_qo_len, cudaStream_t stream, int rung) {
   check::rung(op, rung, kPagedPrefillRungs);
   const check::Arg Q{op, "q", q}, QP{op, "qo_indptr", qo_indptr}, Kc{op, "k_cache", k_cache}, Vc{op, "v_cache", v_cache},
       Ind{op, "kv_indices", kv_indices}, Ptr{op, "kv_indptr", kv_indptr}, Last{op, "kv_last_page_len", kv_last_page_len},
@@ -75,27 +77,52 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
                  ": argument 'softmax_scale': expected a finite value, got ", options.softmax_scale);
   FLASHLAB_CHECK(max_qo_len >= -1 && max_qo_len <= std::numeric_limits<int>::max(), op,
                  ": argument 'max_qo_len': expected -1 (read from qo_indptr) or a count in [0, 2^31 - 1], got ", max_qo_len);
-  // The kernels' page and slot strides are 32-bit (kernels/attention/paged.cuh).
+  // The kernels' page and slot strides are 32-bit, and so is a key's offset within its page
+  // (slot x slot stride + column: kernels/attention/paged.cuh).
   int64_t strides[2][3];
   detail::cache_strides(k_cache, layout, strides[0][0], strides[0][1], strides[0][2]);
   detail::cache_strides(v_cache, layout, strides[1][0], strides[1][1], strides[1][2]);
-  for (int x = 0; x < 2; ++x)
-    if (strides[x][0] > std::numeric_limits<int>::max() || strides[x][1] > std::numeric_limits<int>::max())
-      check::fail(x == 0 ? Kc : Vc, "page and slot strides below 2^31 elements",
-                  detail::concat("strides ", shape_str((x == 0 ? k_cache : v_cache).strides)));
+  constexpr int64_t kMax32 = std::numeric_limits<int>::max();
+  for (int x = 0; x < 2; ++x) {
+    const int64_t page = strides[x][0] < 0 ? -strides[x][0] : strides[x][0], slot = strides[x][1] < 0 ? -strides[x][1] : strides[x][1];
+    if (page > kMax32 || slot > kMax32 || (c.page_size - 1) * slot + c.d > kMax32)
+      check::fail(x == 0 ? Kc : Vc, "page and slot strides whose magnitude and (page_size - 1) x slot stride + head dim are below 2^31 elements",
+                  detail::concat("strides ", shape_str((x == 0 ? k_cache : v_cache).strides), " at page_size ", c.page_size));
+  }
   if (rung == 2)
-    for (const check::Arg* x : {&Q, &O})
+    for (const check::Arg* x : {&Q, &O, &Kc, &Vc})
       if (!detail::tma_strides(x->t))
         check::fail(*x, "positive strides on every dim of size > 1 for rung 2 (TMA)",
                     detail::concat("strides ", shape_str(x->t.strides)));
+  if (plan != nullptr) {
+    FLASHLAB_CHECK(plan->device == q.device.index, op, ": argument 'plan': expected a plan of q's device (", q.device.index,
+                   "), got one of device ", plan->device);
+    const std::pair<const check::Arg*, uint64_t> planned[] = {
+        {&QP, plan->qo_indptr}, {&Ind, plan->kv_indices}, {&Ptr, plan->kv_indptr}, {&Last, plan->kv_last_page_len}};
+    for (const auto& [arg, address] : planned)
+      if (reinterpret_cast<uint64_t>(arg->t.data) != address)
+        check::fail(*arg, detail::concat("the tensor the plan read (address 0x", std::hex, address, ")"),
+                    detail::concat("address 0x", std::hex, reinterpret_cast<uint64_t>(arg->t.data)));
+    if (plan->batch != batch) check::fail(Last, detail::concat("the plan's batch of ", plan->batch), detail::concat(batch));
+    if (plan->total_q != total_q) check::fail(Q, detail::concat("the plan's ", plan->total_q, " rows"), detail::concat(total_q));
+    if (plan->kv_pages > kv_indices.shape[0])
+      check::fail(Ind, detail::concat("at least the plan's ", plan->kv_pages, " pages"), detail::concat(kv_indices.shape[0]));
+    if (plan->page_size != c.page_size)
+      check::fail(Kc, detail::concat("the plan's page size ", plan->page_size), detail::concat(c.page_size));
+    if (plan->pages_used > c.max_pages)
+      check::fail(Kc, detail::concat("a pool of at least ", plan->pages_used, " pages (the plan's largest page index + 1)"),
+                  detail::concat(c.max_pages, " pages"));
+    max_qo_len = plan->max_qo_len;
+  }
   detail::DeviceGuard guard(q.device.index);
-  if (rung == 2 && detail::cc_major() != 9) rung = 1;  // rung 2 is built for sm_90a only: rung 1 takes over
-  // Last: the values (device reads, waiting for `stream`), unless capturing.
-  const bool capture = detail::capturing(stream);
+  // Rung 2 is built for sm_90a only, and maps the pool with TMA (an empty pool has no map): rung 1 takes over.
+  if (rung == 2 && (detail::cc_major() != 9 || c.max_pages == 0)) rung = 1;
+  // Last: the values (device reads, waiting for `stream`), unless capturing or planned.
+  const bool capture = plan == nullptr && detail::capturing(stream);
   FLASHLAB_CHECK(!capture || max_qo_len >= 0, op, ": argument 'max_qo_len': expected the longest request's query count "
                  "while the stream is being captured (qo_indptr cannot be read), got ", max_qo_len);
   int64_t grid_rows = max_qo_len;
-  if (!capture) {
+  if (plan == nullptr && !capture) {
     detail::check_table_values(Ind, Ptr, Last, batch, c, stream);
     const int64_t longest = detail::check_cu_seqlens_values(
         QP, Q, batch, total_q, max_qo_len >= 0 ? max_qo_len : std::numeric_limits<int64_t>::max(), "max_qo_len", stream);
@@ -133,6 +160,61 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
     case 128: return launch_paged_prefill<128>(p, q.dtype, rung, stream);
     default: return launch_paged_prefill<256>(p, q.dtype, rung, stream);
   }
+}
+
+}  // namespace
+
+void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const TensorView& k_cache,
+                         const TensorView& v_cache, const TensorView& kv_indices, const TensorView& kv_indptr,
+                         const TensorView& kv_last_page_len, const TensorView& out, const TensorView* lse, KvLayout layout,
+                         const PagedPrefillOptions& options, int64_t max_qo_len, cudaStream_t stream, int rung) {
+  prefill(kOp, nullptr, q, qo_indptr, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out, lse, layout, options,
+          max_qo_len, stream, rung);
+}
+
+void batch_prefill_paged_run(const PrefillPlanInfo& plan, const TensorView& q, const TensorView& qo_indptr,
+                             const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
+                             const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,
+                             const TensorView* lse, KvLayout layout, const PagedPrefillOptions& options,
+                             cudaStream_t stream, int rung) {
+  prefill("batch_prefill_paged_run", &plan, q, qo_indptr, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, out,
+          lse, layout, options, plan.max_qo_len, stream, rung);
+}
+
+PrefillPlanInfo batch_prefill_paged_plan(const TensorView& qo_indptr, const TensorView& kv_indices,
+                                         const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+                                         int64_t page_size, cudaStream_t stream) {
+  const char* op = "batch_prefill_paged_plan";
+  const check::Arg QP{op, "qo_indptr", qo_indptr}, Ind{op, "kv_indices", kv_indices}, Ptr{op, "kv_indptr", kv_indptr},
+      Last{op, "kv_last_page_len", kv_last_page_len};
+  check::cuda(QP);
+  const int64_t batch = detail::check_table(Ind, Ptr, Last, QP);
+  detail::check_index(QP, Ptr);
+  FLASHLAB_CHECK(batch <= 65535, op, ": argument 'kv_last_page_len': expected a batch of at most 65535 requests, got ", batch);
+  check::shape(QP, {batch + 1});
+  FLASHLAB_CHECK(page_size >= 1 && page_size <= std::numeric_limits<int>::max(), op,
+                 ": argument 'page_size': expected a value in [1, 2^31), got ", page_size);
+  detail::DeviceGuard guard(qo_indptr.device.index);
+  FLASHLAB_CHECK(!detail::capturing(stream), op, ": argument 'stream': expected a stream that is not being captured "
+                 "(the plan reads the index tensors), got a capturing one");
+  const std::vector<int> qo = detail::read_int32(qo_indptr, stream), ptr = detail::read_int32(kv_indptr, stream),
+                         last = detail::read_int32(kv_last_page_len, stream), ind = detail::read_int32(kv_indices, stream);
+  PrefillPlanInfo plan;
+  int64_t largest = -1;
+  detail::check_table_host_values(Ind, Ptr, Last, ptr, last, ind, batch, page_size, -1, &largest);
+  if (qo[0] != 0) check::fail(QP, "qo_indptr[0] = 0", detail::concat("qo_indptr[0] = ", qo[0]));
+  for (int64_t b = 0; b < batch; ++b) {
+    if (qo[b + 1] < qo[b])
+      check::fail(QP, "non-decreasing values", detail::concat("qo_indptr[", b + 1, "] = ", qo[b + 1], " < qo_indptr[", b, "] = ", qo[b]));
+    plan.max_qo_len = std::max<int64_t>(plan.max_qo_len, qo[b + 1] - qo[b]);
+  }
+  plan.batch = batch, plan.total_q = qo[batch], plan.page_size = page_size, plan.kv_pages = ptr[batch];
+  plan.pages_used = largest + 1;
+  plan.device = qo_indptr.device.index;
+  plan.qo_indptr = reinterpret_cast<uint64_t>(qo_indptr.data), plan.kv_indices = reinterpret_cast<uint64_t>(kv_indices.data);
+  plan.kv_indptr = reinterpret_cast<uint64_t>(kv_indptr.data);
+  plan.kv_last_page_len = reinterpret_cast<uint64_t>(kv_last_page_len.data);
+  return plan;
 }
 
 }  // namespace flashlab

@@ -192,4 +192,38 @@ void batch_prefill_paged(const TensorView& q, const TensorView& qo_indptr, const
                          KvLayout layout = KvLayout::kNHD, const PagedPrefillOptions& options = {},
                          int64_t max_qo_len = -1, cudaStream_t stream = nullptr, int rung = kPagedPrefillRungs);
 
+// Plan / run (FlashInfer's BatchPrefillWithPagedKVCacheWrapper): the index tensors' values read
+// from the device and checked once per batch by plan(), so that the calls under the plan (one a
+// layer) read nothing and never wait for the stream. The plan holds what the checks found and
+// the four tensors' addresses; run() checks the tensors it gets against them on the host, and
+// trusts the values at those addresses not to change until the next plan (FlashInfer's contract).
+struct PrefillPlanInfo {
+  int64_t batch = 0, total_q = 0, max_qo_len = 0, page_size = 0;
+  int64_t kv_pages = 0;    // kv_indptr[batch]: the table's page count
+  int64_t pages_used = 0;  // the pool pages the table reaches: its largest page index + 1 (0: none)
+  int device = 0;
+  uint64_t qo_indptr = 0, kv_indices = 0, kv_indptr = 0, kv_last_page_len = 0;  // the planned tensors' addresses
+};
+
+// Reads qo_indptr, kv_indptr, kv_last_page_len and kv_indices (waits for `stream`; not while it
+// is being captured) and checks them as batch_prefill_paged does: qo_indptr[0] = kv_indptr[0] = 0,
+// both non-decreasing, kv_last_page_len in [1, page_size] (0 for a request without pages), page
+// indices >= 0, requests shorter than 2^31 tokens. Tensors: int32 1-D contiguous on one CUDA device,
+// qo_indptr and kv_indptr (batch + 1,), kv_last_page_len (batch,), batch <= 65535; page_size the
+// cache's, in [1, 2^31).
+PrefillPlanInfo batch_prefill_paged_plan(const TensorView& qo_indptr, const TensorView& kv_indices,
+                                         const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+                                         int64_t page_size, cudaStream_t stream = nullptr);
+
+// batch_prefill_paged under a plan: the same arguments (max_qo_len is the plan's), the index
+// tensors those planned (same addresses and lengths), q's rows the plan's total_q, the cache's page
+// size the plan's and its pool at least pages_used pages. Reads nothing from the device (so it
+// may be captured); throws flashlab::Error (nothing launched) on invalid arguments.
+void batch_prefill_paged_run(const PrefillPlanInfo& plan, const TensorView& q, const TensorView& qo_indptr,
+                             const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,
+                             const TensorView& kv_indptr, const TensorView& kv_last_page_len, const TensorView& out,
+                             const TensorView* lse = nullptr, KvLayout layout = KvLayout::kNHD,
+                             const PagedPrefillOptions& options = {}, cudaStream_t stream = nullptr,
+                             int rung = kPagedPrefillRungs);
+
 }  // namespace flashlab

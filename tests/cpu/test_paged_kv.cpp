@@ -353,6 +353,11 @@ TEST(PagedKvValidation, DecodeWorkspaceBytes) {
   bytes(3, 8, 4, 160, {op + "'headdim'", "32, 64, 96, 128, 192 or 256", "got 160"});
 }
 
+bool has_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
 // batch_prefill_paged: 3 requests, 30 packed queries of 8 heads x 128, over Call's NHD cache.
 struct Prefill {
   Call c;
@@ -460,11 +465,106 @@ TEST(PagedKvValidation, Prefill) {
     p.c.layout = static_cast<KvLayout>(2);
     rejected(p, {op + "'layout'", "expected NHD or HND"});
   }
+  {
+    Prefill p;  // a key's offset in its page, slot x slot stride (32-bit in the kernels), past 2^31
+    p.c.kc = TensorView(testing::fake(0, kWs), kBf, {32, 16, 4, 128}, {4 * 128, 150'000'000, 128, 1}, testing::kGpu);
+    rejected(p, {op + "'k_cache'", "(page_size - 1) x slot stride + head dim are below 2^31", "at page_size 16"});
+  }
+  {
+    Prefill p;  // pages in reverse order (a negative page stride): no TMA map for rung 2, rung 1 takes it
+    const int64_t page = 16 * 4 * 128;
+    p.c.vc = TensorView(testing::fake(31 * page * 2, kVc), kBf, {32, 16, 4, 128}, {-page, 4 * 128, 128, 1}, testing::kGpu);
+    rejected(p, {op + "'v_cache'", "positive strides on every dim of size > 1 for rung 2"});
+    p.rung = 1;  // past every host check: the device guard's first CUDA call
+    if (!has_gpu()) testing::expect_rejected([&] { p.run(); }, {"CUDA error"});
+  }
 }
 
-bool has_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+// batch_prefill_paged_run: Prefill's call under a plan that matches it (the index tensors'
+// addresses, 3 requests, 30 rows, pages of 16, 32 pages in the pool).
+struct PrefillRun {
+  Prefill p;
+  PrefillPlanInfo plan = [this] {
+    PrefillPlanInfo x;
+    x.batch = 3, x.total_q = 30, x.max_qo_len = 12, x.page_size = 16, x.kv_pages = 40, x.pages_used = 32, x.device = 0;
+    x.qo_indptr = reinterpret_cast<uint64_t>(p.qo.data), x.kv_indices = reinterpret_cast<uint64_t>(p.c.ind.data);
+    x.kv_indptr = reinterpret_cast<uint64_t>(p.c.ptr.data), x.kv_last_page_len = reinterpret_cast<uint64_t>(p.c.last.data);
+    return x;
+  }();
+  void run() const {
+    batch_prefill_paged_run(plan, p.q, p.qo, p.c.kc, p.c.vc, p.c.ind, p.c.ptr, p.c.last, p.out, p.lse_ptr, p.c.layout, p.opt,
+                            nullptr, p.rung);
+  }
+};
+
+TEST(PagedKvValidation, PrefillRun) {
+  const std::string op = "batch_prefill_paged_run: argument ";
+  const auto rejected = [](const PrefillRun& r, const std::vector<std::string>& pieces) {
+    testing::expect_rejected([&] { r.run(); }, pieces);
+  };
+  {
+    PrefillRun r;  // the tensors' own checks first, named by the run
+    r.p.q = gpu(kBf, {30, 8, 64}, kAk);
+    rejected(r, {op + "'q'", "expected shape [30, 8, 128]"});
+  }
+  {
+    PrefillRun r;
+    r.p.c.ind = gpu(kI32, {40}, kPos, 64);  // another tensor than the one planned
+    rejected(r, {op + "'kv_indices'", "the tensor the plan read", "got address 0x"});
+  }
+  {
+    PrefillRun r;
+    r.plan.kv_last_page_len += 16;
+    rejected(r, {op + "'kv_last_page_len'", "the tensor the plan read"});
+  }
+  {
+    PrefillRun r;
+    r.plan.batch = 2;
+    rejected(r, {op + "'kv_last_page_len'", "the plan's batch of 2", "got 3"});
+  }
+  {
+    PrefillRun r;
+    r.plan.total_q = 31;
+    rejected(r, {op + "'q'", "the plan's 31 rows", "got 30"});
+  }
+  {
+    PrefillRun r;
+    r.plan.kv_pages = 41;
+    rejected(r, {op + "'kv_indices'", "at least the plan's 41 pages", "got 40"});
+  }
+  {
+    PrefillRun r;
+    r.plan.page_size = 64;
+    rejected(r, {op + "'k_cache'", "the plan's page size 64", "got 16"});
+  }
+  {
+    PrefillRun r;  // the table reaches page 32 of a pool of 32
+    r.plan.pages_used = 33;
+    rejected(r, {op + "'k_cache'", "a pool of at least 33 pages", "got 32 pages"});
+  }
+  {
+    PrefillRun r;
+    r.plan.device = 1;
+    rejected(r, {op + "'plan'", "expected a plan of q's device (0)", "got one of device 1"});
+  }
+  if (!has_gpu()) {
+    PrefillRun r;  // the plan matches: past every host check, the device guard's first CUDA call
+    testing::expect_rejected([&] { r.run(); }, {"CUDA error"});
+  }
+}
+
+TEST(PagedKvValidation, PrefillPlan) {
+  const std::string op = "batch_prefill_paged_plan: argument ";
+  const Prefill p;
+  const auto plan = [&](const TensorView& qo, const TensorView& ind, int64_t page_size, const std::vector<std::string>& pieces) {
+    testing::expect_rejected([&] { batch_prefill_paged_plan(qo, ind, p.c.ptr, p.c.last, page_size); }, pieces);
+  };
+  plan(gpu(kI32, {3}, kPos), p.c.ind, 16, {op + "'qo_indptr'", "expected shape [4]", "got [3]"});
+  plan(gpu(DType::kI64, {4}, kPos), p.c.ind, 16, {op + "'qo_indptr'", "dtype"});
+  plan(p.qo, gpu(kI32, {8, 5}, kInd), 16, {op + "'kv_indices'", "1 dims"});
+  plan(TensorView(testing::fake(0, kPos), kI32, {4}, testing::kCpu), p.c.ind, 16, {op + "'qo_indptr'", "CUDA"});
+  plan(p.qo, p.c.ind, 0, {op + "'page_size'", "expected a value in [1, 2^31)", "got 0"});
+  if (!has_gpu()) plan(p.qo, p.c.ind, 16, {"CUDA error"});  // past every host check: the device guard
 }
 
 // Valid calls pass every host check: on a machine without a GPU the first CUDA call then fails.

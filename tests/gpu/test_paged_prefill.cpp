@@ -16,7 +16,8 @@
 // rows that see nothing), requests without queries or without keys, one-query requests, keys
 // up to 2k. Under CUDA-graph capture (max_qo_len given): replays after the page table and the
 // query split changed in place. The rejections that read the device (qo_indptr's and the page
-// table's values, max_qo_len too small), nothing launched.
+// table's values, max_qo_len too small), nothing launched. Plan / run: the plan's checks, runs
+// under it (with and without lse, captured) bit for bit the one-shot call.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -187,6 +188,23 @@ struct PrefillDevice {
                         device_view(vc.ptr, host.c.dt, host.cache_shape()), device_view(ind.ptr, DType::kI32, {table_cap}),
                         device_view(ptr.ptr, DType::kI32, {host.batch() + 1}), device_view(last.ptr, DType::kI32, {host.batch()}),
                         outv(), with_lse ? &l : nullptr, host.c.layout, host.options(), max_qo_len, stream, rung);
+  }
+  TensorView qov() const { return device_view(qo.ptr, DType::kI32, {host.batch() + 1}); }
+  TensorView indv() const { return device_view(ind.ptr, DType::kI32, {table_cap}); }
+  TensorView ptrv() const { return device_view(ptr.ptr, DType::kI32, {host.batch() + 1}); }
+  TensorView lastv() const { return device_view(last.ptr, DType::kI32, {host.batch()}); }
+  PrefillPlanInfo plan(cudaStream_t stream = nullptr) const {
+    return batch_prefill_paged_plan(qov(), indv(), ptrv(), lastv(), host.c.page_size, stream);
+  }
+  // Under a plan; pages < 0: the whole pool, else a view of its first `pages` pages.
+  void run_planned(const PrefillPlanInfo& plan, int rung, cudaStream_t stream = nullptr, bool with_lse = true,
+                   int64_t pages = -1) const {
+    std::vector<int64_t> shape = host.cache_shape();
+    if (pages >= 0) shape[0] = pages;
+    const TensorView l = lsev();
+    batch_prefill_paged_run(plan, qv(), qov(), device_view(kc.ptr, host.c.dt, shape), device_view(vc.ptr, host.c.dt, shape),
+                            indv(), ptrv(), lastv(), outv(), with_lse ? &l : nullptr, host.c.layout, host.options(), stream,
+                            rung);
   }
   std::vector<uint8_t> out_bytes() const { return download(out.ptr, static_cast<size_t>(host.q.bytes.size())); }
   std::vector<double> got_lse() const {  // as the reference's (nheads, total_q)
@@ -375,6 +393,89 @@ TEST(PagedPrefill, GraphReplaysAfterTheTableChanged) {
       EXPECT_TRUE(fresh.out_bytes() == dev.out_bytes()) << after << ": the replay's bits differ from a one-shot call's";
     }
   }
+}
+
+// Plan / run: the plan reads and checks the index tensors once; runs under it (plain, without
+// lse, captured and replayed) give the one-shot call's bits. Bad values are rejected by the plan,
+// a pool smaller than the table reaches by the run; nothing launched either way.
+TEST(PagedPrefill, PlanAndRun) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(2515);
+  PrefillCase c;
+  c.h = 8, c.hk = 2, c.d = 128, c.causal = true, c.page_size = 16;
+  c.lq = {100, 0, 37, 1};
+  c.lk = {300, 20, 1000, 64};
+  const PrefillHost hs(c, rng);
+  const PrefillDevice dev(hs, hs.t.total_pages());
+  const PrefillPlanInfo plan = dev.plan();
+  EXPECT_EQ(plan.batch, 4);
+  EXPECT_EQ(plan.total_q, hs.total_q);
+  EXPECT_EQ(plan.max_qo_len, 100);
+  EXPECT_EQ(plan.kv_pages, hs.t.total_pages());
+  EXPECT_EQ(plan.pages_used, *std::max_element(hs.t.indices.begin(), hs.t.indices.end()) + 1);
+  const auto expect_untouched = [&] {
+    const std::vector<uint8_t> after = download(dev.out.ptr, dev.out.bytes);
+    EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint8_t x) { return x == 0xff; })) << "out was written";
+  };
+  for (int rung : rungs_here()) {
+    const ::testing::Message what = describe(c, rung) << " (plan / run)";
+    dev.poison();
+    dev.run(rung);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> one_shot = dev.out_bytes();
+    const std::vector<double> one_shot_lse = dev.got_lse();
+    dev.poison();
+    dev.run_planned(plan, rung);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(dev.out_bytes() == one_shot) << what << ": out differs from the one-shot call's";
+    const std::vector<double> lse = dev.got_lse();
+    int64_t differ = 0;
+    for (size_t x = 0; x < lse.size(); ++x) differ += !(lse[x] == one_shot_lse[x]);
+    EXPECT_EQ(differ, 0) << what << ": lse values that differ from the one-shot call's";
+    dev.poison();
+    dev.run_planned(plan, rung, nullptr, false);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(dev.out_bytes() == one_shot) << what << ": out without lse differs";
+    Stream stream;
+    Graph graph;
+    dev.poison(stream.s);
+    graph.capture(stream.s, [&] { dev.run_planned(plan, rung, stream.s); });
+    graph.replay(stream.s);
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+    EXPECT_TRUE(dev.out_bytes() == one_shot) << what << ": the captured run's replay differs";
+    // The pool the run gets must hold every page the table reaches.
+    dev.poison();
+    expect_rejected([&] { dev.run_planned(plan, rung, nullptr, true, plan.pages_used - 1); },
+                    {"batch_prefill_paged_run: argument 'k_cache'", "a pool of at least"});
+    expect_untouched();
+  }
+  // The plan's value checks.
+  PageTable bad = hs.t;
+  bad.last[0] = static_cast<int>(c.page_size) + 1;
+  dev.set_table(bad, c.lq);
+  expect_rejected([&] { dev.plan(); }, {"batch_prefill_paged_plan: argument 'kv_last_page_len'", "kv_last_page_len[0] = 17"});
+  bad = hs.t;
+  bad.indices[3] = -1;
+  dev.set_table(bad, c.lq);
+  expect_rejected([&] { dev.plan(); }, {"batch_prefill_paged_plan: argument 'kv_indices'", "page indices >= 0", "kv_indices[3] = -1"});
+  dev.set_table(hs.t, {100, 10, 0, 28});  // fine: qo_indptr non-decreasing
+  EXPECT_EQ(dev.plan().max_qo_len, 100);
+  dev.set_table(hs.t, c.lq);
+  FLASHLAB_CUDA_CHECK(cudaMemset(static_cast<int*>(dev.qo.ptr) + 2, 0xff, 4));  // qo_indptr[2] = -1 < qo_indptr[1]
+  expect_rejected([&] { dev.plan(); }, {"batch_prefill_paged_plan: argument 'qo_indptr'", "non-decreasing", "qo_indptr[2] = -1"});
+  dev.set_table(hs.t, c.lq);
+  Stream stream;  // a plan reads: not under capture
+  FLASHLAB_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+  bool threw = false;
+  try {
+    dev.plan(stream.s);
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("batch_prefill_paged_plan: argument 'stream'") != std::string::npos;
+  }
+  cudaGraph_t g = nullptr;
+  FLASHLAB_CUDA_CHECK(cudaStreamEndCapture(stream.s, &g));
+  if (g != nullptr) cudaGraphDestroy(g);
+  EXPECT_TRUE(threw) << "a plan on a capturing stream was not rejected by name";
 }
 
 // Rejections that read the device: nothing launched (out still poisoned).
