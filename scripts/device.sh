@@ -89,8 +89,8 @@ if [ -n "$filter" ]; then
       quantize*) gtest_parts+=('Quantize*:Dequantize*:QuantReference*:RowDivisor*'); py_tests+=(tests/python/test_quant.py) ;;
       gemm*) gtest_parts+=('Gemm*'); py_tests+=(tests/python/test_gemm.py) ;;
       attn_bwd*) gtest_parts+=('AttentionBwd*'); py_tests+=(tests/python/test_attention_bwd.py) ;;
-      attn*|attention*) gtest_parts+=('Attention*:MergeState*:PagedKv*:PagedDecode*'); py_tests+=(tests/python/test_attention.py tests/python/test_attention_bwd.py tests/python/test_attention_compile.py tests/python/test_attention_dropout.py tests/python/test_serving.py) ;;
-      merge*|serving*|paged*) gtest_parts+=('MergeState*:PagedKv*:PagedDecode*'); py_tests+=(tests/python/test_serving.py) ;;
+      attn*|attention*) gtest_parts+=('Attention*:MergeState*:PagedKv*:PagedDecode*:PagedPrefill*'); py_tests+=(tests/python/test_attention.py tests/python/test_attention_bwd.py tests/python/test_attention_compile.py tests/python/test_attention_dropout.py tests/python/test_serving.py tests/python/test_kvcache.py) ;;
+      merge*|serving*|paged*) gtest_parts+=('MergeState*:PagedKv*:PagedDecode*:PagedPrefill*'); py_tests+=(tests/python/test_serving.py tests/python/test_kvcache.py) ;;
       *) gtest_parts+=('*') ;;
     esac
   done
