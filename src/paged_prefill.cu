@@ -187,18 +187,39 @@ PrefillPlanInfo batch_prefill_paged_plan(const TensorView& qo_indptr, const Tens
   const char* op = "batch_prefill_paged_plan";
   const check::Arg QP{op, "qo_indptr", qo_indptr}, Ind{op, "kv_indices", kv_indices}, Ptr{op, "kv_indptr", kv_indptr},
       Last{op, "kv_last_page_len", kv_last_page_len};
-  check::cuda(QP);
-  const int64_t batch = detail::check_table(Ind, Ptr, Last, QP);
-  detail::check_index(QP, Ptr);
+  const bool host = qo_indptr.device.type == DeviceType::kCPU || qo_indptr.device.type == DeviceType::kCUDAHost;
+  for (const check::Arg* a : {&QP, &Ind, &Ptr, &Last}) {
+    if (host) {
+      FLASHLAB_CHECK(a->t.device.type == qo_indptr.device.type, op, ": argument '", a->name, "': expected a tensor on ",
+                     device_str(qo_indptr.device), " (as 'qo_indptr'), got ", device_str(a->t.device));
+    } else {
+      check::cuda(*a);
+      check::same_device(*a, QP);
+    }
+    check::dtype_in(*a, {DType::kI32});
+    check::ndim(*a, 1);
+    check::contiguous(*a);
+  }
+  const int64_t batch = kv_last_page_len.shape[0];
+  check::shape(Ptr, {batch + 1});
   FLASHLAB_CHECK(batch <= 65535, op, ": argument 'kv_last_page_len': expected a batch of at most 65535 requests, got ", batch);
   check::shape(QP, {batch + 1});
   FLASHLAB_CHECK(page_size >= 1 && page_size <= std::numeric_limits<int>::max(), op,
                  ": argument 'page_size': expected a value in [1, 2^31), got ", page_size);
-  detail::DeviceGuard guard(qo_indptr.device.index);
-  FLASHLAB_CHECK(!detail::capturing(stream), op, ": argument 'stream': expected a stream that is not being captured "
-                 "(the plan reads the index tensors), got a capturing one");
-  const std::vector<int> qo = detail::read_int32(qo_indptr, stream), ptr = detail::read_int32(kv_indptr, stream),
-                         last = detail::read_int32(kv_last_page_len, stream), ind = detail::read_int32(kv_indices, stream);
+  std::vector<int> qo, ptr, last, ind;
+  if (host) {
+    const auto copy = [](const TensorView& t) {
+      const int* x = static_cast<const int*>(t.data);
+      return std::vector<int>(x, x + t.numel());
+    };
+    qo = copy(qo_indptr), ptr = copy(kv_indptr), last = copy(kv_last_page_len), ind = copy(kv_indices);
+  } else {
+    detail::DeviceGuard guard(qo_indptr.device.index);
+    FLASHLAB_CHECK(!detail::capturing(stream), op, ": argument 'stream': expected a stream that is not being captured "
+                   "(the plan reads the index tensors), got a capturing one");
+    qo = detail::read_int32(qo_indptr, stream), ptr = detail::read_int32(kv_indptr, stream);
+    last = detail::read_int32(kv_last_page_len, stream), ind = detail::read_int32(kv_indices, stream);
+  }
   PrefillPlanInfo plan;
   int64_t largest = -1;
   detail::check_table_host_values(Ind, Ptr, Last, ptr, last, ind, batch, page_size, -1, &largest);
@@ -210,7 +231,7 @@ PrefillPlanInfo batch_prefill_paged_plan(const TensorView& qo_indptr, const Tens
   }
   plan.batch = batch, plan.total_q = qo[batch], plan.page_size = page_size, plan.kv_pages = ptr[batch];
   plan.pages_used = largest + 1;
-  plan.device = qo_indptr.device.index;
+  plan.device = host ? -1 : qo_indptr.device.index;
   plan.qo_indptr = reinterpret_cast<uint64_t>(qo_indptr.data), plan.kv_indices = reinterpret_cast<uint64_t>(kv_indices.data);
   plan.kv_indptr = reinterpret_cast<uint64_t>(kv_indptr.data);
   plan.kv_last_page_len = reinterpret_cast<uint64_t>(kv_last_page_len.data);

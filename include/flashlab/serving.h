@@ -201,7 +201,7 @@ struct PrefillPlanInfo {
   int64_t batch = 0, total_q = 0, max_qo_len = 0, page_size = 0;
   int64_t kv_pages = 0;    // kv_indptr[batch]: the table's page count
   int64_t pages_used = 0;  // the pool pages the table reaches: its largest page index + 1 (0: none)
-  int device = 0;
+  int device = 0;         // the index tensors' CUDA device (-1: they were host tensors)
   uint64_t qo_indptr = 0, kv_indices = 0, kv_indptr = 0, kv_last_page_len = 0;  // the planned tensors' addresses
 };
 
@@ -210,7 +210,8 @@ struct PrefillPlanInfo {
 // both non-decreasing, kv_last_page_len in [1, page_size] (0 for a request without pages), page
 // indices >= 0, requests shorter than 2^31 tokens. Tensors: int32 1-D contiguous on one CUDA device,
 // qo_indptr and kv_indptr (batch + 1,), kv_last_page_len (batch,), batch <= 65535; page_size the
-// cache's, in [1, 2^31).
+// cache's, in [1, 2^31). Host tensors (all cpu or all cuda_host) are read directly: their plan
+// checks their values (device -1) but no run takes it (a run's tensors are on a CUDA device).
 PrefillPlanInfo batch_prefill_paged_plan(const TensorView& qo_indptr, const TensorView& kv_indices,
                                          const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                                          int64_t page_size, cudaStream_t stream = nullptr);

@@ -22,7 +22,9 @@ What differs from flash-attn:
 * paged KV: ``flash_attn_varlen_func(..., block_table=)`` runs the paged prefill
   (``batch_prefill_paged``: k, v are the (num_blocks, page_block_size, nheads_k, headdim) caches,
   ``cu_seqlens_k`` each sequence's length; forward only, torch tensors, no dropout / ALiBi / FP8 /
-  ``return_attn_probs``, a right window of -1 or 0); ``flash_attn_with_kvcache`` is in
+  ``return_attn_probs``, a right window of -1 or 0; outside a CUDA-graph capture the lengths are
+  read back and checked against the block table's capacity, a synchronization);
+  ``flash_attn_with_kvcache`` is in
   ``kvcache.py``; the other functions reject ``block_table``;
 * head dims are 32, 64, 96, 128, 192 or 256 (flash-attn pads others; flashlab refuses them);
 * with ``return_attn_probs`` the third value ``S_dmask`` is the normalised probabilities
@@ -36,7 +38,8 @@ What differs from flash-attn:
   (one element, or (batch, nheads_kv)) and return bf16; head dim 128 on Hopper only (rung 4).
 
 Masks are aligned bottom-right (flash-attn >= 2.1): with sq / sk a batch's lengths, row i sees
-keys j in [i + sk - sq - window_left, i + sk - sq + window_right], -1 meaning unbounded, and
+keys j in [i + sk - sq - window_left, i + sk - sq + window_right], -1 (any negative size, as
+flash-attn) meaning unbounded, and
 causal is window_right = 0. A row that sees no key gives 0 output and -inf lse.
 
 Argument checks are in C++ (ValueError naming the op, the argument, what was expected and what
@@ -173,21 +176,44 @@ def _paged_varlen(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax
     if q.requires_grad or k.requires_grad or v.requires_grad:
         raise NotImplementedError(f"{fn}: the paged prefill ('block_table') has no backward: pass tensors that do not "
                                   "require grad")
-    from .kvcache import csr_page_table
+    from .kvcache import capturing, check_block_table, csr_page_table
     from .serving import batch_prefill_paged
+    for name, x in (("k", k), ("v", v)):
+        if x.dim() != 4:
+            raise ValueError(f"{fn}: argument '{name}': expected the paged cache (num_blocks, page_block_size, nheads_k, "
+                             f"headdim) with 'block_table', got {list(x.shape)}")
+    for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.dim() != 1 or x.shape[0] < 1 or \
+                x.shape != cu_seqlens_q.shape:
+            got = f"{x.dtype} {list(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{fn}: argument '{name}': expected int32 (batch + 1,), cu_seqlens_k as cu_seqlens_q, "
+                             f"got {got}")
+    batch = cu_seqlens_q.shape[0] - 1
+    check_block_table(torch, fn, block_table, batch)
+    page_size = int(k.shape[1])
     seqlen_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
-    kv_indices, kv_indptr, last = csr_page_table(torch, block_table, seqlen_k, int(k.shape[1]))
+    if not capturing(torch, q):  # one device read: the lengths must fit the block table
+        capacity = block_table.shape[1] * page_size
+        for b, n in enumerate(seqlen_k.tolist()):
+            if not 0 <= n <= capacity:
+                raise ValueError(f"{fn}: argument 'cu_seqlens_k': expected non-decreasing values, sequence lengths <= "
+                                 f"{capacity} (block_table's {block_table.shape[1]} blocks of page_block_size "
+                                 f"{page_size}), got {n} for sequence {b}")
+    kv_indices, kv_indptr, last = csr_page_table(torch, block_table, seqlen_k, page_size, int(k.shape[0]))
     return batch_prefill_paged(q, cu_seqlens_q, (k, v), kv_indices, kv_indptr, last, causal=bool(causal) or right == 0,
                                window_left=int(left), logits_soft_cap=float(softcap) if softcap else None,
                                sm_scale=softmax_scale, max_qo_len=int(max_seqlen_q))
 
 
-def _window(fn: str, window_size: Any) -> tuple[Any, Any]:
+def _window(fn: str, window_size: Any) -> tuple[int, int]:
+    """(left, right) as ints, a negative side as -1: flash-attn takes any negative size as unbounded
+    (the C++ API takes only -1)."""
     try:
         left, right = window_size
-        return operator.index(left), operator.index(right)
+        left, right = operator.index(left), operator.index(right)
     except (TypeError, ValueError):
         raise ValueError(f"{fn}: argument 'window_size': expected (left, right) ints, got {window_size!r}") from None
+    return max(left, -1), max(right, -1)
 
 
 def _check_packed(fn: str, name: str, x: Any, layout: str, dim: int, count: int) -> None:

@@ -13,6 +13,7 @@ DLPack producer; outputs default to new tensors like the inputs.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -269,13 +270,43 @@ def batch_prefill_paged(q: Any, qo_indptr: Any, paged_kv_cache: Any, kv_indices:
     return (out, lse) if return_lse else out
 
 
+def _check_graph_table(op: str, arrays: tuple[Any, ...], buffers: tuple[Any, ...], batch: int) -> int:
+    """A CUDA-graph prefill plan's (qo_indptr, paged_kv_indptr, paged_kv_indices,
+    paged_kv_last_page_len) against the plan's batch and the buffers they are copied into, all
+    before the first copy (a copy failing midway would leave a captured graph a mixed table).
+    Reads paged_kv_indptr on the host. Returns the page count paged_kv_indptr[batch]."""
+    torch = sys.modules.get("torch")
+    names = ("qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len")
+    for name, x, n in zip(names, arrays, (batch + 1, batch + 1, None, batch)):
+        if torch is None or not isinstance(x, torch.Tensor):
+            raise TypeError(f"{op}: argument '{name}': expected a torch tensor (use_cuda_graph copies it into its "
+                            f"buffer), got {type(x).__name__}")
+        if x.dim() != 1 or (n is not None and x.shape[0] != n):
+            want = "1 dim" if n is None else f"shape [{n}] (batch {batch}, from qo_indptr)"
+            raise ValueError(f"{op}: argument '{name}': expected {want}, got {list(x.shape)}")
+    nnz = int(_host_int32(op, "paged_kv_indptr", arrays[1])[-1])
+    if nnz < 0:
+        raise ValueError(f"{op}: argument 'paged_kv_indptr': expected a page count paged_kv_indptr[{batch}] >= 0, got {nnz}")
+    if nnz > arrays[2].shape[0]:
+        raise ValueError(f"{op}: argument 'paged_kv_indices': expected at least paged_kv_indptr[{batch}] = {nnz} "
+                         f"pages, got {arrays[2].shape[0]}")
+    sizes = [_shape(b)[0] if len(_shape(b)) == 1 else -1 for b in buffers]
+    if sizes[0] != batch + 1 or sizes[1] != batch + 1 or sizes[2] < nnz or sizes[3] != batch:
+        raise ValueError(f"{op}: the CUDA-graph buffers (qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, "
+                         f"paged_kv_last_page_len_buf; -1: not 1-D) hold {sizes}; this plan needs a batch of {batch} "
+                         f"and {nnz} pages: {[batch + 1, batch + 1, nnz, batch]}")
+    return nnz
+
+
 class BatchPrefillWithPagedKVCacheWrapper:
     """Batch prefill / append over a paged KV cache (FlashInfer's wrapper of the same name; C++
     ``batch_prefill_paged``, its top rung).
 
-    ``plan()`` reads ``qo_indptr`` on the host (call it outside a CUDA-graph capture) for the
-    longest request's query count, which fixes the grid; ``run()`` then launches without reading
-    the device, so it can be captured. ``use_cuda_graph=True`` (with ``qo_indptr_buf`` and the three
+    ``plan()`` (outside a CUDA-graph capture) reads ``qo_indptr`` and the page table from the
+    device once and checks them (C++ ``batch_prefill_paged_plan``; the longest request's query
+    count fixes the grid); ``run()`` (``batch_prefill_paged_run``) then checks its tensors against
+    the plan on the host and launches without reading the device: no wait per call or layer, and
+    it can be captured. As FlashInfer's, the planned arrays must not change until the next plan. ``use_cuda_graph=True`` (with ``qo_indptr_buf`` and the three
     ``paged_kv_*_buf`` tensors, as FlashInfer): every ``plan()`` copies its arrays into those
     buffers, so a captured ``run()`` replays correctly after a new ``plan()`` whose longest request
     has no more queries than at capture time (same batch). ``float_workspace_buffer`` is accepted
@@ -299,6 +330,7 @@ class BatchPrefillWithPagedKVCacheWrapper:
         self._kv_layout = kv_layout
         self._buffers = buffers if use_cuda_graph else None
         self._table: tuple[Any, Any, Any, Any] | None = None
+        self._plan: Any = None  # C++ batch_prefill_paged_plan's integers
         self._max_qo_len = -1
         self._options: tuple[bool, int, float, float] = (False, -1, 0.0, 0.0)
 
@@ -328,19 +360,23 @@ class BatchPrefillWithPagedKVCacheWrapper:
         table = (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len)
         if self._buffers is not None:
             qo_buf, ptr_buf, ind_buf, last_buf = self._buffers
-            nnz = _shape(paged_kv_indices)[0]
-            if _shape(qo_buf)[0] != len(host) or _shape(ptr_buf)[0] != len(host) or _shape(ind_buf)[0] < nnz:
-                raise ValueError(f"{op}: the CUDA-graph buffers hold a batch of {_shape(qo_buf)[0] - 1} and "
-                                 f"{_shape(ind_buf)[0]} pages; this plan has a batch of {len(host) - 1} and {nnz} pages")
+            nnz = _check_graph_table(op, table, self._buffers, len(host) - 1)
+            # The values checked before the buffers are written (host or device arrays): a refused
+            # plan leaves a captured graph's table as it was.
+            _ffi.batch_prefill_paged_plan(qo_indptr, paged_kv_indices, paged_kv_indptr, paged_kv_last_page_len,
+                                          int(page_size))
             if self._table is not None and max_qo_len > self._max_qo_len:
                 raise ValueError(f"{op}: a CUDA-graph plan's longest request must not exceed the first plan's "
                                  f"{self._max_qo_len} queries (the captured grid), got {max_qo_len}")
             qo_buf.copy_(qo_indptr, non_blocking=non_blocking)
             ptr_buf.copy_(paged_kv_indptr, non_blocking=non_blocking)
-            ind_buf[:nnz].copy_(paged_kv_indices, non_blocking=non_blocking)
+            ind_buf[:nnz].copy_(paged_kv_indices[:nnz], non_blocking=non_blocking)
             last_buf.copy_(paged_kv_last_page_len, non_blocking=non_blocking)
             table = (qo_buf, ptr_buf, ind_buf, last_buf)
             max_qo_len = max(max_qo_len, self._max_qo_len)  # the grid of the first plan (a capture's) stays
+        qo, ptr, ind, last = table
+        # The values read and checked once here (a wait), so that run() reads nothing.
+        self._plan = _ffi.batch_prefill_paged_plan(qo, ind, ptr, last, int(page_size))
         self._table = table
         self._max_qo_len = max_qo_len
         self._options = (bool(causal), int(window_left), softcap, 0.0 if sm_scale is None else float(sm_scale))
@@ -364,8 +400,8 @@ class BatchPrefillWithPagedKVCacheWrapper:
             lse = _alloc.empty(q, shape[:2], "float32")
         qo_indptr, kv_indptr, kv_indices, kv_last = self._table
         causal, window_left, softcap, sm_scale = self._options
-        _ffi.batch_prefill_paged(q, qo_indptr, k_cache, v_cache, kv_indices, kv_indptr, kv_last, out, lse, layout, causal,
-                                 window_left, softcap, sm_scale, self._max_qo_len, PAGED_PREFILL_RUNGS)
+        _ffi.batch_prefill_paged_run(self._plan, q, qo_indptr, k_cache, v_cache, kv_indices, kv_indptr, kv_last, out, lse,
+                                     layout, causal, window_left, softcap, sm_scale, PAGED_PREFILL_RUNGS)
         return (out, lse) if return_lse else out
 
     forward = run  # FlashInfer's older name

@@ -562,9 +562,60 @@ TEST(PagedKvValidation, PrefillPlan) {
   plan(gpu(kI32, {3}, kPos), p.c.ind, 16, {op + "'qo_indptr'", "expected shape [4]", "got [3]"});
   plan(gpu(DType::kI64, {4}, kPos), p.c.ind, 16, {op + "'qo_indptr'", "dtype"});
   plan(p.qo, gpu(kI32, {8, 5}, kInd), 16, {op + "'kv_indices'", "1 dims"});
-  plan(TensorView(testing::fake(0, kPos), kI32, {4}, testing::kCpu), p.c.ind, 16, {op + "'qo_indptr'", "CUDA"});
+  plan(TensorView(testing::fake(0, kPos), kI32, {4}, testing::kCpu), p.c.ind, 16,
+       {op + "'kv_indices'", "expected a tensor on cpu (as 'qo_indptr')", "got cuda:0"});
   plan(p.qo, p.c.ind, 0, {op + "'page_size'", "expected a value in [1, 2^31)", "got 0"});
   if (!has_gpu()) plan(p.qo, p.c.ind, 16, {"CUDA error"});  // past every host check: the device guard
+}
+
+// The plan's value checks, on host tensors (read directly): what it finds, and each rejection.
+TEST(PagedKvValidation, PrefillPlanOfHostTables) {
+  const std::string op = "batch_prefill_paged_plan: argument ";
+  struct Table {
+    std::vector<int> qo{0, 5, 5, 17}, ptr{0, 2, 2, 5}, last{3, 0, 16}, ind{7, 0, 4, 31, 2, 99};
+    PrefillPlanInfo plan(int64_t page_size = 16) {
+      const auto host = [](std::vector<int>& v) { return TensorView(v.data(), kI32, {static_cast<int64_t>(v.size())}, testing::kCpu); };
+      return batch_prefill_paged_plan(host(qo), host(ind), host(ptr), host(last), page_size);
+    }
+  };
+  Table t;
+  const PrefillPlanInfo plan = t.plan();
+  EXPECT_EQ(plan.batch, 3);
+  EXPECT_EQ(plan.total_q, 17);
+  EXPECT_EQ(plan.max_qo_len, 12);
+  EXPECT_EQ(plan.page_size, 16);
+  EXPECT_EQ(plan.kv_pages, 5);
+  EXPECT_EQ(plan.pages_used, 32);  // index 99 lies past kv_indptr[3] = 5: not read
+  EXPECT_EQ(plan.device, -1);
+  EXPECT_EQ(plan.kv_indices, reinterpret_cast<uint64_t>(t.ind.data()));
+  const auto rejected = [&](Table bad, const std::vector<std::string>& pieces, int64_t page_size = 16) {
+    testing::expect_rejected([&] { bad.plan(page_size); }, pieces);
+  };
+  Table x;
+  x.last[0] = 17;
+  rejected(x, {op + "'kv_last_page_len'", "values in [1, page_size = 16]", "kv_last_page_len[0] = 17"});
+  rejected(Table{}, {op + "'kv_last_page_len'", "values in [1, page_size = 8]", "kv_last_page_len[2] = 16"}, 8);
+  x = Table{};
+  x.last[1] = 1;
+  rejected(x, {op + "'kv_last_page_len'", "0 for a request without pages", "kv_last_page_len[1] = 1"});
+  x = Table{};
+  x.ind[3] = -2;
+  rejected(x, {op + "'kv_indices'", "page indices >= 0", "kv_indices[3] = -2"});
+  x = Table{};
+  x.ptr = {0, 2, 1, 5};
+  rejected(x, {op + "'kv_indptr'", "non-decreasing", "kv_indptr[2] = 1 < kv_indptr[1] = 2"});
+  x = Table{};
+  x.ptr = {1, 2, 2, 5};
+  rejected(x, {op + "'kv_indptr'", "kv_indptr[0] = 0", "got kv_indptr[0] = 1"});
+  x = Table{};
+  x.ptr = {0, 2, 2, 7};
+  rejected(x, {op + "'kv_indices'", "at least kv_indptr[3] = 7 pages", "got 6"});
+  x = Table{};
+  x.qo = {0, 5, 4, 17};
+  rejected(x, {op + "'qo_indptr'", "non-decreasing", "qo_indptr[2] = 4 < qo_indptr[1] = 5"});
+  x = Table{};
+  x.qo = {2, 5, 5, 17};
+  rejected(x, {op + "'qo_indptr'", "qo_indptr[0] = 0", "got qo_indptr[0] = 2"});
 }
 
 // Valid calls pass every host check: on a machine without a GPU the first CUDA call then fails.

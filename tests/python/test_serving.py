@@ -486,6 +486,52 @@ def test_batch_prefill_paged_messages():
         flashlab.BatchPrefillWithPagedKVCacheWrapper().run(q, cache)
 
 
+@pytest.mark.skipif(torch is None, reason="needs torch (CPU tensors are enough)")
+def test_prefill_wrapper_graph_plan_checks_before_copying():
+    # use_cuda_graph: every array is checked against the plan's batch (from qo_indptr) and against the
+    # buffers before the first copy, so a refused plan leaves the buffers (a captured graph's table) as
+    # they were. CPU tensors: plan() itself reads and copies with torch only.
+    op = "BatchPrefillWithPagedKVCacheWrapper.plan"
+
+    def i32(values):
+        return torch.tensor(values, dtype=torch.int32)
+
+    bufs = [i32([7] * 4), i32([7] * 4), i32([7] * 12), i32([7] * 3)]
+    w = flashlab.BatchPrefillWithPagedKVCacheWrapper(None, use_cuda_graph=True, qo_indptr_buf=bufs[0],
+                                                     paged_kv_indptr_buf=bufs[1], paged_kv_indices_buf=bufs[2],
+                                                     paged_kv_last_page_len_buf=bufs[3])
+    qo, ptr, ind, last = i32([0, 2, 3, 5]), i32([0, 2, 3, 6]), i32([4, 1, 0, 9, 8, 2]), i32([5, 16, 1])
+    bad = {
+        "last_page_len_length": ((qo, ptr, ind, i32([5, 16, 1, 1])),
+                                 f"{op}: argument 'paged_kv_last_page_len': expected shape [3] (batch 3, from qo_indptr), "
+                                 "got [4]"),
+        "indptr_length": ((qo, i32([0, 2, 3, 6, 6]), ind, last),
+                          f"{op}: argument 'paged_kv_indptr': expected shape [4] (batch 3, from qo_indptr), got [5]"),
+        "indices_2d": ((qo, ptr, ind.view(2, 3), last), f"{op}: argument 'paged_kv_indices': expected 1 dim, got [2, 3]"),
+        "indices_short": ((qo, ptr, ind[:5], last),
+                          f"{op}: argument 'paged_kv_indices': expected at least paged_kv_indptr[3] = 6 pages, got 5"),
+        "buffer_short": ((qo, i32([0, 8, 9, 13]), torch.arange(13, dtype=torch.int32), last),
+                         f"{op}: the CUDA-graph buffers (qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, "
+                         "paged_kv_last_page_len_buf; -1: not 1-D) hold [4, 4, 12, 3]; this plan needs a batch of 3 and "
+                         "13 pages: [4, 4, 13, 3]"),
+    }
+    for what, (arrays, message) in bad.items():
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            w.plan(*arrays, 8, 2, 128, 16, causal=True)
+        assert all(torch.equal(b, i32([7] * len(b))) for b in bufs), f"{what}: a buffer was written"
+    with pytest.raises(TypeError, match=f"^{re.escape(op)}: argument 'paged_kv_indptr': expected a torch tensor"):
+        w.plan(qo, ptr.numpy(), ind, last, 8, 2, 128, 16, causal=True)
+    assert all(torch.equal(b, i32([7] * len(b))) for b in bufs), "numpy paged_kv_indptr: a buffer was written"
+    # A value the C++ plan refuses (a last page longer than the page size): refused before any copy.
+    with pytest.raises(ValueError, match=r"^batch_prefill_paged_plan: argument 'kv_last_page_len': .*"
+                                         r"kv_last_page_len\[0\] = 17"):
+        w.plan(qo, ptr, ind, i32([17, 16, 1]), 8, 2, 128, 16, causal=True)
+    assert all(torch.equal(b, i32([7] * len(b))) for b in bufs), "bad kv_last_page_len: a buffer was written"
+    w.plan(qo, ptr, ind, last, 8, 2, 128, 16, causal=True)  # a valid plan copies all four
+    assert torch.equal(bufs[0], qo) and torch.equal(bufs[1], ptr) and torch.equal(bufs[3], last)
+    assert torch.equal(bufs[2][:6], ind) and torch.equal(bufs[2][6:], i32([7] * 6))
+
+
 def _prefill_reference(q, qo_lens, kc, vc, indices, indptr, last, ps, causal, window_left=-1, softcap=0.0):
     """float64 attention of each request's queries (its last tokens) over its gathered pages (NHD)."""
     d = q.shape[2]
