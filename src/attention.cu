@@ -76,10 +76,7 @@ namespace detail {
 
 // cu_seqlens values (read from the device, so checked last): cu[0] = 0, non-decreasing,
 // cu[batch] = the packed rows of `ref`, every length <= max_len; returns the longest.
-int64_t check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_t batch, int64_t total, int64_t max_len,
-                             const char* max_name, cudaStream_t stream) {
-  detail::DeviceGuard guard(cu.t.device.index);
-  const std::vector<int> v = detail::read_int32(cu.t, stream);
+int64_t cu_seqlens_longest(const check::Arg& cu, const std::vector<int>& v, int64_t batch) {
   if (v[0] != 0) check::fail(cu, "cu_seqlens[0] = 0", detail::concat("cu_seqlens[0] = ", v[0]));
   int64_t longest = 0;
   for (int64_t b = 0; b < batch; ++b) {
@@ -87,6 +84,14 @@ int64_t check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int
       check::fail(cu, "non-decreasing values", detail::concat("cu_seqlens[", b + 1, "] = ", v[b + 1], " < cu_seqlens[", b, "] = ", v[b]));
     longest = std::max<int64_t>(longest, v[b + 1] - v[b]);
   }
+  return longest;
+}
+
+int64_t check_cu_seqlens_values(const check::Arg& cu, const check::Arg& ref, int64_t batch, int64_t total, int64_t max_len,
+                             const char* max_name, cudaStream_t stream) {
+  detail::DeviceGuard guard(cu.t.device.index);
+  const std::vector<int> v = detail::read_int32(cu.t, stream);
+  const int64_t longest = cu_seqlens_longest(cu, v, batch);
   if (v[batch] != total)
     check::fail(cu, detail::concat("cu_seqlens[", batch, "] = ", total, " (the packed rows of '", ref.name, "')"),
                 detail::concat(v[batch]));

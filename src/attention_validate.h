@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -20,6 +21,9 @@ namespace flashlab::detail {
 AttnFwdParams attention_validated_params(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
                                          const TensorView& out, int rung, const AttnFwdOptions& opt, cudaStream_t stream,
                                          const std::function<void()>& more_host_checks = {});
+
+// cu_seqlens values v (batch + 1, on the host): v[0] = 0, non-decreasing; returns the longest length.
+int64_t cu_seqlens_longest(const check::Arg& cu, const std::vector<int>& v, int64_t batch);
 
 // cu_seqlens values (read from the device, waiting for `stream`): cu[0] = 0, non-decreasing,
 // cu[batch] = `total` (the packed rows of `ref`), every length <= max_len (named max_name);

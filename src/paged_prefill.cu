@@ -1,8 +1,8 @@
 // Host side of the batch prefill over a paged KV cache (include/flashlab/serving.h): the checks,
 // the forward's parameters with the page table in place of cu_seqlens_k, and the launch of
 // forward rung 3 or 4 with paged K/V loads (src/paged_prefill_d<D>.cu).
-#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -84,7 +84,7 @@ void prefill(const char* op, const PrefillPlanInfo* plan, const TensorView& q, c
   detail::cache_strides(v_cache, layout, strides[1][0], strides[1][1], strides[1][2]);
   constexpr int64_t kMax32 = std::numeric_limits<int>::max();
   for (int x = 0; x < 2; ++x) {
-    const int64_t page = strides[x][0] < 0 ? -strides[x][0] : strides[x][0], slot = strides[x][1] < 0 ? -strides[x][1] : strides[x][1];
+    const int64_t page = std::abs(strides[x][0]), slot = std::abs(strides[x][1]);
     if (page > kMax32 || slot > kMax32 || (c.page_size - 1) * slot + c.d > kMax32)
       check::fail(x == 0 ? Kc : Vc, "page and slot strides whose magnitude and (page_size - 1) x slot stride + head dim are below 2^31 elements",
                   detail::concat("strides ", shape_str((x == 0 ? k_cache : v_cache).strides), " at page_size ", c.page_size));
@@ -189,13 +189,12 @@ PrefillPlanInfo batch_prefill_paged_plan(const TensorView& qo_indptr, const Tens
       Last{op, "kv_last_page_len", kv_last_page_len};
   const bool host = qo_indptr.device.type == DeviceType::kCPU || qo_indptr.device.type == DeviceType::kCUDAHost;
   for (const check::Arg* a : {&QP, &Ind, &Ptr, &Last}) {
-    if (host) {
-      FLASHLAB_CHECK(a->t.device.type == qo_indptr.device.type, op, ": argument '", a->name, "': expected a tensor on ",
-                     device_str(qo_indptr.device), " (as 'qo_indptr'), got ", device_str(a->t.device));
-    } else {
-      check::cuda(*a);
-      check::same_device(*a, QP);
+    if (!host) {
+      detail::check_index(*a, QP);
+      continue;
     }
+    FLASHLAB_CHECK(a->t.device.type == qo_indptr.device.type, op, ": argument '", a->name, "': expected a tensor on ",
+                   device_str(qo_indptr.device), " (as 'qo_indptr'), got ", device_str(a->t.device));
     check::dtype_in(*a, {DType::kI32});
     check::ndim(*a, 1);
     check::contiguous(*a);
@@ -223,12 +222,7 @@ PrefillPlanInfo batch_prefill_paged_plan(const TensorView& qo_indptr, const Tens
   PrefillPlanInfo plan;
   int64_t largest = -1;
   detail::check_table_host_values(Ind, Ptr, Last, ptr, last, ind, batch, page_size, -1, &largest);
-  if (qo[0] != 0) check::fail(QP, "qo_indptr[0] = 0", detail::concat("qo_indptr[0] = ", qo[0]));
-  for (int64_t b = 0; b < batch; ++b) {
-    if (qo[b + 1] < qo[b])
-      check::fail(QP, "non-decreasing values", detail::concat("qo_indptr[", b + 1, "] = ", qo[b + 1], " < qo_indptr[", b, "] = ", qo[b]));
-    plan.max_qo_len = std::max<int64_t>(plan.max_qo_len, qo[b + 1] - qo[b]);
-  }
+  plan.max_qo_len = detail::cu_seqlens_longest(QP, qo, batch);
   plan.batch = batch, plan.total_q = qo[batch], plan.page_size = page_size, plan.kv_pages = ptr[batch];
   plan.pages_used = largest + 1;
   plan.device = host ? -1 : qo_indptr.device.index;

@@ -270,32 +270,22 @@ def batch_prefill_paged(q: Any, qo_indptr: Any, paged_kv_cache: Any, kv_indices:
     return (out, lse) if return_lse else out
 
 
-def _check_graph_table(op: str, arrays: tuple[Any, ...], buffers: tuple[Any, ...], batch: int) -> int:
+def _check_graph_buffers(op: str, arrays: tuple[Any, ...], buffers: tuple[Any, ...], batch: int, nnz: int) -> None:
     """A CUDA-graph prefill plan's (qo_indptr, paged_kv_indptr, paged_kv_indices,
-    paged_kv_last_page_len) against the plan's batch and the buffers they are copied into, all
-    before the first copy (a copy failing midway would leave a captured graph a mixed table).
-    Reads paged_kv_indptr on the host. Returns the page count paged_kv_indptr[batch]."""
+    paged_kv_last_page_len), their values already checked by the C++ plan (batch requests, nnz
+    pages), against the buffers they are copied into, before the first copy (a copy failing midway
+    would leave a captured graph a mixed table)."""
     torch = sys.modules.get("torch")
     names = ("qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len")
-    for name, x, n in zip(names, arrays, (batch + 1, batch + 1, None, batch)):
+    for name, x in zip(names, arrays):
         if torch is None or not isinstance(x, torch.Tensor):
             raise TypeError(f"{op}: argument '{name}': expected a torch tensor (use_cuda_graph copies it into its "
                             f"buffer), got {type(x).__name__}")
-        if x.dim() != 1 or (n is not None and x.shape[0] != n):
-            want = "1 dim" if n is None else f"shape [{n}] (batch {batch}, from qo_indptr)"
-            raise ValueError(f"{op}: argument '{name}': expected {want}, got {list(x.shape)}")
-    nnz = int(_host_int32(op, "paged_kv_indptr", arrays[1])[-1])
-    if nnz < 0:
-        raise ValueError(f"{op}: argument 'paged_kv_indptr': expected a page count paged_kv_indptr[{batch}] >= 0, got {nnz}")
-    if nnz > arrays[2].shape[0]:
-        raise ValueError(f"{op}: argument 'paged_kv_indices': expected at least paged_kv_indptr[{batch}] = {nnz} "
-                         f"pages, got {arrays[2].shape[0]}")
     sizes = [_shape(b)[0] if len(_shape(b)) == 1 else -1 for b in buffers]
     if sizes[0] != batch + 1 or sizes[1] != batch + 1 or sizes[2] < nnz or sizes[3] != batch:
         raise ValueError(f"{op}: the CUDA-graph buffers (qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, "
                          f"paged_kv_last_page_len_buf; -1: not 1-D) hold {sizes}; this plan needs a batch of {batch} "
                          f"and {nnz} pages: {[batch + 1, batch + 1, nnz, batch]}")
-    return nnz
 
 
 class BatchPrefillWithPagedKVCacheWrapper:
@@ -306,7 +296,8 @@ class BatchPrefillWithPagedKVCacheWrapper:
     device once and checks them (C++ ``batch_prefill_paged_plan``; the longest request's query
     count fixes the grid); ``run()`` (``batch_prefill_paged_run``) then checks its tensors against
     the plan on the host and launches without reading the device: no wait per call or layer, and
-    it can be captured. As FlashInfer's, the planned arrays must not change until the next plan. ``use_cuda_graph=True`` (with ``qo_indptr_buf`` and the three
+    it can be captured. As FlashInfer's, the planned arrays must not change until the next plan.
+    ``use_cuda_graph=True`` (with ``qo_indptr_buf`` and the three
     ``paged_kv_*_buf`` tensors, as FlashInfer): every ``plan()`` copies its arrays into those
     buffers, so a captured ``run()`` replays correctly after a new ``plan()`` whose longest request
     has no more queries than at capture time (same batch). ``float_workspace_buffer`` is accepted
@@ -341,7 +332,8 @@ class BatchPrefillWithPagedKVCacheWrapper:
              logits_soft_cap: float | None = None, rope_scale: float | None = None, rope_theta: float | None = None,
              q_data_type: Any = None, kv_data_type: Any = None, non_blocking: bool = True, **unsupported: Any) -> None:
         """Plans the prefill of the batch whose queries are split by ``qo_indptr`` and whose page
-        table is (paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len), int32 CUDA tensors.
+        table is (paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len), int32 CUDA tensors
+        (with ``use_cuda_graph``, host tensors too: they are checked, then copied into the buffers).
         Shapes and dtypes come from ``run()``'s tensors (checked there); features flashlab's
         prefill lacks (custom masks, rotary inside the kernel, a different value head dim) are
         rejected."""
@@ -354,29 +346,28 @@ class BatchPrefillWithPagedKVCacheWrapper:
         for name, value in unsupported.items():
             if value not in (None, 0):
                 raise ValueError(f"{op}: argument '{name}': expected None (not supported), got {type(value).__name__}")
-        host = _host_int32(op, "qo_indptr", qo_indptr)
-        lens = [int(host[i + 1]) - int(host[i]) for i in range(len(host) - 1)]
-        max_qo_len = max(lens) if lens else 0
         table = (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len)
-        if self._buffers is not None:
-            qo_buf, ptr_buf, ind_buf, last_buf = self._buffers
-            nnz = _check_graph_table(op, table, self._buffers, len(host) - 1)
-            # The values checked before the buffers are written (host or device arrays): a refused
-            # plan leaves a captured graph's table as it was.
-            _ffi.batch_prefill_paged_plan(qo_indptr, paged_kv_indices, paged_kv_indptr, paged_kv_last_page_len,
-                                          int(page_size))
+        # The values read and checked once here (a wait; host arrays are read directly), so that run()
+        # reads nothing. The plan's integers: batch, total_q, max_qo_len, page_size, kv_pages, ...
+        plan = _ffi.batch_prefill_paged_plan(qo_indptr, paged_kv_indices, paged_kv_indptr, paged_kv_last_page_len,
+                                             int(page_size))
+        max_qo_len = int(plan[2])
+        if self._buffers is not None:  # checked before the buffers are written: a refused plan leaves them as they were
+            _check_graph_buffers(op, table, self._buffers, int(plan[0]), int(plan[4]))
             if self._table is not None and max_qo_len > self._max_qo_len:
                 raise ValueError(f"{op}: a CUDA-graph plan's longest request must not exceed the first plan's "
                                  f"{self._max_qo_len} queries (the captured grid), got {max_qo_len}")
+            qo_buf, ptr_buf, ind_buf, last_buf = self._buffers
+            nnz = int(plan[4])
             qo_buf.copy_(qo_indptr, non_blocking=non_blocking)
             ptr_buf.copy_(paged_kv_indptr, non_blocking=non_blocking)
             ind_buf[:nnz].copy_(paged_kv_indices[:nnz], non_blocking=non_blocking)
             last_buf.copy_(paged_kv_last_page_len, non_blocking=non_blocking)
             table = (qo_buf, ptr_buf, ind_buf, last_buf)
             max_qo_len = max(max_qo_len, self._max_qo_len)  # the grid of the first plan (a capture's) stays
-        qo, ptr, ind, last = table
-        # The values read and checked once here (a wait), so that run() reads nothing.
-        self._plan = _ffi.batch_prefill_paged_plan(qo, ind, ptr, last, int(page_size))
+            # The plan of the buffers' addresses (run() checks them), read after the copies on this stream.
+            plan = _ffi.batch_prefill_paged_plan(qo_buf, ind_buf, ptr_buf, last_buf, int(page_size))
+        self._plan = plan
         self._table = table
         self._max_qo_len = max_qo_len
         self._options = (bool(causal), int(window_left), softcap, 0.0 if sm_scale is None else float(sm_scale))

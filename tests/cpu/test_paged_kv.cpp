@@ -588,34 +588,26 @@ TEST(PagedKvValidation, PrefillPlanOfHostTables) {
   EXPECT_EQ(plan.pages_used, 32);  // index 99 lies past kv_indptr[3] = 5: not read
   EXPECT_EQ(plan.device, -1);
   EXPECT_EQ(plan.kv_indices, reinterpret_cast<uint64_t>(t.ind.data()));
-  const auto rejected = [&](Table bad, const std::vector<std::string>& pieces, int64_t page_size = 16) {
+  // The plan of Table{} changed by `change`: rejected with `pieces`.
+  const auto rejected = [&](const std::function<void(Table&)>& change, const std::vector<std::string>& pieces,
+                            int64_t page_size = 16) {
+    Table bad;
+    change(bad);
     testing::expect_rejected([&] { bad.plan(page_size); }, pieces);
   };
-  Table x;
-  x.last[0] = 17;
-  rejected(x, {op + "'kv_last_page_len'", "values in [1, page_size = 16]", "kv_last_page_len[0] = 17"});
-  rejected(Table{}, {op + "'kv_last_page_len'", "values in [1, page_size = 8]", "kv_last_page_len[2] = 16"}, 8);
-  x = Table{};
-  x.last[1] = 1;
-  rejected(x, {op + "'kv_last_page_len'", "0 for a request without pages", "kv_last_page_len[1] = 1"});
-  x = Table{};
-  x.ind[3] = -2;
-  rejected(x, {op + "'kv_indices'", "page indices >= 0", "kv_indices[3] = -2"});
-  x = Table{};
-  x.ptr = {0, 2, 1, 5};
-  rejected(x, {op + "'kv_indptr'", "non-decreasing", "kv_indptr[2] = 1 < kv_indptr[1] = 2"});
-  x = Table{};
-  x.ptr = {1, 2, 2, 5};
-  rejected(x, {op + "'kv_indptr'", "kv_indptr[0] = 0", "got kv_indptr[0] = 1"});
-  x = Table{};
-  x.ptr = {0, 2, 2, 7};
-  rejected(x, {op + "'kv_indices'", "at least kv_indptr[3] = 7 pages", "got 6"});
-  x = Table{};
-  x.qo = {0, 5, 4, 17};
-  rejected(x, {op + "'qo_indptr'", "non-decreasing", "qo_indptr[2] = 4 < qo_indptr[1] = 5"});
-  x = Table{};
-  x.qo = {2, 5, 5, 17};
-  rejected(x, {op + "'qo_indptr'", "qo_indptr[0] = 0", "got qo_indptr[0] = 2"});
+  rejected([](Table& x) { x.last[0] = 17; },
+           {op + "'kv_last_page_len'", "values in [1, page_size = 16]", "kv_last_page_len[0] = 17"});
+  rejected([](Table&) {}, {op + "'kv_last_page_len'", "values in [1, page_size = 8]", "kv_last_page_len[2] = 16"}, 8);
+  rejected([](Table& x) { x.last[1] = 1; },
+           {op + "'kv_last_page_len'", "0 for a request without pages", "kv_last_page_len[1] = 1"});
+  rejected([](Table& x) { x.ind[3] = -2; }, {op + "'kv_indices'", "page indices >= 0", "kv_indices[3] = -2"});
+  rejected([](Table& x) { x.ptr = {0, 2, 1, 5}; },
+           {op + "'kv_indptr'", "non-decreasing", "kv_indptr[2] = 1 < kv_indptr[1] = 2"});
+  rejected([](Table& x) { x.ptr = {1, 2, 2, 5}; }, {op + "'kv_indptr'", "kv_indptr[0] = 0", "got kv_indptr[0] = 1"});
+  rejected([](Table& x) { x.ptr = {0, 2, 2, 7}; }, {op + "'kv_indices'", "at least kv_indptr[3] = 7 pages", "got 6"});
+  rejected([](Table& x) { x.qo = {0, 5, 4, 17}; },
+           {op + "'qo_indptr'", "non-decreasing", "cu_seqlens[2] = 4 < cu_seqlens[1] = 5"});
+  rejected([](Table& x) { x.qo = {2, 5, 5, 17}; }, {op + "'qo_indptr'", "cu_seqlens[0] = 0", "got cu_seqlens[0] = 2"});
 }
 
 // Valid calls pass every host check: on a machine without a GPU the first CUDA call then fails.

@@ -488,9 +488,9 @@ def test_batch_prefill_paged_messages():
 
 @pytest.mark.skipif(torch is None, reason="needs torch (CPU tensors are enough)")
 def test_prefill_wrapper_graph_plan_checks_before_copying():
-    # use_cuda_graph: every array is checked against the plan's batch (from qo_indptr) and against the
-    # buffers before the first copy, so a refused plan leaves the buffers (a captured graph's table) as
-    # they were. CPU tensors: plan() itself reads and copies with torch only.
+    # use_cuda_graph: every array is checked (shapes and values by the C++ plan, which reads host
+    # arrays directly) and against the buffers before the first copy, so a refused plan leaves the
+    # buffers (a captured graph's table) as they were. CPU tensors: no device involved.
     op = "BatchPrefillWithPagedKVCacheWrapper.plan"
 
     def i32(values):
@@ -501,15 +501,16 @@ def test_prefill_wrapper_graph_plan_checks_before_copying():
                                                      paged_kv_indptr_buf=bufs[1], paged_kv_indices_buf=bufs[2],
                                                      paged_kv_last_page_len_buf=bufs[3])
     qo, ptr, ind, last = i32([0, 2, 3, 5]), i32([0, 2, 3, 6]), i32([4, 1, 0, 9, 8, 2]), i32([5, 16, 1])
+    plan_op = "batch_prefill_paged_plan"  # the C++ plan checks the arrays' shapes and values
     bad = {
         "last_page_len_length": ((qo, ptr, ind, i32([5, 16, 1, 1])),
-                                 f"{op}: argument 'paged_kv_last_page_len': expected shape [3] (batch 3, from qo_indptr), "
-                                 "got [4]"),
+                                 f"{plan_op}: argument 'kv_indptr': expected shape [5], got [4]"),
         "indptr_length": ((qo, i32([0, 2, 3, 6, 6]), ind, last),
-                          f"{op}: argument 'paged_kv_indptr': expected shape [4] (batch 3, from qo_indptr), got [5]"),
-        "indices_2d": ((qo, ptr, ind.view(2, 3), last), f"{op}: argument 'paged_kv_indices': expected 1 dim, got [2, 3]"),
+                          f"{plan_op}: argument 'kv_indptr': expected shape [4], got [5]"),
+        "indices_2d": ((qo, ptr, ind.view(2, 3), last),
+                       f"{plan_op}: argument 'kv_indices': expected 1 dims, got 2 dims, shape [2, 3]"),
         "indices_short": ((qo, ptr, ind[:5], last),
-                          f"{op}: argument 'paged_kv_indices': expected at least paged_kv_indptr[3] = 6 pages, got 5"),
+                          f"{plan_op}: argument 'kv_indices': expected at least kv_indptr[3] = 6 pages, got 5"),
         "buffer_short": ((qo, i32([0, 8, 9, 13]), torch.arange(13, dtype=torch.int32), last),
                          f"{op}: the CUDA-graph buffers (qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, "
                          "paged_kv_last_page_len_buf; -1: not 1-D) hold [4, 4, 12, 3]; this plan needs a batch of 3 and "
