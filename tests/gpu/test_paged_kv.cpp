@@ -616,8 +616,68 @@ TEST(PagedDecode, SplitMatchesTheReferenceAndRung2) {
       {{bf, 16, N, 8, 8, 64}, {0, 1, 17, 63, 64, 65, 4000}},
       {{bf, 16, N, 8, 2, 64}, {0, 0, 0}},  // no keys at all
       {{fp, 64, N, 8, 2, 128}, L(300, 64), 0},  // a page a request: nothing to cut, no merge
+      // Rung 3's TMA boxes (16-bit caches, head dims a multiple of 64): 8 boxes a tile (page 8),
+      // 2 (page 32), a tile within a page (pages of 128 and 256: the box at slot 0, 64, ...), three
+      // column boxes (d 192); requests ending inside a box and before unloaded boxes.
+      {{bf, 8, N, 32, 8, 128}, {0, 1, 17, 63, 64, 65, 3000}},
+      {{fp, 32, H, 8, 2, 192}, {17, 0, 1000, 65, 33}},
+      {{bf, 128, H, 16, 2, 128}, {1, 63, 64, 65, 127, 128, 129, 2000}},
+      {{fp, 256, N, 8, 1, 64}, {1, 255, 256, 257, 1500}},
   };
   for (const SplitCase& c : cases) check_split(c, rng);
+}
+
+// Slots no key of the table owns (a last page's tail, pages no request uses) hold NaN in K and V:
+// they must not reach the output. Rung 3's TMA path loads whole pages (boxes) and clears V's rows
+// past a chunk's end (P is 0 there, but 0 x NaN is NaN); the cp.async path never reads them.
+TEST(PagedDecode, SlotsPastTheEndDoNotReachTheOutput) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(819);
+  constexpr KvLayout N = KvLayout::kNHD, H = KvLayout::kHND;
+  constexpr DType bf = DType::kBF16, fp = DType::kF16;
+  const DecodeShape shapes[] = {{bf, 16, N, 32, 8, 128}, {fp, 16, H, 8, 2, 64}, {bf, 8, H, 8, 2, 256},
+                                {fp, 128, N, 16, 2, 128}, {bf, 32, N, 8, 1, 192}, {bf, 1, N, 8, 2, 128}};
+  const std::vector<int64_t> lens = {1, 17, 63, 64, 65, 1000, 0, 130};
+  for (const DecodeShape& s : shapes) {
+    const auto batch = static_cast<int64_t>(lens.size());
+    const int64_t pages = pages_for(lens, s.page_size), max_pages = pages + 3;
+    PageTable t(s.page_size, max_pages, lens.size(), rng);
+    t.grow(lens);
+    DecodeInputs in(s, batch, max_pages, rng);
+    const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
+    // NaN (all ones) in the bytes of every unowned slot; the reference's values are untouched.
+    std::vector<char> owned(static_cast<size_t>(max_pages * s.page_size), 0);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t j = 0; j < lens[static_cast<size_t>(b)]; ++j)
+        owned[static_cast<size_t>(t.pages[static_cast<size_t>(b)][static_cast<size_t>(j / s.page_size)] * s.page_size +
+                                  j % s.page_size)] = 1;
+    int64_t unowned = 0;
+    for (int64_t page = 0; page < max_pages; ++page)
+      for (int64_t slot = 0; slot < s.page_size; ++slot) {
+        if (owned[static_cast<size_t>(page * s.page_size + slot)]) continue;
+        ++unowned;
+        for (int64_t hk = 0; hk < s.nheads_kv; ++hk) {
+          const auto at = static_cast<size_t>(cache_offset(s.layout, s.page_size, s.nheads_kv, s.d, page, slot, hk) * 2);
+          std::fill(in.kc.bytes.begin() + at, in.kc.bytes.begin() + at + static_cast<size_t>(s.d) * 2, uint8_t{0xff});
+          std::fill(in.vc.bytes.begin() + at, in.vc.bytes.begin() + at + static_cast<size_t>(s.d) * 2, uint8_t{0xff});
+        }
+      }
+    ASSERT_GT(unowned, 0);
+    const DecodeDevice dev(in, pages);
+    dev.set_table(t);
+    dev.poison();
+    dev.paged(3, true);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> lse = dev.got_lse();
+    expect_matches(in, ref, true, dev.got(), &lse, describe(s) << " rung 3, NaN in unowned slots");
+    const Workspace ws(batch_decode_workspace_bytes(batch, s.nheads, s.nheads_kv, s.d, 0));
+    const DecodePlanInfo info = plan_for(s, t, ws);
+    dev.poison();
+    dev.run(info, ws.view(), true);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> lse_run = dev.got_lse();
+    expect_matches(in, ref, true, dev.got(), &lse_run, describe(s) << " plan / run, NaN in unowned slots");
+  }
 }
 
 // Uniform inputs (q = 0, V in eighths: exact sums) over long requests cut into many chunks, with

@@ -45,6 +45,7 @@
 #include "kernels/common/divide.cuh"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
+#include "kernels/common/tma.cuh"
 
 namespace flashlab::kernels {
 
@@ -60,6 +61,16 @@ struct PagedDecodeSplit {
   IntDivisor page_size;      // p.page_size as a divisor
   float k_scale, v_scale;    // an e4m3 cache's dequantization scales (1 for fp16 / bf16 caches)
   bool kv_same_strides;      // v_cache's page and slot strides are k_cache's: one offset for both
+};
+
+// The TMA path (kTma: 16-bit caches, head dims a multiple of 64, page sizes a multiple of 8
+// dividing the 64-key tile or a multiple of it): K and V as (64 columns, page slots, head-dim
+// column boxes, KV heads, pages) 5-D tensor maps, 128B-swizzled, a box of box_rows slots (the
+// page size, or the tile within a larger page) x all columns per (page, K or V). A box lands as
+// [column box][slot][64 columns]; box b of a tile takes rows [b box_rows, (b + 1) box_rows).
+struct DecodeTmaMaps {
+  CUtensorMap k, v;
+  int box_rows;
 };
 
 // kKvBytes: the cache's element size, 2 (fp16 / bf16, the query's type) or 1 (e4m3: K converted
@@ -88,6 +99,10 @@ struct DecodeSplitTraits {
   static constexpr int kTileElems = kTileKeys * kRowElems;
   static constexpr int kSmemBytes =
       kRows * kRowElems * 2 + 2 * kStages * kTileKv * kKvBytes + (kFp8 ? kTileElems * 2 : 0);
+  // The TMA path: the stages first, on a 1024-byte boundary (the 128B swizzle's period; a
+  // stage's padded size is a multiple of 1024 bytes), Q after them.
+  static constexpr int kSmemBytesTma = kSmemBytes + 1024;
+  static_assert(kTileKv * kKvBytes % 1024 == 0, "stages on 1024-byte boundaries");
   // The end-of-chunk merge of the warps' states reuses the tiles' space.
   static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
   static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256, "head dims: multiples of 16 up to 256");
@@ -95,11 +110,14 @@ struct DecodeSplitTraits {
 };
 
 // T: the query's and output's type; KV: the cache's (T, or __nv_fp8_e4m3 with T fp16 / bf16).
-template <typename T, int kHeadDim, typename KV = T>
+// kTma: K and V tiles by TMA through `maps` (DecodeTmaMaps); else cp.async (maps unused).
+template <typename T, int kHeadDim, typename KV = T, bool kTma = false>
 __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
                                   DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>::kMinBlocks)
-    paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s) {
+    paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s,
+                              const __grid_constant__ DecodeTmaMaps maps) {
   using Tr = DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>;
+  static_assert(!kTma || (!Tr::kFp8 && kHeadDim % 64 == 0), "TMA: 16-bit caches, head dims a multiple of 64");
   using TC = std::conditional_t<Tr::kFp8, __half, T>;  // the mma's operand type
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
   constexpr int kRowKv = Tr::kRowKv, kVec = Tr::kVec;
@@ -109,10 +127,14 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   // grid's tail, instead of as a wave of their own after it.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ __align__(128) unsigned char smem[];
-  TC* sq = reinterpret_cast<TC*>(smem);
-  KV* sk = reinterpret_cast<KV*>(sq + Tr::kRows * kRowElems);  // stage st: sk + st * kTileKv
+  unsigned char* const stages =  // TMA: the stages on a 1024-byte boundary, Q after them
+      kTma ? reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t(1023))
+           : smem + Tr::kRows * kRowElems * sizeof(TC);
+  TC* sq = kTma ? reinterpret_cast<TC*>(stages + 2 * kStages * Tr::kTileKv * sizeof(KV)) : reinterpret_cast<TC*>(smem);
+  KV* sk = reinterpret_cast<KV*>(stages);  // stage st: sk + st * kTileKv
   KV* sv = sk + kStages * Tr::kTileKv;
   TC* cv = reinterpret_cast<TC*>(sv + kStages * Tr::kTileKv);  // e4m3: the current tile's V in fp16
+  __shared__ uint64_t full[kTma ? kStages : 1];  // TMA: stage st's K and V boxes have landed
 
   // The item (blockIdx.x / per: all heads of an item are consecutive blocks, so the items'
   // order is the order the GPU starts them in): request b, pages [pb, pe) of it.
@@ -137,6 +159,13 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   const int k_begin = pb < pages ? pb * p.page_size : len;
   const int k_end = max(k_begin, min(pe >= pages ? len : pe * p.page_size, len));
   const int tiles = (k_end - k_begin + kTileKeys - 1) / kTileKeys;
+  if constexpr (kTma) {
+    if (tid == 0) {
+      for (int st = 0; st < kStages; ++st) mbarrier_init(&full[st], 1);
+      fence_barrier_init();
+    }
+    __syncthreads();  // the barriers exist before warp 0 issues into them
+  }
 
   // Q: rows past the group's heads zero-filled (no read); with an fp8 cache converted to fp16.
   for (int i = tid; i < Tr::kRows * kHeadDim / 8; i += Tr::kThreads) {
@@ -191,33 +220,103 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
       cp_async_16_l2_256(dv + r * kRowKv + c * kVec, vp, ok ? 16 : 0);
     }
   };
+  // TMA: warp 0's lanes b < boxes each issue box b of a tile (K and V), from the page lane b
+  // read a tile ahead (box_page); lane 0 sets the stage's expected bytes. A box whose first key
+  // lies in the chunk is loaded whole (a request's last page: rows past its end, cleared below).
+  const int box_rows = kTma ? maps.box_rows : kTileKeys, boxes = kTileKeys / box_rows;
+  const auto box_page = [&](int t) {
+    const int key = k_begin + t * kTileKeys + lane * box_rows;
+    return warp == 0 && lane < boxes && key < k_end ? p.kv_indices[first + s.page_size.div(key)] : -1;
+  };
+  const auto issue_tile = [&](int t, int page) {
+    if (warp != 0) return;
+    const int key0 = k_begin + t * kTileKeys, valid = min(boxes, (k_end - key0 + box_rows - 1) / box_rows);
+    uint64_t* bar = &full[t % kStages];
+    if (lane == 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(valid * box_rows * kHeadDim * 2 * sizeof(KV)));
+    if (lane < valid) {
+      const int key = key0 + lane * box_rows, slot = s.page_size.mod(key, s.page_size.div(key));
+      const int at = (t % kStages) * Tr::kTileKv + lane * box_rows * kHeadDim;
+      tma_load_5d(sk + at, &maps.k, 0, slot, 0, hk, page, bar);
+      tma_load_5d(sv + at, &maps.v, 0, slot, 0, hk, page, bar);
+    }
+  };
   // Prologue: Q with tile 0, then tiles up to kStages - 2 (a group committed for each, empty or
   // not); the pages of tile kStages - 1 fetched for the loop's first copies.
-  int pg[kIters];
+  [[maybe_unused]] int pg[kIters];
+  [[maybe_unused]] int pg_box = -1;  // TMA: the page of this lane's box of the next tile to issue
+  if constexpr (kTma) {
+    cp_async_commit();  // Q
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
-    if (t < tiles) {
-      fetch_pages(t, pg);
-      load_tile(t, pg);
+    for (int t = 0; t < kStages - 1; ++t)
+      if (t < tiles) issue_tile(t, box_page(t));
+    if (kStages - 1 < tiles) pg_box = box_page(kStages - 1);
+  } else {
+#pragma unroll
+    for (int t = 0; t < kStages - 1; ++t) {
+      if (t < tiles) {
+        fetch_pages(t, pg);
+        load_tile(t, pg);
+      }
+      cp_async_commit();
     }
-    cp_async_commit();
+    if (kStages - 1 < tiles) fetch_pages(kStages - 1, pg);
   }
-  if (kStages - 1 < tiles) fetch_pages(kStages - 1, pg);
 
   float o[kHeadDim / 8][4] = {};  // rows g, g + 8 (g = lane / 4) of each 8-column tile, this warp's keys
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // log2 units; l a per-thread partial sum
   const float scale_log2 = p.scale * kLog2e * s.k_scale;
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(sq));
   uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
+  // TMA: the byte offset of (row, column) in a swizzled stage (column a multiple of 8): row r
+  // is line r % box_rows of box r / box_rows, whose column boxes (64 columns) are box_rows lines
+  // apart; the 16-byte chunk is XORed with the line mod 8. Per lane, the rows its ldmatrix
+  // addresses for K and V: their lines' offsets and line mod 8, computed once.
+  const uint32_t col_box_bytes = static_cast<uint32_t>(box_rows) * 128;
+  const auto line_of = [&](int r, uint32_t& off, int& r8) {
+    const int rr = r % box_rows;
+    off = static_cast<uint32_t>(((r / box_rows) * (kHeadDim / 64) * box_rows + rr) * 128), r8 = rr % 8;
+  };
+  uint32_t k_line = 0, v_line = 0;
+  int k_r8 = 0, v_r8 = 0;
+  if constexpr (kTma) {
+    line_of(warp * 16 + (lane / 16) * 8 + lane % 8, k_line, k_r8);
+    line_of(warp * 16 + ((lane / 8) % 2) * 8 + lane % 8, v_line, v_r8);
+  }
+  const auto swz = [&](uint32_t line, int r8, int c) {
+    return line + static_cast<uint32_t>(c / 64) * col_box_bytes + static_cast<uint32_t>((((c % 64) / 8) ^ r8) * 16);
+  };
   for (int t = 0; t < tiles; ++t) {
     // Copies first, then the wait: while tile t is awaited, tiles t + 1 .. t + kStages - 1 are in
     // flight too (waiting first would leave one fewer).
     __syncthreads();  // every warp done with tile t - 1, whose stage tile t + kStages - 1 takes
-    if (t + kStages - 1 < tiles) load_tile(t + kStages - 1, pg);
-    cp_async_commit();
-    if (t + kStages < tiles) fetch_pages(t + kStages, pg);  // in flight during this tile's math
-    cp_async_wait<kStages - 1>();
-    __syncthreads();  // tile t visible to all
+    if constexpr (kTma) {
+      if (t + kStages - 1 < tiles) issue_tile(t + kStages - 1, pg_box);
+      if (t + kStages < tiles) pg_box = box_page(t + kStages);  // in flight during this tile's math
+      mbarrier_wait(&full[t % kStages], (t / kStages) & 1);
+      const int key_t = k_begin + t * kTileKeys;
+      if (t == 0 || key_t + kTileKeys > k_end) {
+        if (t == 0) cp_async_wait<0>();  // Q
+        if (key_t + kTileKeys > k_end) {
+          // The chunk's last tile: V's rows past the chunk are a page's stale tail or boxes not
+          // loaded; P is 0 there, but 0 x NaN is not: clear them (whole 128-byte lines).
+          unsigned char* vt = reinterpret_cast<unsigned char*>(sv + (t % kStages) * Tr::kTileKv);
+          const int r0 = k_end - key_t;
+          constexpr int kLines = kHeadDim / 64;
+          for (int i = tid; i < (kTileKeys - r0) * kLines * 8; i += Tr::kThreads) {
+            const int r = r0 + i / (kLines * 8), cb = i / 8 % kLines, c = i % 8;
+            *reinterpret_cast<uint4*>(vt + (((r / box_rows) * kLines + cb) * box_rows + r % box_rows) * 128 + c * 16) =
+                make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+        __syncthreads();  // Q, the cleared rows visible to all
+      }
+    } else {
+      if (t + kStages - 1 < tiles) load_tile(t + kStages - 1, pg);
+      cp_async_commit();
+      if (t + kStages < tiles) fetch_pages(t + kStages, pg);  // in flight during this tile's math
+      cp_async_wait<kStages - 1>();
+      __syncthreads();  // tile t visible to all
+    }
     const TC* tk = reinterpret_cast<const TC*>(sk + (t % kStages) * Tr::kTileKv);  // tile t's K, V as TC
     const TC* tv = reinterpret_cast<const TC*>(sv + (t % kStages) * Tr::kTileKv);
     if constexpr (Tr::kFp8) {
@@ -242,8 +341,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
 
     const int key0 = k_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
     if (key0 >= k_end) continue;
-    const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(tk + warp * 16 * kRowElems));
-    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(tv + warp * 16 * kRowElems));
+    const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(tk + (kTma ? 0 : warp * 16 * kRowElems)));
+    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(tv + (kTma ? 0 : warp * 16 * kRowElems)));
     // Q's A-fragments: kept in registers from the first tile on (head dims <= 128; above, the
     // registers go to O and Q is re-read from shared memory per tile).
     if (kQInRegs && t == 0) {
@@ -288,7 +387,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
       } else {
         ldmatrix_x4(a, q_base + ((lane % 16) * kRowElems + kk * 16 + (lane / 16) * 8) * 2);
       }
-      ldmatrix_x4(bk, k_base + (((lane / 16) * 8 + lane % 8) * kRowElems + kk * 16 + ((lane / 8) % 2) * 8) * 2);
+      ldmatrix_x4(bk, kTma ? k_base + swz(k_line, k_r8, kk * 16 + ((lane / 8) % 2) * 8)
+                           : k_base + (((lane / 16) * 8 + lane % 8) * kRowElems + kk * 16 + ((lane / 8) % 2) * 8) * 2);
       if (kk % 2 == 0 || !kQInRegs) mma_m16n8k16_x2<TC>(sc[0], sc[1], a, bk);  // one chain past d 128 (registers)
       else mma_m16n8k16_x2<TC>(sc2[0], sc2[1], a, bk);
     }
@@ -335,7 +435,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
 #pragma unroll
     for (int j = 0; j < kHeadDim / 16; ++j) {
       uint32_t bv[4];
-      ldmatrix_x4_trans(bv, v_base + ((((lane / 8) % 2) * 8 + lane % 8) * kRowElems + j * 16 + (lane / 16) * 8) * 2);
+      ldmatrix_x4_trans(bv, kTma ? v_base + swz(v_line, v_r8, j * 16 + (lane / 16) * 8)
+                                 : v_base + ((((lane / 8) % 2) * 8 + lane % 8) * kRowElems + j * 16 + (lane / 16) * 8) * 2);
       mma_m16n8k16_x2<TC>(o[2 * j], o[2 * j + 1], pa, bv);
     }
   }
