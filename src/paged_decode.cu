@@ -248,18 +248,22 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
 }
 
 // Rung 3's TMA path (kernels/attention/decode/03_split.cuh, DecodeTmaMaps): the box's slots, or 0
-// where it does not apply (an e4m3 cache, a head dim not a multiple of 64, a page size not a
-// multiple of 8 that divides the 64-key tile or is a multiple of it, a cache whose base or strides
-// are not 16-byte multiples: those take the cp.async path).
+// where it does not apply (16-bit caches at head dims not a multiple of 64, e4m3 caches at head
+// dims other than 128, a page size not a multiple of 8 that divides the 64-key tile or is a
+// multiple of it, a cache whose base or strides are not 16-byte multiples: those take the cp.async
+// path).
 int tma_box_rows(const DecodeCall& call) {
   const kernels::PagedDecodeParams& p = call.p;
-  const int64_t ps = call.c.page_size, tile = kernels::DecodeSplitTraits<128>::kTileKeys;
-  if (call.fp8 || call.c.d % 64 != 0 || detail::cc_major() < 9) return 0;
+  const int64_t ps = call.c.page_size, tile = kernels::DecodeSplitTraits<128>::kTileKeys, es = call.fp8 ? 1 : 2;
+  // (e4m3 at head dim 256: the TMA kernel spilled registers; it keeps cp.async.)
+  if (call.c.d * es % 128 != 0 || (call.fp8 && call.c.d != 128) || detail::cc_major() < 9) return 0;
   const int64_t box = ps % 8 == 0 && tile % ps == 0 ? ps : ps % tile == 0 ? tile : 0;
   if (box == 0 || reinterpret_cast<uintptr_t>(p.k_cache) % 16 != 0 || reinterpret_cast<uintptr_t>(p.v_cache) % 16 != 0)
     return 0;
-  // Strides of the dims TMA steps (elements of 2 bytes): a KV-head or page dim of size 1 is never stepped.
-  const auto ok = [](int64_t stride, int64_t size) { return size == 1 || (stride > 0 && stride * 2 % 16 == 0 && stride < (int64_t{1} << 38)); };
+  // Strides of the dims TMA steps (elements of es bytes): a KV-head or page dim of size 1 is never stepped.
+  const auto ok = [&](int64_t stride, int64_t size) {
+    return size == 1 || (stride > 0 && stride * es % 16 == 0 && stride < (int64_t{1} << 38));
+  };
   const int64_t nkv = call.c.nheads, pages = call.c.max_pages;
   if (!ok(p.slot_stride, ps) || !ok(p.head_stride, nkv) || !ok(p.page_stride, pages) || !ok(p.v_slot_stride, ps) ||
       !ok(p.v_head_stride, nkv) || !ok(p.v_page_stride, pages))
@@ -267,15 +271,15 @@ int tma_box_rows(const DecodeCall& call) {
   return static_cast<int>(box);
 }
 
-// A cache as (64 columns, page slots, column boxes, KV heads, pages), boxes of box_rows slots x
-// all columns, 128B-swizzled. Dims of size 1 get a valid stride (TMA never steps them).
+// A cache as (128-byte lines, page slots, lines of a row, KV heads, pages), boxes of box_rows
+// slots x whole rows, 128B-swizzled. Dims of size 1 get a valid stride (TMA never steps them).
 CUtensorMap cache_map(const void* base, DType dtype, const CacheDims& c, int64_t page_stride, int64_t slot_stride,
                       int64_t head_stride, int box_rows) {
-  const int64_t filler = c.page_size * slot_stride * 2;
-  const int64_t dims[5] = {64, c.page_size, c.d / 64, c.nheads, c.max_pages};
-  const int64_t strides[4] = {slot_stride * 2, 128, c.nheads > 1 ? head_stride * 2 : filler,
-                              c.max_pages > 1 ? page_stride * 2 : filler};
-  const int box[5] = {64, box_rows, static_cast<int>(c.d / 64), 1, 1};
+  const int64_t es = dtype_size(dtype), line = 128 / es, filler = c.page_size * slot_stride * es;
+  const int64_t dims[5] = {line, c.page_size, c.d / line, c.nheads, c.max_pages};
+  const int64_t strides[4] = {slot_stride * es, 128, c.nheads > 1 ? head_stride * es : filler,
+                              c.max_pages > 1 ? page_stride * es : filler};
+  const int box[5] = {static_cast<int>(line), box_rows, static_cast<int>(c.d / line), 1, 1};
   return detail::make_tensor_map_5d(base, dtype, dims, strides, box);
 }
 
@@ -303,25 +307,30 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
   kernels::DecodeTmaMaps maps{};
   maps.box_rows = tma_box_rows(call);
   if (maps.box_rows > 0) {
-    maps.k = cache_map(call.p.k_cache, call.dtype, call.c, call.p.page_stride, call.p.slot_stride, call.p.head_stride,
+    const DType cache_dtype = call.fp8 ? DType::kE4M3 : call.dtype;
+    maps.k = cache_map(call.p.k_cache, cache_dtype, call.c, call.p.page_stride, call.p.slot_stride, call.p.head_stride,
                        maps.box_rows);
-    maps.v = cache_map(call.p.v_cache, call.dtype, call.c, call.p.v_page_stride, call.p.v_slot_stride,
+    maps.v = cache_map(call.p.v_cache, cache_dtype, call.c, call.p.v_page_stride, call.p.v_slot_stride,
                        call.p.v_head_stride, maps.box_rows);
   }
   HALF_DTYPE_SWITCH(call.dtype, T, [&] {
     HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
       const auto launch = [&](auto kv_tag, auto tma_tag) {
         using KV = typename decltype(kv_tag)::type;
-        constexpr bool kTma = decltype(tma_tag)::value && kD % 64 == 0;  // (tma_box_rows is 0 for other head dims)
+        // (tma_box_rows is 0 where a row is not whole 128-byte lines)
+        constexpr bool kTma = decltype(tma_tag)::value && kD * sizeof(KV) % 128 == 0 && (sizeof(KV) == 2 || kD == 128);
         using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>;
         constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
         const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV, kTma>;
         configure_split(kernel, smem);
         FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, smem, stream, call.p, sp, maps);
       };
-      if (call.fp8) launch(detail::TypeTag<__nv_fp8_e4m3>{}, std::false_type{});
-      else if (maps.box_rows > 0) launch(detail::TypeTag<T>{}, std::true_type{});
-      else launch(detail::TypeTag<T>{}, std::false_type{});
+      const auto with_kv = [&](auto kv_tag) {
+        if (maps.box_rows > 0) launch(kv_tag, std::true_type{});
+        else launch(kv_tag, std::false_type{});
+      };
+      if (call.fp8) with_kv(detail::TypeTag<__nv_fp8_e4m3>{});
+      else with_kv(detail::TypeTag<T>{});
       if (merge) {
         // Programmatic dependent launch: the merge's blocks start during the decode grid's tail
         // (those of unsplit requests exit at once; the others wait for the grid: griddepcontrol).

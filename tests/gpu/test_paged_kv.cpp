@@ -627,9 +627,55 @@ TEST(PagedDecode, SplitMatchesTheReferenceAndRung2) {
   for (const SplitCase& c : cases) check_split(c, rng);
 }
 
-// Slots no key of the table owns (a last page's tail, pages no request uses) hold NaN in K and V:
-// they must not reach the output. Rung 3's TMA path loads whole pages (boxes) and clears V's rows
-// past a chunk's end (P is 0 there, but 0 x NaN is NaN); the cp.async path never reads them.
+// NaN (all-ones bytes: NaN in fp16, bf16 and e4m3) in the cache bytes of every slot no key of the
+// table owns (a last page's tail, pages no request uses); the reference's values are untouched.
+// Returns the number of such slots.
+int64_t nan_in_unowned_slots(DecodeInputs& in, const PageTable& t) {
+  const DecodeShape& s = in.s;
+  const auto es = static_cast<size_t>(dtype_size(in.kc.dtype));
+  std::vector<char> owned(static_cast<size_t>(in.max_pages * s.page_size), 0);
+  for (size_t b = 0; b < t.lens.size(); ++b)
+    for (int64_t j = 0; j < t.lens[b]; ++j)
+      owned[static_cast<size_t>(t.pages[b][static_cast<size_t>(j / s.page_size)] * s.page_size + j % s.page_size)] = 1;
+  int64_t unowned = 0;
+  for (int64_t page = 0; page < in.max_pages; ++page)
+    for (int64_t slot = 0; slot < s.page_size; ++slot) {
+      if (owned[static_cast<size_t>(page * s.page_size + slot)]) continue;
+      ++unowned;
+      for (int64_t hk = 0; hk < s.nheads_kv; ++hk) {
+        const auto at = static_cast<size_t>(cache_offset(s.layout, s.page_size, s.nheads_kv, s.d, page, slot, hk)) * es;
+        const auto end = at + static_cast<size_t>(s.d) * es;
+        std::fill(in.kc.bytes.begin() + static_cast<std::ptrdiff_t>(at), in.kc.bytes.begin() + static_cast<std::ptrdiff_t>(end), uint8_t{0xff});
+        std::fill(in.vc.bytes.begin() + static_cast<std::ptrdiff_t>(at), in.vc.bytes.begin() + static_cast<std::ptrdiff_t>(end), uint8_t{0xff});
+      }
+    }
+  return unowned;
+}
+
+// Rung 3 (one-shot and plan / run) over inputs with NaN in the unowned slots, against the reference.
+void check_unowned_slots_unread(DecodeInputs& in, PageTable& t, float k_scale, float v_scale, const ::testing::Message& what) {
+  const DecodeShape& s = in.s;
+  const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
+  ASSERT_GT(nan_in_unowned_slots(in, t), 0) << what;
+  const DecodeDevice dev(in, t.total_pages());
+  dev.set_table(t);
+  dev.poison();
+  dev.paged(3, true, 0.f, nullptr, k_scale, v_scale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> lse = dev.got_lse();
+  expect_matches(in, ref, true, dev.got(), &lse, ::testing::Message(what) << " rung 3, NaN in unowned slots");
+  const Workspace ws(batch_decode_workspace_bytes(in.batch, s.nheads, s.nheads_kv, s.d, 0));
+  const DecodePlanInfo info = plan_for(s, t, ws, nullptr, in.kc.dtype == DType::kE4M3 ? DType::kE4M3 : DType::kBF16);
+  dev.poison();
+  dev.run(info, ws.view(), true, 0.f, nullptr, k_scale, v_scale);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> lse_run = dev.got_lse();
+  expect_matches(in, ref, true, dev.got(), &lse_run, ::testing::Message(what) << " plan / run, NaN in unowned slots");
+}
+
+// Slots no key of the table owns hold NaN in K and V: they must not reach the output. Rung 3's TMA
+// path loads whole pages (boxes) and clears V's rows past a chunk's end (P is 0 there, but 0 x NaN
+// is NaN); the cp.async path (page size 1) never reads them.
 TEST(PagedDecode, SlotsPastTheEndDoNotReachTheOutput) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(819);
@@ -639,44 +685,11 @@ TEST(PagedDecode, SlotsPastTheEndDoNotReachTheOutput) {
                                 {fp, 128, N, 16, 2, 128}, {bf, 32, N, 8, 1, 192}, {bf, 1, N, 8, 2, 128}};
   const std::vector<int64_t> lens = {1, 17, 63, 64, 65, 1000, 0, 130};
   for (const DecodeShape& s : shapes) {
-    const auto batch = static_cast<int64_t>(lens.size());
-    const int64_t pages = pages_for(lens, s.page_size), max_pages = pages + 3;
-    PageTable t(s.page_size, max_pages, lens.size(), rng);
+    const int64_t pages = pages_for(lens, s.page_size);
+    PageTable t(s.page_size, pages + 3, lens.size(), rng);
     t.grow(lens);
-    DecodeInputs in(s, batch, max_pages, rng);
-    const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
-    // NaN (all ones) in the bytes of every unowned slot; the reference's values are untouched.
-    std::vector<char> owned(static_cast<size_t>(max_pages * s.page_size), 0);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t j = 0; j < lens[static_cast<size_t>(b)]; ++j)
-        owned[static_cast<size_t>(t.pages[static_cast<size_t>(b)][static_cast<size_t>(j / s.page_size)] * s.page_size +
-                                  j % s.page_size)] = 1;
-    int64_t unowned = 0;
-    for (int64_t page = 0; page < max_pages; ++page)
-      for (int64_t slot = 0; slot < s.page_size; ++slot) {
-        if (owned[static_cast<size_t>(page * s.page_size + slot)]) continue;
-        ++unowned;
-        for (int64_t hk = 0; hk < s.nheads_kv; ++hk) {
-          const auto at = static_cast<size_t>(cache_offset(s.layout, s.page_size, s.nheads_kv, s.d, page, slot, hk) * 2);
-          std::fill(in.kc.bytes.begin() + at, in.kc.bytes.begin() + at + static_cast<size_t>(s.d) * 2, uint8_t{0xff});
-          std::fill(in.vc.bytes.begin() + at, in.vc.bytes.begin() + at + static_cast<size_t>(s.d) * 2, uint8_t{0xff});
-        }
-      }
-    ASSERT_GT(unowned, 0);
-    const DecodeDevice dev(in, pages);
-    dev.set_table(t);
-    dev.poison();
-    dev.paged(3, true);
-    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<double> lse = dev.got_lse();
-    expect_matches(in, ref, true, dev.got(), &lse, describe(s) << " rung 3, NaN in unowned slots");
-    const Workspace ws(batch_decode_workspace_bytes(batch, s.nheads, s.nheads_kv, s.d, 0));
-    const DecodePlanInfo info = plan_for(s, t, ws);
-    dev.poison();
-    dev.run(info, ws.view(), true);
-    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<double> lse_run = dev.got_lse();
-    expect_matches(in, ref, true, dev.got(), &lse_run, describe(s) << " plan / run, NaN in unowned slots");
+    DecodeInputs in(s, static_cast<int64_t>(lens.size()), pages + 3, rng);
+    check_unowned_slots_unread(in, t, 1.f, 1.f, describe(s));
   }
 }
 
@@ -1140,6 +1153,25 @@ TEST(PagedDecode, Fp8CacheMatchesTheDequantizedReference) {
   // Uniform (q = 0, V in eighths): every key weighs 1, the sums are exact: a key of the long
   // request missed or repeated shows.
   check_fp8({{DType::kBF16, 16, KvLayout::kHND, 32, 8, 64}, {17, 20000 + 5, 1, 0, 65}, 0.f, true}, rng);
+  // The TMA path's other boxes (head dim 128): 8 a tile (page 8), a tile within a page (page 128).
+  check_fp8({{DType::kF16, 8, KvLayout::kNHD, 32, 8, 128}, {0, 1, 17, 70, 2000}, 0.f}, rng);
+  check_fp8({{DType::kBF16, 128, KvLayout::kHND, 16, 2, 128}, {1, 63, 64, 65, 129, 3000}, 0.004f}, rng);
+}
+
+// NaN codes in the unowned slots of an e4m3 cache (the TMA path at head dim 128, cp.async at 64).
+TEST(PagedDecode, Fp8SlotsPastTheEndDoNotReachTheOutput) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(824);
+  const std::vector<int64_t> lens = {1, 17, 63, 64, 65, 1000, 0, 130};
+  for (const DecodeShape& s : {DecodeShape{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128},
+                               DecodeShape{DType::kF16, 64, KvLayout::kHND, 8, 2, 128},
+                               DecodeShape{DType::kBF16, 16, KvLayout::kHND, 8, 2, 64}}) {
+    const int64_t pages = pages_for(lens, s.page_size);
+    PageTable t(s.page_size, pages + 3, lens.size(), rng);
+    t.grow(lens);
+    DecodeInputs in = fp8_inputs(s, static_cast<int64_t>(lens.size()), pages + 3, 0.5, 0.25, false, rng);
+    check_unowned_slots_unread(in, t, 0.5f, 0.25f, describe(s) << " e4m3 cache");
+  }
 }
 
 // An e4m3 cache's argument checks: rungs 1-2 (no e4m3 kernel), scales not positive and finite,

@@ -8,11 +8,16 @@
 //     (O normalized, lse) goes to an fp32 partial buffer; paged_decode_merge_kernel merges a
 //     request's chunks (merge_states' formula). A request of one chunk writes out and lse
 //     directly. Without a plan (items == nullptr) item x is request x, whole.
-//   - A 3-stage cp.async pipeline of 64-key tiles (K and V): the next tiles' copies are issued
-//     before the wait for the current one, so up to three are in flight; each key's page looked
-//     up (a tile ahead) by the thread that copies it; keys past the chunk zero-filled and
-//     masked; the copies ask the L2 for whole 256-byte blocks (.L2::256B: +1.5% bandwidth, a
-//     K or V row of d 128 is one block). Rung 2 had one key per warp in flight.
+//   - A 3-stage pipeline of 64-key tiles (K and V): the next tiles' loads are issued before the
+//     wait for the current one, so up to three are in flight. On sm_90 (kTma, DecodeTmaMaps) a
+//     tile comes as one TMA box per page (or per tile within a larger page) of K and of V,
+//     128B-swizzled, issued by warp 0 (each lane one page, looked up a tile ahead) and
+//     completing on the stage's mbarrier; V's rows past the chunk's end are cleared after the
+//     last tile lands (a page's stale tail: P is 0 there, but 0 x NaN is not). The copy engine
+//     reads a page as one request stream: 3.04-3.05 TB/s at batch 64 x 16k against 2.93-2.96
+//     with the per-thread cp.async copies (16 bytes each, .L2::256B, each key's page looked up
+//     by the thread that copies it, keys past the chunk zero-filled), which remain for other
+//     page sizes and head dims. Rung 2 had one key per warp in flight.
 //   - Tensor cores: the group's query heads are the 16 rows of an mma.sync m16n8k16 (rows past
 //     the group are zeros, their results dropped), so S = Q K^T and O += P V cost a few mma per
 //     16 keys instead of a shuffle reduction per key and head; P stays in registers (the S
@@ -26,7 +31,8 @@
 //     in the same order), V through an fp16 buffer converted by the block (ldmatrix.trans).
 // Shared memory: Q (16 rows) and kStages x (K, V) 64-row tiles, rows padded by 16 bytes (16-bit:
 // an odd 16-byte chunk count, ldmatrix without bank conflicts; e4m3: the 4-byte K reads of 8 rows
-// in distinct banks); e4m3 adds the fp16 V buffer.
+// in distinct banks) or, with TMA, dense and 128B-swizzled (the same conflict-free reads: a
+// 16-byte chunk's position XORed with the row mod 8); e4m3 adds the fp16 V buffer.
 // Limits: fp16 / bf16 queries (fp32 runs rung 2); the 16-row mma wastes 3/4 of the tensor work
 // at a group of 4 (free while memory-bound); a page-table load per copied 16-byte piece; with an
 // e4m3 cache the kernel is issue-bound (V's conversion pass, the copies' address math per byte).
@@ -63,11 +69,12 @@ struct PagedDecodeSplit {
   bool kv_same_strides;      // v_cache's page and slot strides are k_cache's: one offset for both
 };
 
-// The TMA path (kTma: 16-bit caches, head dims a multiple of 64, page sizes a multiple of 8
-// dividing the 64-key tile or a multiple of it): K and V as (64 columns, page slots, head-dim
-// column boxes, KV heads, pages) 5-D tensor maps, 128B-swizzled, a box of box_rows slots (the
-// page size, or the tile within a larger page) x all columns per (page, K or V). A box lands as
-// [column box][slot][64 columns]; box b of a tile takes rows [b box_rows, (b + 1) box_rows).
+// The TMA path (kTma: rows a whole number of 128-byte lines — 16-bit caches at head dims a
+// multiple of 64, e4m3 at a multiple of 128 — and page sizes a multiple of 8 dividing the 64-key
+// tile or a multiple of it): K and V as (128-byte line, page slots, lines of a row, KV heads,
+// pages) 5-D tensor maps, 128B-swizzled, a box of box_rows slots (the page size, or the tile
+// within a larger page) x whole rows per (page, K or V). A box lands as [line of the row][slot]
+// [128 bytes]; box b of a tile takes rows [b box_rows, (b + 1) box_rows); box_rows is a power of 2.
 struct DecodeTmaMaps {
   CUtensorMap k, v;
   int box_rows;
@@ -117,7 +124,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
     paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s,
                               const __grid_constant__ DecodeTmaMaps maps) {
   using Tr = DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>;
-  static_assert(!kTma || (!Tr::kFp8 && kHeadDim % 64 == 0), "TMA: 16-bit caches, head dims a multiple of 64");
+  static_assert(!kTma || kHeadDim * sizeof(KV) % 128 == 0, "TMA: rows of whole 128-byte lines");
   using TC = std::conditional_t<Tr::kFp8, __half, T>;  // the mma's operand type
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
   constexpr int kRowKv = Tr::kRowKv, kVec = Tr::kVec;
@@ -127,10 +134,11 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   // grid's tail, instead of as a wave of their own after it.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* const stages =  // TMA: the stages on a 1024-byte boundary, Q after them
+  unsigned char* const stages =  // TMA: the stages on a 1024-byte boundary, (e4m3: V's fp16 buffer,) Q after them
       kTma ? reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t(1023))
            : smem + Tr::kRows * kRowElems * sizeof(TC);
-  TC* sq = kTma ? reinterpret_cast<TC*>(stages + 2 * kStages * Tr::kTileKv * sizeof(KV)) : reinterpret_cast<TC*>(smem);
+  TC* sq = kTma ? reinterpret_cast<TC*>(stages + 2 * kStages * Tr::kTileKv * sizeof(KV) + (Tr::kFp8 ? Tr::kTileElems * 2 : 0))
+              : reinterpret_cast<TC*>(smem);
   KV* sk = reinterpret_cast<KV*>(stages);  // stage st: sk + st * kTileKv
   KV* sv = sk + kStages * Tr::kTileKv;
   TC* cv = reinterpret_cast<TC*>(sv + kStages * Tr::kTileKv);  // e4m3: the current tile's V in fp16
@@ -232,7 +240,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
     if (warp != 0) return;
     const int key0 = k_begin + t * kTileKeys, valid = min(boxes, (k_end - key0 + box_rows - 1) / box_rows);
     uint64_t* bar = &full[t % kStages];
-    if (lane == 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(valid * box_rows * kHeadDim * 2 * sizeof(KV)));
+    if (lane == 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(valid * box_rows * kHeadDim * sizeof(KV) * 2));
     if (lane < valid) {
       const int key = key0 + lane * box_rows, slot = s.page_size.mod(key, s.page_size.div(key));
       const int at = (t % kStages) * Tr::kTileKv + lane * box_rows * kHeadDim;
@@ -267,24 +275,25 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   const float scale_log2 = p.scale * kLog2e * s.k_scale;
   const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(sq));
   uint32_t qa[kQInRegs ? kHeadDim / 16 : 1][4];
-  // TMA: the byte offset of (row, column) in a swizzled stage (column a multiple of 8): row r
-  // is line r % box_rows of box r / box_rows, whose column boxes (64 columns) are box_rows lines
-  // apart; the 16-byte chunk is XORed with the line mod 8. Per lane, the rows its ldmatrix
-  // addresses for K and V: their lines' offsets and line mod 8, computed once.
-  const uint32_t col_box_bytes = static_cast<uint32_t>(box_rows) * 128;
-  const auto line_of = [&](int r, uint32_t& off, int& r8) {
-    const int rr = r % box_rows;
-    off = static_cast<uint32_t>(((r / box_rows) * (kHeadDim / 64) * box_rows + rr) * 128), r8 = rr % 8;
+  // TMA: the byte offset of (row, column) in a swizzled stage: row r is line r % box_rows of box
+  // r / box_rows, whose kLines lines (128 bytes each) lie box_rows lines apart; the 16-byte chunk
+  // is XORed with the line mod 8 (= r mod 8: box_rows is a multiple of 8). Per lane, the rows
+  // its K and V reads address: their first line's offset, computed once.
+  constexpr int kLineElems = 128 / static_cast<int>(sizeof(KV)), kLines = kHeadDim / kLineElems;
+  const int box_shift = __ffs(box_rows) - 1;
+  const uint32_t line_stride = static_cast<uint32_t>(box_rows) * 128;  // between a row's lines
+  const auto line_of = [&](int r) {
+    return static_cast<uint32_t>((((r >> box_shift) * kLines << box_shift) + (r & (box_rows - 1))) * 128);
   };
-  uint32_t k_line = 0, v_line = 0;
-  int k_r8 = 0, v_r8 = 0;
-  if constexpr (kTma) {
-    line_of(warp * 16 + (lane / 16) * 8 + lane % 8, k_line, k_r8);
-    line_of(warp * 16 + ((lane / 8) % 2) * 8 + lane % 8, v_line, v_r8);
-  }
-  const auto swz = [&](uint32_t line, int r8, int c) {
-    return line + static_cast<uint32_t>(c / 64) * col_box_bytes + static_cast<uint32_t>((((c % 64) / 8) ^ r8) * 16);
+  // Column c (elements; a 16-byte chunk's start, or a 4-byte read's) of the row whose first line is at `line`.
+  const auto swz = [&](uint32_t line, int r, int c) {
+    const int byte = c * static_cast<int>(sizeof(KV));
+    return line + static_cast<uint32_t>(byte / 128) * line_stride + static_cast<uint32_t>(((byte % 128 / 16) ^ (r % 8)) * 16 + byte % 16);
   };
+  [[maybe_unused]] uint32_t k_line = 0, v_line = 0, k_line8 = 0;  // k_line8: row + 8 (e4m3's second key tile)
+  const int k_row = Tr::kFp8 ? warp * 16 + lane / 4 : warp * 16 + (lane / 16) * 8 + lane % 8;
+  const int v_row = warp * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+  if constexpr (kTma) k_line = line_of(k_row), k_line8 = line_of(k_row + 8), v_line = line_of(v_row);
   for (int t = 0; t < tiles; ++t) {
     // Copies first, then the wait: while tile t is awaited, tiles t + 1 .. t + kStages - 1 are in
     // flight too (waiting first would leave one fewer).
@@ -301,11 +310,9 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
           // loaded; P is 0 there, but 0 x NaN is not: clear them (whole 128-byte lines).
           unsigned char* vt = reinterpret_cast<unsigned char*>(sv + (t % kStages) * Tr::kTileKv);
           const int r0 = k_end - key_t;
-          constexpr int kLines = kHeadDim / 64;
           for (int i = tid; i < (kTileKeys - r0) * kLines * 8; i += Tr::kThreads) {
-            const int r = r0 + i / (kLines * 8), cb = i / 8 % kLines, c = i % 8;
-            *reinterpret_cast<uint4*>(vt + (((r / box_rows) * kLines + cb) * box_rows + r % box_rows) * 128 + c * 16) =
-                make_uint4(0u, 0u, 0u, 0u);
+            const int r = r0 + i / (kLines * 8), line = i / 8 % kLines, c = i % 8;
+            *reinterpret_cast<uint4*>(vt + line_of(r) + line * line_stride + c * 16) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         __syncthreads();  // Q, the cleared rows visible to all
@@ -325,7 +332,9 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
       // math). K is converted in registers, below.
       for (int i = tid; i < kTileKeys * kChunks; i += Tr::kThreads) {
         const int r = i / kChunks, c = i % kChunks;
-        const uint4 raw = *reinterpret_cast<const uint4*>(sv + (t % kStages) * Tr::kTileKv + r * kRowKv + c * 16);
+        const KV* vst = sv + (t % kStages) * Tr::kTileKv;
+        const uint4 raw = *reinterpret_cast<const uint4*>(
+            kTma ? reinterpret_cast<const unsigned char*>(vst) + swz(line_of(r), r, c * 16) : reinterpret_cast<const unsigned char*>(vst + r * kRowKv + c * 16));
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
         alignas(16) __half2_raw h[8];
 #pragma unroll
@@ -341,8 +350,10 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
 
     const int key0 = k_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
     if (key0 >= k_end) continue;
+    // (e4m3: V is read from the fp16 buffer, padded rows, not swizzled.)
+    constexpr bool kSwzV = kTma && !Tr::kFp8;
     const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(tk + (kTma ? 0 : warp * 16 * kRowElems)));
-    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(tv + (kTma ? 0 : warp * 16 * kRowElems)));
+    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(tv + (kSwzV ? 0 : warp * 16 * kRowElems)));
     // Q's A-fragments: kept in registers from the first tile on (head dims <= 128; above, the
     // registers go to O and Q is re-read from shared memory per tile).
     if (kQInRegs && t == 0) {
@@ -358,7 +369,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
       // permuted (slots 2t, 2t + 1, 2t + 8, 2t + 9 of lane t hold elements 4t .. 4t + 3; a dot
       // product does not depend on the order, Q's fragments follow it), so a lane's four e4m3
       // values per key are one 4-byte read, converted to two fp16 pairs.
-      const uint8_t* kt = reinterpret_cast<const uint8_t*>(sk + (t % kStages) * Tr::kTileKv) + (warp * 16 + lane / 4) * kRowKv;
+      const uint8_t* kst = reinterpret_cast<const uint8_t*>(sk + (t % kStages) * Tr::kTileKv);
+      const uint8_t* kt = kst + (warp * 16 + lane / 4) * kRowKv;
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk) {
         const int col = kk * 16 + 4 * (lane % 4);
@@ -368,7 +380,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
         a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const uint32_t w = *reinterpret_cast<const uint32_t*>(kt + nt * 8 * kRowKv + col);
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(
+              kTma ? kst + swz(nt == 0 ? k_line : k_line8, k_row + 8 * nt, col) : kt + nt * 8 * kRowKv + col);
           const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
           const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3);
           bk[2 * nt] = static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(lo.y) << 16);
@@ -387,7 +400,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
       } else {
         ldmatrix_x4(a, q_base + ((lane % 16) * kRowElems + kk * 16 + (lane / 16) * 8) * 2);
       }
-      ldmatrix_x4(bk, kTma ? k_base + swz(k_line, k_r8, kk * 16 + ((lane / 8) % 2) * 8)
+      ldmatrix_x4(bk, kTma ? k_base + swz(k_line, k_row, kk * 16 + ((lane / 8) % 2) * 8)
                            : k_base + (((lane / 16) * 8 + lane % 8) * kRowElems + kk * 16 + ((lane / 8) % 2) * 8) * 2);
       if (kk % 2 == 0 || !kQInRegs) mma_m16n8k16_x2<TC>(sc[0], sc[1], a, bk);  // one chain past d 128 (registers)
       else mma_m16n8k16_x2<TC>(sc2[0], sc2[1], a, bk);
@@ -435,7 +448,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
 #pragma unroll
     for (int j = 0; j < kHeadDim / 16; ++j) {
       uint32_t bv[4];
-      ldmatrix_x4_trans(bv, kTma ? v_base + swz(v_line, v_r8, j * 16 + (lane / 16) * 8)
+      ldmatrix_x4_trans(bv, kSwzV ? v_base + swz(v_line, v_row, j * 16 + (lane / 16) * 8)
                                  : v_base + ((((lane / 8) % 2) * 8 + lane % 8) * kRowElems + j * 16 + (lane / 16) * 8) * 2);
       mma_m16n8k16_x2<TC>(o[2 * j], o[2 * j + 1], pa, bv);
     }
