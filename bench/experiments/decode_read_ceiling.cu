@@ -10,10 +10,15 @@
 // in flight), XOR-folded into one word so the loads are not removed. Blocks of 128 threads;
 // `per_sm` blocks per SM loop over the 512 items (item = block, block + grid, ...).
 // Then the decode kernel's load structure without its math (`staged`): a block per item (512
-// blocks, 2 resident per SM by shared memory, as decode rung 3), 3 stages of a 64-key K and V
-// tile in shared memory (rows padded to 272 bytes), cp.async with the .L2::256B hint, the copies
-// of tile t + 2 issued before the wait for tile t, two block barriers per tile; `consume` also
-// reads each tile back from shared memory (16 LDS.128 per thread).
+// blocks, 2 resident per SM by shared memory, as decode rung 3) or 264 persistent blocks, 3
+// stages of a 64-key K and V tile in shared memory, the loads of tile t + 2 issued before the
+// wait for tile t; the loads by cp.async (.L2::256B, rows padded to 272 bytes: decode rung 3
+// before TMA), by ld.global into registers stored after tile t's reads, or by one bulk copy per
+// page run (4 KB) completing on the stage's mbarrier; `consume` also reads each tile back from
+// shared memory (16 LDS.128 per thread).
+// Last (`waves`): bulk copies per page (hnd, 16-token pages) at 4k and 16k keys, a block per item:
+// 64-key tiles, 4 warps, ~106 KB a block (2 an SM: 512 items in two waves, as decode rung 3) against
+// 32-key tiles, 2 warps, ~53 KB (4 an SM: one wave of 528 slots).
 // Output: GB/s of K + V bytes for each pattern and grid.
 #include <cstdio>
 #include <cstdint>
@@ -218,6 +223,45 @@ __global__ void __launch_bounds__(kThreads) staged_read_kernel(const unsigned ch
   if (acc == 0x12345678u) *sink = acc;
 }
 
+template <int kTileT, int kThreadsT>
+__global__ void __launch_bounds__(kThreadsT) wave_read_kernel(const unsigned char* k, const unsigned char* v, int keys,
+                                                              unsigned* sink) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ uint64_t full[kStages];
+  constexpr int kStageBytes = kTileT * int(kRowBytes);
+  unsigned char* sk = smem;
+  unsigned char* sv = smem + kStages * kStageBytes;
+  const int item = blockIdx.x, b = item / kHeads, h = item % kHeads, tiles = keys / kTileT;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) mbarrier_init(&full[i], 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const auto load = [&](int t) {
+    if (threadIdx.x == 0) {
+      uint64_t* bar = &full[t % kStages];
+      mbarrier_arrive_expect_tx(bar, 2 * kStageBytes);
+      for (int pg = 0; pg < kTileT / kPage; ++pg) {
+        const int tok = t * kTileT + pg * kPage;
+        const int64_t off = ((int64_t(b) * (keys / kPage) + tok / kPage) * kHeads + h) * kPage * kRowBytes;
+        const int so = (t % kStages) * kStageBytes + pg * kPage * int(kRowBytes);
+        bulk_load(sk + so, k + off, kPage * kRowBytes, bar);
+        bulk_load(sv + so, v + off, kPage * kRowBytes, bar);
+      }
+    }
+  };
+  unsigned acc = 0;
+  for (int t = 0; t < kStages - 1 && t < tiles; ++t) load(t);
+  for (int t = 0; t < tiles; ++t) {
+    __syncthreads();
+    if (t + kStages - 1 < tiles) load(t + kStages - 1);
+    mbarrier_wait(&full[t % kStages], (t / kStages) & 1);
+    const uint4 a = *reinterpret_cast<const uint4*>(sk + (t % kStages) * kStageBytes + threadIdx.x * 16);
+    acc ^= a.x ^ a.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
 template <typename F>
 float time_ms(F f, void* flush, size_t flush_bytes) {
   cudaEvent_t e0, e1;
@@ -290,6 +334,25 @@ int main() {
           std::printf("staged %-9s %-4s consume=%d grid %4d%s  %.4f ms  %.1f GB/s\n", kinds[kind],
                       pattern == kBhnd ? "bhnd" : "hnd", consume, grid, persistent ? " (persistent)" : "", ms, bytes / ms / 1e6);
         }
+  {
+    auto k64 = wave_read_kernel<64, 128>;
+    auto k32 = wave_read_kernel<32, 64>;
+    const int smem64 = 106 * 1024, smem32 = 53 * 1024;  // decode rung 3's footprint, and half of it
+    cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
+    cudaFuncSetAttribute(k32, cudaFuncAttributeMaxDynamicSharedMemorySize, smem32);
+    int per64 = 0, per32 = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per64, k64, 128, smem64);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per32, k32, 64, smem32);
+    for (int keys : {4096, 16384}) {
+      const double kv_bytes = 2.0 * kBatch * kHeads * keys * kRowBytes;
+      for (int rep = 0; rep < 2; ++rep) {
+        const float ms64 = time_ms([&] { k64<<<kBatch * kHeads, 128, smem64>>>(k, v, keys, sink); }, flush, flush_bytes);
+        const float ms32 = time_ms([&] { k32<<<kBatch * kHeads, 64, smem32>>>(k, v, keys, sink); }, flush, flush_bytes);
+        std::printf("waves keys %5d: 64-key tiles, %d blocks/SM %.4f ms %.1f GB/s | 32-key tiles, %d blocks/SM %.4f ms %.1f GB/s\n",
+                    keys, per64, ms64, kv_bytes / ms64 / 1e6, per32, ms32, kv_bytes / ms32 / 1e6);
+      }
+    }
+  }
   std::printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;
 }
