@@ -254,10 +254,14 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   [[maybe_unused]] int pg_box = -1;  // TMA: the page of this lane's box of the next tile to issue
   if constexpr (kTma) {
     cp_async_commit();  // Q
+    // The first kStages tiles' pages in one round of loads (not one table read before each issue).
+    int first_pages[kStages];
+#pragma unroll
+    for (int t = 0; t < kStages; ++t) first_pages[t] = t < tiles ? box_page(t) : -1;
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t)
-      if (t < tiles) issue_tile(t, box_page(t));
-    if (kStages - 1 < tiles) pg_box = box_page(kStages - 1);
+      if (t < tiles) issue_tile(t, first_pages[t]);
+    pg_box = first_pages[kStages - 1];
   } else {
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
