@@ -2,6 +2,7 @@
 // checks, the page table's values (read from the device unless the stream is being captured),
 // rung 3's split plan (src/serving_plan.cpp) and workspace, and the launches
 // (kernels/attention/decode/).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -257,6 +258,14 @@ int tma_box_rows(const DecodeCall& call) {
   const int64_t ps = call.c.page_size, tile = kernels::DecodeSplitTraits<128>::kTileKeys, es = call.fp8 ? 1 : 2;
   // (e4m3 at head dim 256: the TMA kernel spilled registers; it keeps cp.async.)
   if (call.c.d * es % 128 != 0 || (call.fp8 && call.c.d != 128) || detail::cc_major() < 9) return 0;
+  // An empty pool (every request empty) has no map (TMA needs non-zero dims); the TMA kernel's
+  // shared memory (1 KB more than cp.async's, for alignment) must fit the device.
+  if (call.c.max_pages < 1) return 0;
+  const bool fits = HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
+    return (call.fp8 ? kernels::DecodeSplitTraits<kD, 1>::kSmemBytesTma : kernels::DecodeSplitTraits<kD>::kSmemBytesTma) <=
+           detail::max_smem_optin();
+  });
+  if (!fits) return 0;
   const int64_t box = ps % 8 == 0 && tile % ps == 0 ? ps : ps % tile == 0 ? tile : 0;
   if (box == 0 || reinterpret_cast<uintptr_t>(p.k_cache) % 16 != 0 || reinterpret_cast<uintptr_t>(p.v_cache) % 16 != 0)
     return 0;
@@ -268,6 +277,8 @@ int tma_box_rows(const DecodeCall& call) {
   if (!ok(p.slot_stride, ps) || !ok(p.head_stride, nkv) || !ok(p.page_stride, pages) || !ok(p.v_slot_stride, ps) ||
       !ok(p.v_head_stride, nkv) || !ok(p.v_page_stride, pages))
     return 0;
+  // cache_map's stride for a dim of size 1 (ps x slot stride) within TMA's 2^40 bytes too.
+  if (ps * std::max(p.slot_stride, p.v_slot_stride) * es >= (int64_t{1} << 40)) return 0;
   return static_cast<int>(box);
 }
 

@@ -693,6 +693,35 @@ TEST(PagedDecode, SlotsPastTheEndDoNotReachTheOutput) {
   }
 }
 
+// A pool of no pages and requests of no keys (a server before its first token): out 0, lse -inf,
+// at a shape whose caches would take the TMA path (which needs a page to map, so this one does not).
+TEST(PagedDecode, EmptyPoolOfEmptyRequests) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(825);
+  for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+    const DecodeShape s{DType::kBF16, 16, layout, 32, 8, 128};
+    const std::vector<int64_t> lens = {0, 0, 0};
+    PageTable t(s.page_size, 0, lens.size(), rng);
+    t.grow(lens);
+    const DecodeInputs in(s, static_cast<int64_t>(lens.size()), 0, rng);
+    const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
+    const DecodeDevice dev(in, 0);
+    dev.set_table(t);
+    dev.poison();
+    dev.paged(3, true);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> lse = dev.got_lse();
+    expect_matches(in, ref, true, dev.got(), &lse, describe(s) << " rung 3, no pages");
+    const Workspace ws(batch_decode_workspace_bytes(static_cast<int64_t>(lens.size()), s.nheads, s.nheads_kv, s.d, 0));
+    const DecodePlanInfo info = plan_for(s, t, ws);
+    dev.poison();
+    dev.run(info, ws.view(), true);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> lse_run = dev.got_lse();
+    expect_matches(in, ref, true, dev.got(), &lse_run, describe(s) << " plan / run, no pages");
+  }
+}
+
 // Uniform inputs (q = 0, V in eighths: exact sums) over long requests cut into many chunks, with
 // pages not a multiple of the chunk, a last page partly filled: rungs 2 and 3 give the mean of
 // exactly the request's keys (out to a few fp32 roundings, lse = ln L to 1e-5).
