@@ -62,11 +62,10 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
       // this path launches with), so calls from several host threads cannot undo each other.
       FLASHLAB_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes));
-      FLASHLAB_LAUNCH(kernel, grid, kSoftmaxSplitThreads, static_cast<size_t>(smem), stream, p, chunk_vecs,
-                      SoftmaxNoGate{});
+      FLASHLAB_LAUNCH(kernel, grid, kSoftmaxSplitThreads, static_cast<size_t>(smem), stream, p, chunk_vecs);
     } else {
       FLASHLAB_LAUNCH((softmax_split_cluster_kernel<T, kLog, false>), grid, kSoftmaxSplitThreads, 0, stream, p,
-                      chunk_vecs, SoftmaxNoGate{});
+                      chunk_vecs);
     }
     return;
   }

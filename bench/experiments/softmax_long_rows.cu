@@ -24,11 +24,8 @@
 //   exp2_two_poly the same with a quarter of the exponents by exp2_poly3_nonpos
 //   (--rung: the rung's own kernel with and without that polynomial share, alternated)
 //   (--window: the rung's own kernel with 16 .. 1 copies in flight per thread ahead of its fold)
-//   (--stagger: the rung's own kernel with its rows in groups (row % groups) whose loads start
-//    one after another, so that one group's fold, merge and stores run under the next group's
-//    loads: group g waits until g * step blocks of the grid have their chunk landed (a counter
-//    in global memory; all blocks are resident at once here), or g * delay clock cycles or
-//    nanoseconds, or a window / semaphore of rows loading; --stagger ROWS... for other row counts)
+//   (--stagger, rows started in groups or ramps through a load-phase hook of the rung: this
+//    file and the hook at commit aa8960a; results softmax_long_rows_stagger_run*.txt; not kept)
 //   (--policy: the rung's kernel under each cluster scheduling policy, and the probe's SM count)
 // plus a plain 16-byte grid-stride copy kernel and cudaMemcpyAsync of the same bytes, and an
 // empty kernel with the same grid, clusters and shared memory (the launch alone). A probe
@@ -251,78 +248,6 @@ __global__ void __launch_bounds__(kMode >= kExp2Ooo ? 256 : 512, kMode >= kExp2O
   }
 }
 
-// The --stagger gate (SoftmaxNoGate's hooks): group g = row % groups starts its loads after a
-// wait. Counter mode: until g * step blocks of the grid have their chunk landed (thread 0 of each
-// block adds 1 once its chunk has landed; the last block of the grid puts it back to 0 for the
-// next launch, every block having passed its wait by then; a wait gives up after kTimeout
-// cycles, so a grid that is not all resident cannot hang). Clock mode: g * delay SM cycles after
-// the block's start (clock64). Ns mode: g * delay nanoseconds (globaltimer). Window mode
-// (groups = rows): row r starts once (r - step + 1) rows' worth of blocks have their chunk
-// landed (at most about `step` rows loading at once, in row order). Semaphore mode: a block starts
-// when fewer than step * 8 blocks are loading (any order; *landed counts the blocks loading).
-struct StaggerGate {
-  enum Kind { kCounter, kClock, kNs, kWindow, kSemaphore };
-  Kind kind;
-  unsigned* landed;
-  int groups;
-  unsigned step;
-  long long delay;
-  unsigned total;
-  static constexpr long long kTimeout = 200000;
-  __device__ void before_loads(int64_t row) const {
-    const int g = static_cast<int>(row % groups);
-    if (g == 0) return;  // the same for every thread of the block
-    if (threadIdx.x == 0) {
-      if (kind == kClock) {
-        const long long t0 = clock64();
-        while (clock64() - t0 < g * delay) {
-        }
-      } else if (kind == kNs) {
-        const unsigned long long t0 = global_ns();
-        while (global_ns() - t0 < static_cast<unsigned long long>(g * delay)) {
-        }
-      } else if (kind == kSemaphore) {
-        const long long t0 = clock64();
-        const unsigned limit = step * kSoftmaxClusterBlocks;
-        for (;;) {
-          const unsigned cur = *static_cast<volatile unsigned*>(landed);
-          if (cur < limit && atomicCAS(landed, cur, cur + 1) == cur) break;
-          if (clock64() - t0 >= kTimeout) {  // take a slot anyway (after_loads gives it back)
-            atomicAdd(landed, 1u);
-            break;
-          }
-        }
-      } else {
-        const long long t0 = clock64();
-        const unsigned need = kind == kWindow ? (g >= static_cast<int>(step) ? (g - step + 1) * kSoftmaxClusterBlocks : 0u)
-                                              : g * step;
-        while (*static_cast<volatile unsigned*>(landed) < need && clock64() - t0 < kTimeout) {
-        }
-      }
-    }
-    __syncthreads();
-  }
-  __device__ void after_loads(int64_t row) const {
-    if (threadIdx.x != 0) return;
-    if (kind == kSemaphore) {
-      if (row % groups != 0) atomicSub(landed, 1u);  // group 0 took no slot
-      return;
-    }
-    if (kind != kCounter && kind != kWindow) return;
-    if (atomicAdd(landed, 1u) == total - 1) atomicExch(landed, 0u);
-  }
-};
-
-// The smallest nonzero step of %globaltimer seen by one thread (its update granularity).
-__global__ void globaltimer_step_kernel(unsigned long long* out) {
-  unsigned long long prev = global_ns(), best = ~0ull;
-  for (int i = 0; i < 20000; ++i) {
-    const unsigned long long t = global_ns();
-    if (t != prev) best = t - prev < best ? t - prev : best, prev = t;
-  }
-  *out = best;
-}
-
 template <typename T>
 __global__ void copy_kernel(const Vec<T>* in, Vec<T>* out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -465,7 +390,7 @@ int main(int argc, char** argv) {
     auto run_rung = [&](auto kernel, bool log) {
       (void)log;
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
-      kernel<<<static_cast<unsigned>(rows * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, smem, h.stream()>>>(p, chunk, SoftmaxNoGate{});
+      kernel<<<static_cast<unsigned>(rows * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, smem, h.stream()>>>(p, chunk);
     };
     auto with_poly = softmax_split_cluster_kernel<T, false, true, true>;
     auto without = softmax_split_cluster_kernel<T, false, true, false>;
@@ -502,7 +427,7 @@ int main(int argc, char** argv) {
     const size_t smem = chunk * sizeof(Vec<T>);
     auto run_rung = [&](auto kernel) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
-      kernel<<<static_cast<unsigned>(rows * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, smem, h.stream()>>>(p, chunk, SoftmaxNoGate{});
+      kernel<<<static_cast<unsigned>(rows * kSoftmaxClusterBlocks), kSoftmaxSplitThreads, smem, h.stream()>>>(p, chunk);
     };
     const auto kernels = std::make_tuple(softmax_split_cluster_kernel<T, false, true, false, 16>,
                                          softmax_split_cluster_kernel<T, false, true, false, 8>,
@@ -564,7 +489,7 @@ int main(int argc, char** argv) {
       attr[0].val.clusterSchedulingPolicyPreference = pol;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
-      return cudaLaunchKernelEx(&cfg, rung, p, chunk, SoftmaxNoGate{});
+      return cudaLaunchKernelEx(&cfg, rung, p, chunk);
     };
     std::vector<uint16_t> ref(rows * cols), got(rows * cols);
     for (int i = 0; i < 3; ++i) {
@@ -596,103 +521,6 @@ int main(int argc, char** argv) {
       probe<kExp2>(p, 8, 256, flush, flush_bytes, sm_count);
     }
     std::printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
-    return 0;
-  }
-  if (argc > 1 && std::string(argv[1]) == "--stagger") {
-    // --stagger [rows ...]: each row count (cols 128256) with the configs below, outputs checked
-    // bit for bit against the rung, timed alternated with a cudaMemcpyAsync of the same bytes.
-    {
-      unsigned long long* d = nullptr;
-      unsigned long long step_ns = 0;
-      cudaMalloc(&d, sizeof step_ns);
-      globaltimer_step_kernel<<<1, 1>>>(d);
-      cudaMemcpy(&step_ns, d, sizeof step_ns, cudaMemcpyDeviceToHost);
-      cudaFree(d);
-      int clock_khz = 0;
-      cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
-      std::printf("globaltimer step %llu ns; SM clock attribute %d MHz\n", step_ns, clock_khz / 1000);
-    }
-    std::vector<int64_t> row_counts;
-    for (int i = 2; i < argc; ++i) row_counts.push_back(std::atoll(argv[i]));
-    if (row_counts.empty()) row_counts.push_back(64);
-    unsigned* landed = nullptr;
-    cudaMalloc(&landed, sizeof(unsigned));
-    cudaMemset(landed, 0, sizeof(unsigned));
-    auto rung = softmax_split_cluster_kernel<T, false, true>;
-    auto gated = softmax_split_cluster_kernel<T, false, true, false, kSoftmaxSplitCopyAhead, StaggerGate>;
-    cudaFuncSetAttribute(rung, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
-    cudaFuncSetAttribute(gated, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes);
-    struct Config {
-      StaggerGate::Kind kind;
-      int groups;  // 0: the rung without a gate; -1: one group per row (a linear ramp)
-      double frac;
-      long long delay;
-    };
-    using K = StaggerGate;
-    const Config configs[] = {{K::kNs, 0, 0, 0},       {K::kNs, -1, 0, 100},    {K::kNs, -1, 0, 125},
-                              {K::kWindow, -1, 16, 0},  {K::kWindow, -1, 24, 0}, {K::kWindow, -1, 32, 0},
-                              {K::kWindow, -1, 40, 0},  {K::kWindow, -1, 48, 0}, {K::kSemaphore, -1, 16, 0},
-                              {K::kSemaphore, -1, 24, 0}, {K::kSemaphore, -1, 32, 0}, {K::kSemaphore, -1, 48, 0}};
-    for (const int64_t nrows : row_counts) {
-      void *xr, *yr;
-      cudaMalloc(&xr, nrows * cols * sizeof(T));
-      cudaMalloc(&yr, nrows * cols * sizeof(T));
-      bench::fill_random(xr, nrows * cols, 7, 1, h.stream());
-      const SoftmaxParams pr{xr, yr, nrows, cols, cols, cols};
-      const int64_t chunk = (cols / Vec<T>::kN + kSoftmaxClusterBlocks - 1) / kSoftmaxClusterBlocks;
-      const size_t smem = chunk * sizeof(Vec<T>);
-      const unsigned total = static_cast<unsigned>(nrows * kSoftmaxClusterBlocks);
-      auto run = [&](const Config& c) {
-        if (c.groups == 0) {
-          rung<<<total, kSoftmaxSplitThreads, smem, h.stream()>>>(pr, chunk, SoftmaxNoGate{});
-          return;
-        }
-        const int groups = c.groups < 0 ? static_cast<int>(nrows) : c.groups;
-        StaggerGate g{c.kind, landed, groups, 0, c.delay, total};
-        if (c.kind == K::kCounter) g.step = std::max(1u, static_cast<unsigned>(c.frac * total / groups));
-        if (c.kind == K::kWindow || c.kind == K::kSemaphore) g.step = static_cast<unsigned>(c.frac);
-        gated<<<total, kSoftmaxSplitThreads, smem, h.stream()>>>(pr, chunk, g);
-      };
-      auto name = [](const Config& c) {
-        static const char* kinds[] = {"counter", "clock", "ns", "window", "semaphore"};
-        char b[64];
-        if (c.groups == 0) std::snprintf(b, sizeof b, "rung");
-        else if (c.kind == K::kWindow || c.kind == K::kSemaphore) std::snprintf(b, sizeof b, "%s %g rows", kinds[c.kind], c.frac);
-        else if (c.groups < 0) std::snprintf(b, sizeof b, "%s ramp d%lld/row", kinds[c.kind], c.delay);
-        else if (c.kind == K::kCounter) std::snprintf(b, sizeof b, "counter g%d f%.2f", c.groups, c.frac);
-        else std::snprintf(b, sizeof b, "%s g%d d%lld", kinds[c.kind], c.groups, c.delay);
-        return std::string(b);
-      };
-      std::vector<uint16_t> ref(nrows * cols), got(nrows * cols);
-      std::printf("rows %lld x cols %lld:\n", (long long)nrows, (long long)cols);
-      for (const Config& c : configs) {
-        cudaMemsetAsync(yr, 0xff, nrows * cols * sizeof(T), h.stream());
-        run(c);
-        cudaMemcpyAsync((&c == configs ? ref : got).data(), yr, ref.size() * 2, cudaMemcpyDeviceToHost, h.stream());
-        cudaStreamSynchronize(h.stream());
-        int64_t diff = 0;
-        for (size_t i = 0; i < ref.size(); ++i) diff += ref[i] != got[i] || (ref[i] & 0x7fff) > 0x7f80;
-        if (diff && &c != configs)
-          std::printf("  check %-22s: %lld of %zu outputs differ from the rung or NaN (%s)\n", name(c).c_str(),
-                      (long long)diff, ref.size(), cudaGetErrorString(cudaGetLastError()));
-      }
-      for (int rep = 0; rep < 3; ++rep) {
-        const double copy_ms =
-            h.time_ms([&] { cudaMemcpyAsync(yr, xr, nrows * cols * sizeof(T), cudaMemcpyDeviceToDevice, h.stream()); });
-        std::printf("  rep %d: cudaMemcpyAsync %.4f ms |", rep, copy_ms);
-        for (const Config& c : configs) {
-          const double ms = h.time_ms([&] { run(c); });
-          std::printf(" %s %.4f (%.3fx)%s", name(c).c_str(), ms, copy_ms / ms, &c - configs == 6 ? "\n   " : " |");
-        }
-        std::printf("\n");
-      }
-      cudaFree(xr);
-      cudaFree(yr);
-    }
-    unsigned left = 0;
-    cudaMemcpy(&left, landed, sizeof left, cudaMemcpyDeviceToHost);
-    std::printf("counter after the runs: %u (0: every launch reset it); last error: %s\n", left,
-                cudaGetErrorString(cudaGetLastError()));
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--arrival") {

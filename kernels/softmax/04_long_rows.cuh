@@ -56,25 +56,15 @@ inline constexpr int kSoftmaxSplitUnrolledVpt = 16;  // vectors per thread of th
 inline constexpr int kSoftmaxSplitCopyAhead = kSoftmaxSplitUnrolledVpt;  // see kAhead below
 static_assert(kSoftmaxClusterBlocks <= kWarpSize, "a warp merges one state per block of the cluster");
 
-// A hook around the load phase (Gate: before_loads(row) at the start, after_loads(row) once the
-// block's chunk has landed, both called by every thread): the rung uses none; the experiment
-// bench/experiments/softmax_long_rows.cu --stagger delays some rows' loads with it.
-struct SoftmaxNoGate {
-  __device__ void before_loads(int64_t) const {}
-  __device__ void after_loads(int64_t) const {}
-};
-
 // Block b works on row b / kSoftmaxClusterBlocks, vectors [q * chunk_vecs, (q + 1) * chunk_vecs)
 // of it, q = its rank in the cluster. kInSmem: dynamic shared memory of chunk_vecs vectors.
 // kPolyShare: a quarter of the fold's exponents on the FMA pipe (online_softmax_add_exp2); an
 // experiment, off (bench/experiments/softmax_long_rows.cu --rung: 2% slower).
 // kAhead: copies a thread keeps in flight ahead of the vector it folds (unrolled path);
 // kSoftmaxSplitUnrolledVpt issues them all before the first fold.
-template <typename T, bool kLog, bool kInSmem, bool kPolyShare = false, int kAhead = kSoftmaxSplitCopyAhead,
-          typename Gate = SoftmaxNoGate>
+template <typename T, bool kLog, bool kInSmem, bool kPolyShare = false, int kAhead = kSoftmaxSplitCopyAhead>
 __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(kSoftmaxSplitThreads)
-    softmax_split_cluster_kernel(const __grid_constant__ SoftmaxParams p, const int64_t chunk_vecs,
-                                 const Gate gate = {}) {
+    softmax_split_cluster_kernel(const __grid_constant__ SoftmaxParams p, const int64_t chunk_vecs) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // clusters are sm_90+; the host never launches this kernel below sm_90
 #else
@@ -101,7 +91,6 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   };
 
   OnlineSoftmaxState st = online_softmax_empty();
-  gate.before_loads(r);
   if constexpr (kInSmem) {
     // One commit group per vector of this thread (vectors i = threadIdx.x + k * blockDim.x),
     // then each is folded into the state as soon as it lands, while later ones are still in
@@ -141,7 +130,6 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) fold(st, load_vec(in + i * V::kN));
   }
   st = block_all_merge(st);
-  gate.after_loads(r);
   if (threadIdx.x == 0) block_state = st;
   cluster.sync();  // every block's state written and visible to the cluster
   // Every warp reads the cluster's states (lane q: block q's) and merges them: the same row
