@@ -1,29 +1,58 @@
 """Experiment: torch SDPA (cuDNN and flash backends) on the contiguous decode of
-bench/experiments/decode_read_ceiling.cu's shape (batch 64, 32 query / 8 KV heads, 16k keys,
-d 128, bf16), timed as that program times (L2 flushed, CUDA events, median of 10): K + V GB/s."""
+bench/experiments/decode_read_ceiling.cu's shape (batch 64, 32 query / 8 KV heads, d 128, bf16;
+4k and 16k keys), timed as that program and decode_fixed_cost.cu time (L2 flushed by a 256 MiB
+write, CUDA events, median of 30), eager and as the replay of a CUDA graph: K + V GB/s.
+Also ncu-friendly: NCU=1 runs each call once after a warm-up."""
+import os
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-q = torch.randn(64, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(64, 8, 16384, 128, device="cuda", dtype=torch.bfloat16)
-v = torch.randn_like(k)
 flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
-    with sdpa_kernel(backend):
-        def call():
-            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        call()
-        torch.cuda.synchronize()
-        times = []
-        for i in range(12):
-            flush.fill_(i)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        times = sorted(times[2:])
-        ms = times[len(times) // 2]
-        print(f"sdpa {backend.name:16s} {ms:.4f} ms  {2 * k.numel() * 2 / ms / 1e6:.1f} GB/s")
+
+
+def timed(fn, reps=30):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(reps):
+        flush.fill_(i)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+for n in (4096, 16384):
+    q = torch.randn(64, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(64, 8, n, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    gb = 2 * k.numel() * 2 / 1e9
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+        with sdpa_kernel(backend):
+            def call():
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            if os.environ.get("NCU") == "1":
+                call()
+                torch.cuda.synchronize()
+                call()
+                torch.cuda.synchronize()
+                continue
+            eager = timed(call)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                call()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                call()
+            graph = timed(g.replay)
+            print(f"keys {n:5d} sdpa {backend.name:16s} eager {eager:.4f} ms {gb / eager * 1e3:7.1f} GB/s"
+                  f"  graph {graph:.4f} ms {gb / graph * 1e3:7.1f} GB/s")
