@@ -262,7 +262,7 @@ int tma_box_rows(const DecodeCall& call) {
   // shared memory (1 KB more than cp.async's, for alignment) must fit the device.
   if (call.c.max_pages < 1) return 0;
   const bool fits = HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
-    return (call.fp8 ? kernels::DecodeSplitTraits<kD, 1>::kSmemBytesTma : kernels::DecodeSplitTraits<kD>::kSmemBytesTma) <=
+    return (call.fp8 ? kernels::DecodeSplitTraits<kD, 1, true>::kSmemBytesTma : kernels::DecodeSplitTraits<kD, 2, true>::kSmemBytesTma) <=
            detail::max_smem_optin();
   });
   if (!fits) return 0;
@@ -330,7 +330,7 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
         using KV = typename decltype(kv_tag)::type;
         // (tma_box_rows is 0 where a row is not whole 128-byte lines)
         constexpr bool kTma = decltype(tma_tag)::value && kD * sizeof(KV) % 128 == 0 && (sizeof(KV) == 2 || kD == 128);
-        using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>;
+        using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV)), kTma>;
         constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
         const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV, kTma>;
         configure_split(kernel, smem);
