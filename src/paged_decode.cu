@@ -20,7 +20,6 @@
 #include "kernels/attention/decode/01_naive.cuh"
 #include "kernels/attention/decode/02_gqa.cuh"
 #include "kernels/attention/decode/03_split.cuh"
-#include "kernels/attention/decode/03_split_ws.cuh"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
 #include "src/core/static_switch.h"
@@ -263,15 +262,10 @@ int tma_box_rows(const DecodeCall& call) {
   // shared memory (1 KB more than cp.async's, for alignment) must fit the device.
   if (call.c.max_pages < 1) return 0;
   const bool fits = HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
-    if constexpr (kD % 64 == 0)  // 16-bit: the persistent kernel (03_split_ws.cuh)
-      return (call.fp8 ? kernels::DecodeSplitTraits<kD, 1>::kSmemBytesTma : kernels::DecodeWsTraits<kD>::kSmemBytes) <=
-             detail::max_smem_optin();
-    return call.fp8 && kernels::DecodeSplitTraits<kD, 1>::kSmemBytesTma <= detail::max_smem_optin();
+    return (call.fp8 ? kernels::DecodeSplitTraits<kD, 1, true>::kSmemBytesTma : kernels::DecodeSplitTraits<kD, 2, true>::kSmemBytesTma) <=
+           detail::max_smem_optin();
   });
   if (!fits) return 0;
-  // 16-bit: q's rows come by bulk copies (16-byte aligned rows).
-  if (!call.fp8 && (reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || p.q_batch_stride * 2 % 16 != 0 || p.q_head_stride * 2 % 16 != 0))
-    return 0;
   const int64_t box = ps % 8 == 0 && tile % ps == 0 ? ps : ps % tile == 0 ? tile : 0;
   if (box == 0 || reinterpret_cast<uintptr_t>(p.k_cache) % 16 != 0 || reinterpret_cast<uintptr_t>(p.v_cache) % 16 != 0)
     return 0;
@@ -298,24 +292,6 @@ CUtensorMap cache_map(const void* base, DType dtype, const CacheDims& c, int64_t
                               c.max_pages > 1 ? page_stride * es : filler};
   const int box[5] = {static_cast<int>(line), box_rows, static_cast<int>(c.d / line), 1, 1};
   return detail::make_tensor_map_5d(base, dtype, dims, strides, box);
-}
-
-// Resident blocks of the persistent kernel on the current device (its grid), cached per (device,
-// kernel); the kernel opted into its shared memory first.
-template <typename Kernel>
-int64_t ws_slots(Kernel kernel, int threads, int smem) {
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, int64_t> cache;
-  int device = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
-  const std::pair<int, const void*> key{device, reinterpret_cast<const void*>(kernel)};
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  configure_split(kernel, smem);
-  int per_sm = 0;
-  FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return cache[key] = static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
 }
 
 // Rung 3's launches: the chunks (grid_items items; with `ws`, a plan's workspace, else one
@@ -354,19 +330,11 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
         using KV = typename decltype(kv_tag)::type;
         // (tma_box_rows is 0 where a row is not whole 128-byte lines)
         constexpr bool kTma = decltype(tma_tag)::value && kD * sizeof(KV) % 128 == 0 && (sizeof(KV) == 2 || kD == 128);
-        if constexpr (kTma && sizeof(KV) == 2) {
-          // The persistent producer-warp kernel: a block per resident slot, looping over the items.
-          using Ws = kernels::DecodeWsTraits<kD>;
-          const auto kernel = kernels::paged_decode_split_ws_kernel<T, kD>;
-          const dim3 ws_grid(static_cast<unsigned>(std::min<int64_t>(blocks, ws_slots(kernel, Ws::kThreads, Ws::kSmemBytes))));
-          FLASHLAB_LAUNCH(kernel, ws_grid, Ws::kThreads, Ws::kSmemBytes, stream, call.p, sp, maps);
-        } else {  // a block per item: cp.async, or TMA with an e4m3 cache
-          using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>;
-          constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
-          const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV, kTma>;
-          configure_split(kernel, smem);
-          FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, smem, stream, call.p, sp, maps);
-        }
+        using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV)), kTma>;
+        constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
+        const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV, kTma>;
+        configure_split(kernel, smem);
+        FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, smem, stream, call.p, sp, maps);
       };
       const auto with_kv = [&](auto kv_tag) {
         if (maps.box_rows > 0) launch(kv_tag, std::true_type{});

@@ -18,6 +18,10 @@
 //     with the per-thread cp.async copies (16 bytes each, .L2::256B, each key's page looked up
 //     by the thread that copies it, keys past the chunk zero-filled), which remain for other
 //     page sizes and head dims. Rung 2 had one key per warp in flight.
+//   - With TMA and a 16-bit cache, a producer warp (a 5th warp) issues the tiles: each as soon
+//     as the 4 math warps have arrived on its stage's "empty" mbarrier, the pages of 32 boxes
+//     ahead held in its lanes; 2 stages. The math no longer delays the next tile's issue by a
+//     block barrier per tile (bench/experiments/decode_fixed_cost.cu: 2-3% at batch 64).
 //   - Tensor cores: the group's query heads are the 16 rows of an mma.sync m16n8k16 (rows past
 //     the group are zeros, their results dropped), so S = Q K^T and O += P V cost a few mma per
 //     16 keys instead of a shuffle reduction per key and head; P stays in registers (the S
@@ -83,21 +87,26 @@ struct DecodeTmaMaps {
 // kKvBytes: the cache's element size, 2 (fp16 / bf16, the query's type) or 1 (e4m3: K converted
 // in registers, V through an fp16 buffer, before the fp16 mma; the scales k_scale / v_scale
 // applied to the scores and the output).
-template <int kHeadDim, int kKvBytes = 2>
+template <int kHeadDim, int kKvBytes = 2, bool kTma = false>
 struct DecodeSplitTraits {
   // 4 warps, 16 keys each per tile. (2 warps and 32-key tiles, 4 blocks an SM at d 128 so that a
   // batch-64 GQA-8 decode's 512 items start in one wave, measured 2-4% slower at batch 64: fewer
   // bytes in flight per SM mattered more than the second wave.)
-  static constexpr int kWarps = 4, kThreads = kWarps * 32;
+  static constexpr bool kFp8 = kKvBytes == 1;
+  // A producer warp (16-bit caches by TMA): a 5th warp issues the tiles, each as soon as the 4
+  // math warps have released its stage on the stage's "empty" mbarrier; no block barrier per tile.
+  static constexpr bool kProducer = kTma && !kFp8;
+  static constexpr int kWarps = 4, kMathThreads = kWarps * 32, kThreads = kMathThreads + (kProducer ? 32 : 0);
   static constexpr int kRows = 16;                 // query heads per block (the mma's M)
   static constexpr int kTileKeys = kWarps * 16;    // keys per pipeline stage, 16 per warp
-  static constexpr bool kFp8 = kKvBytes == 1;
   // e4m3: 2 stages (rows padded by 16 bytes: the K fragments' 4-byte reads of 8 rows fall in
   // different banks) and an fp16 buffer for V only keep a block at 58 KB at d 128, 3 an SM: the
   // kernel is issue-bound there (a tile is half the bytes for the same math), and 12 warps an SM
-  // hide more latency than 8.
-  static constexpr int kStages = kFp8 ? 2 : 3;
-  static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 0;  // __launch_bounds__ (e4m3: <= 168 registers; 0: unset)
+  // hide more latency than 8. The producer warp: 2 stages too (two tiles in flight per block
+  // whatever the math is doing).
+  static constexpr int kStages = kFp8 || kProducer ? 2 : 3;
+  static constexpr int kMinBlocks =  // __launch_bounds__ (0: unset)
+      kFp8 && kHeadDim <= 128 ? 3 : 0;
   static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; 16-bit K, V; e4m3: V's fp16 copy)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
   static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
@@ -119,11 +128,13 @@ struct DecodeSplitTraits {
 // T: the query's and output's type; KV: the cache's (T, or __nv_fp8_e4m3 with T fp16 / bf16).
 // kTma: K and V tiles by TMA through `maps` (DecodeTmaMaps); else cp.async (maps unused).
 template <typename T, int kHeadDim, typename KV = T, bool kTma = false>
-__global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
-                                  DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>::kMinBlocks)
+__global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV)), kTma>::kThreads,
+                                  DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV)), kTma>::kMinBlocks)
     paged_decode_split_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s,
                               const __grid_constant__ DecodeTmaMaps maps) {
-  using Tr = DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV))>;
+  using Tr = DecodeSplitTraits<kHeadDim, static_cast<int>(sizeof(KV)), kTma>;
+  constexpr bool kProducer = Tr::kProducer;
+  constexpr int kMathThreads = Tr::kMathThreads;
   static_assert(!kTma || kHeadDim * sizeof(KV) % 128 == 0, "TMA: rows of whole 128-byte lines");
   using TC = std::conditional_t<Tr::kFp8, __half, T>;  // the mma's operand type
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
@@ -142,7 +153,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   KV* sk = reinterpret_cast<KV*>(stages);  // stage st: sk + st * kTileKv
   KV* sv = sk + kStages * Tr::kTileKv;
   TC* cv = reinterpret_cast<TC*>(sv + kStages * Tr::kTileKv);  // e4m3: the current tile's V in fp16
-  __shared__ uint64_t full[kTma ? kStages : 1];  // TMA: stage st's K and V boxes have landed
+  __shared__ uint64_t full[kTma ? kStages : 1];        // TMA: stage st's K and V boxes have landed
+  __shared__ uint64_t empty[kProducer ? kStages : 1];  // producer: the math warps are done with stage st
 
   // The item (blockIdx.x / per: all heads of an item are consecutive blocks, so the items'
   // order is the order the GPU starts them in): request b, pages [pb, pe) of it.
@@ -170,13 +182,20 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   if constexpr (kTma) {
     if (tid == 0) {
       for (int st = 0; st < kStages; ++st) mbarrier_init(&full[st], 1);
+      if constexpr (kProducer)
+        for (int st = 0; st < kStages; ++st) mbarrier_init(&empty[st], Tr::kWarps);
       fence_barrier_init();
     }
-    __syncthreads();  // the barriers exist before warp 0 issues into them
+    __syncthreads();  // the barriers exist before they are issued into
   }
+  // The math warps' own barrier (the producer warp does not take part): named barrier 1.
+  const auto math_sync = [&] {
+    if constexpr (kProducer) named_barrier_sync(1, kMathThreads);
+    else __syncthreads();
+  };
 
   // Q: rows past the group's heads zero-filled (no read); with an fp8 cache converted to fp16.
-  for (int i = tid; i < Tr::kRows * kHeadDim / 8; i += Tr::kThreads) {
+  for (int i = tid; i < Tr::kRows * kHeadDim / 8 && (!kProducer || warp < Tr::kWarps); i += kMathThreads) {
     const int r = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
     const bool ok = r < ng;
     const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + (h0 + (ok ? r : 0)) * p.q_head_stride + c * 8;
@@ -237,7 +256,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
     return warp == 0 && lane < boxes && key < k_end ? p.kv_indices[first + s.page_size.div(key)] : -1;
   };
   const auto issue_tile = [&](int t, int page) {
-    if (warp != 0) return;
+    if (warp != (kProducer ? Tr::kWarps : 0)) return;
     const int key0 = k_begin + t * kTileKeys, valid = min(boxes, (k_end - key0 + box_rows - 1) / box_rows);
     uint64_t* bar = &full[t % kStages];
     if (lane == 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(valid * box_rows * kHeadDim * sizeof(KV) * 2));
@@ -248,11 +267,34 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
       tma_load_5d(sv + at, &maps.v, 0, slot, 0, hk, page, bar);
     }
   };
+  // The producer warp: the pages of 32 boxes in its lanes' registers (`cur`, a tile's boxes
+  // shuffled out of them) and of the next 32 (`nxt`, loaded when `cur` is taken up: 8 tiles ahead
+  // at 16-key pages), so no table read sits between a stage's release and its tile's issue; each
+  // tile issued once the math warps have released its stage (tiles 0 .. kStages - 1 at once).
+  if constexpr (kProducer) {
+    if (warp == Tr::kWarps) {
+      const auto load_box = [&](int box) {
+        const int key = k_begin + box * box_rows;
+        return key < k_end ? p.kv_indices[first + s.page_size.div(key)] : -1;
+      };
+      int cur = load_box(lane), nxt = load_box(32 + lane);
+      for (int t = 0; t < tiles; ++t) {
+        const int box0 = t * boxes;  // boxes divides 32
+        if (box0 % 32 == 0 && box0 > 0) cur = nxt, nxt = load_box(box0 + 32 + lane);
+        const int page = __shfl_sync(0xffffffffu, cur, (box0 + lane) % 32);
+        if (t >= kStages) mbarrier_wait(&empty[t % kStages], (t / kStages - 1) & 1);
+        issue_tile(t, page);
+      }
+      return;
+    }
+  }
   // Prologue: Q with tile 0, then tiles up to kStages - 2 (a group committed for each, empty or
   // not); the pages of tile kStages - 1 fetched for the loop's first copies.
   [[maybe_unused]] int pg[kIters];
   [[maybe_unused]] int pg_box = -1;  // TMA: the page of this lane's box of the next tile to issue
-  if constexpr (kTma) {
+  if constexpr (kProducer) {
+    cp_async_commit();  // Q
+  } else if constexpr (kTma) {
     cp_async_commit();  // Q
     // The first kStages tiles' pages in one round of loads (not one table read before each issue).
     int first_pages[kStages];
@@ -301,10 +343,13 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
   for (int t = 0; t < tiles; ++t) {
     // Copies first, then the wait: while tile t is awaited, tiles t + 1 .. t + kStages - 1 are in
     // flight too (waiting first would leave one fewer).
-    __syncthreads();  // every warp done with tile t - 1, whose stage tile t + kStages - 1 takes
+    // (The producer warp: the stage's release is the math warps' arrival on its "empty" barrier.)
+    if constexpr (!kProducer) __syncthreads();  // every warp done with tile t - 1, whose stage tile t + kStages - 1 takes
     if constexpr (kTma) {
-      if (t + kStages - 1 < tiles) issue_tile(t + kStages - 1, pg_box);
-      if (t + kStages < tiles) pg_box = box_page(t + kStages);  // in flight during this tile's math
+      if constexpr (!kProducer) {
+        if (t + kStages - 1 < tiles) issue_tile(t + kStages - 1, pg_box);
+        if (t + kStages < tiles) pg_box = box_page(t + kStages);  // in flight during this tile's math
+      }
       mbarrier_wait(&full[t % kStages], (t / kStages) & 1);
       const int key_t = k_begin + t * kTileKeys;
       if (t == 0 || key_t + kTileKeys > k_end) {
@@ -314,12 +359,12 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
           // loaded; P is 0 there, but 0 x NaN is not: clear them (whole 128-byte lines).
           unsigned char* vt = reinterpret_cast<unsigned char*>(sv + (t % kStages) * Tr::kTileKv);
           const int r0 = k_end - key_t;
-          for (int i = tid; i < (kTileKeys - r0) * kLines * 8; i += Tr::kThreads) {
+          for (int i = tid; i < (kTileKeys - r0) * kLines * 8; i += kMathThreads) {
             const int r = r0 + i / (kLines * 8), line = i / 8 % kLines, c = i % 8;
             *reinterpret_cast<uint4*>(vt + line_of(r) + line * line_stride + c * 16) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
-        __syncthreads();  // Q, the cleared rows visible to all
+        math_sync();  // Q, the cleared rows visible to all
       }
     } else {
       if (t + kStages - 1 < tiles) load_tile(t + kStages - 1, pg);
@@ -353,7 +398,17 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
     }
 
     const int key0 = k_begin + t * kTileKeys + warp * 16;  // this warp's 16 keys
-    if (key0 >= k_end) continue;
+    // The producer: the warp hands the stage back after its last read of it (here, or after P V).
+    const auto release = [&] {
+      if constexpr (kProducer) {
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&empty[t % kStages]);
+      }
+    };
+    if (key0 >= k_end) {
+      release();
+      continue;
+    }
     // (e4m3: V is read from the fp16 buffer, padded rows, not swizzled.)
     constexpr bool kSwzV = kTma && !Tr::kFp8;
     const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(tk + (kTma ? 0 : warp * 16 * kRowElems)));
@@ -456,9 +511,12 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
                                  : v_base + ((((lane / 8) % 2) * 8 + lane % 8) * kRowElems + j * 16 + (lane / 16) * 8) * 2);
       mma_m16n8k16_x2<TC>(o[2 * j], o[2 * j + 1], pa, bv);
     }
+    release();
   }
   cp_async_wait<0>();
-  __syncthreads();  // every warp done with the tiles: their space holds the merge buffers
+  // Every warp done with the tiles (and every tile issued has landed: each was waited for):
+  // their space holds the merge buffers.
+  math_sync();
 
   // The warps' states: m, l per row, O (unnormalized) per row and column.
   float* s_m = reinterpret_cast<float*>(smem);
@@ -480,10 +538,10 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim>::kThreads,
     *reinterpret_cast<float2*>(dst) = make_float2(o[j][0], o[j][1]);
     *reinterpret_cast<float2*>(dst + 8 * kHeadDim) = make_float2(o[j][2], o[j][3]);
   }
-  __syncthreads();
+  math_sync();
 
   // Per head: M = max m_w, L = sum l_w 2^(m_w - M), O = sum O_w 2^(m_w - M) / L.
-  for (int x = tid; x < ng * kHeadDim; x += Tr::kThreads) {
+  for (int x = tid; x < ng * kHeadDim; x += kMathThreads) {
     const int r = x / kHeadDim, c = x % kHeadDim;
     float big = -INFINITY;
 #pragma unroll
