@@ -627,6 +627,26 @@ TEST(PagedDecode, SplitMatchesTheReferenceAndRung2) {
   for (const SplitCase& c : cases) check_split(c, rng);
 }
 
+// Rung 3 with more items than resident blocks (several waves; 16-bit caches by TMA on sm_90: the
+// producer-warp kernel), items of different lengths (no keys, partial tiles, partial pages) and
+// head blocks of 16 and 4 query heads (group 20).
+TEST(PagedDecode, ManyItemsInWaves) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(831);
+  const auto lens = [](int n) {
+    const int64_t pattern[] = {0, 1, 17, 63, 64, 65, 130, 700, 1000};
+    std::vector<int64_t> l;
+    for (int i = 0; i < n; ++i) l.push_back(pattern[i % 9]);
+    return l;
+  };
+  const SplitCase cases[] = {
+      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, lens(72)},  // 576 items
+      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, lens(150)},   // 600 items, group 20
+      {{DType::kBF16, 32, KvLayout::kHND, 16, 4, 256}, lens(72)},  // 288 items
+  };
+  for (const SplitCase& c : cases) check_split(c, rng);
+}
+
 // NaN (all-ones bytes: NaN in fp16, bf16 and e4m3) in the cache bytes of every slot no key of the
 // table owns (a last page's tail, pages no request uses); the reference's values are untouched.
 // Returns the number of such slots.

@@ -352,12 +352,29 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
       }
       mbarrier_wait(&full[t % kStages], (t / kStages) & 1);
       const int key_t = k_begin + t * kTileKeys;
-      if (t == 0 || key_t + kTileKeys > k_end) {
+      // The chunk's last tile: V's rows past the chunk are a page's stale tail or boxes not
+      // loaded; P is 0 there, but 0 x NaN is not: clear them (whole 128-byte lines). With the
+      // producer warp each math warp clears the rows of its own 16 keys (the only V rows it reads),
+      // so only the warp itself needs to see them; else the block clears them all (e4m3's V
+      // conversion reads every row).
+      const bool last = key_t + kTileKeys > k_end;
+      unsigned char* vt = reinterpret_cast<unsigned char*>(sv + (t % kStages) * Tr::kTileKv);
+      if constexpr (kProducer) {
+        const int r0 = max(k_end - key_t, warp * 16), r1 = warp * 16 + 16;
+        if (last && r0 < r1) {
+          for (int i = lane; i < (r1 - r0) * kLines * 8; i += 32) {
+            const int r = r0 + i / (kLines * 8), line = i / 8 % kLines, c = i % 8;
+            *reinterpret_cast<uint4*>(vt + line_of(r) + line * line_stride + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+          }
+          __syncwarp();
+        }
+        if (t == 0) {
+          cp_async_wait<0>();  // Q
+          math_sync();
+        }
+      } else if (t == 0 || last) {
         if (t == 0) cp_async_wait<0>();  // Q
-        if (key_t + kTileKeys > k_end) {
-          // The chunk's last tile: V's rows past the chunk are a page's stale tail or boxes not
-          // loaded; P is 0 there, but 0 x NaN is not: clear them (whole 128-byte lines).
-          unsigned char* vt = reinterpret_cast<unsigned char*>(sv + (t % kStages) * Tr::kTileKv);
+        if (last) {
           const int r0 = k_end - key_t;
           for (int i = tid; i < (kTileKeys - r0) * kLines * 8; i += kMathThreads) {
             const int r = r0 + i / (kLines * 8), line = i / 8 % kLines, c = i % 8;
