@@ -103,10 +103,10 @@ struct DecodeSplitTraits {
   // different banks) and an fp16 buffer for V only keep a block at 58 KB at d 128, 3 an SM: the
   // kernel is issue-bound there (a tile is half the bytes for the same math), and 12 warps an SM
   // hide more latency than 8. The producer warp: 2 stages too (two tiles in flight per block
-  // whatever the math is doing); 2 blocks an SM at d <= 128 (168 registers, Q re-read per tile).
+  // whatever the math is doing).
   static constexpr int kStages = kFp8 || kProducer ? 2 : 3;
   static constexpr int kMinBlocks =  // __launch_bounds__ (0: unset)
-      kFp8 && kHeadDim <= 128 ? 3 : kProducer && kHeadDim <= 128 ? 2 : 0;
+      kFp8 && kHeadDim <= 128 ? 3 : 0;
   static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; 16-bit K, V; e4m3: V's fp16 copy)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
   static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
@@ -224,9 +224,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
   };
   // Head dims <= 128 keep Q's fragments (below) and the head's base pointers in registers; past
   // that both are recomputed (held across the loop, the pointers spilled d 256's registers).
-  // (e4m3 caches: Q re-read too, the registers going to 3 blocks an SM; the producer-warp kernel
-  // likewise, to fit 168 registers: 2 blocks of 5 warps an SM.)
-  constexpr bool kQInRegs = kHeadDim <= 128 && !Tr::kFp8 && !kProducer;
+  // (e4m3 caches: Q re-read too, the registers going to 3 blocks an SM.)
+  constexpr bool kQInRegs = kHeadDim <= 128 && !Tr::kFp8;
   const KV* k_head = static_cast<const KV*>(p.k_cache) + hk * p.head_stride;
   const KV* v_head = static_cast<const KV*>(p.v_cache) + hk * p.v_head_stride;
   const auto load_tile = [&](int t, const int (&pg)[kIters]) {
