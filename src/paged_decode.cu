@@ -127,8 +127,8 @@ int64_t items_per_chunk(int64_t nheads, int64_t nheads_kv) {
   return nheads_kv * ((group + rows - 1) / rows);
 }
 
-// Opts a rung 3 kernel into its shared memory (beyond 48 KB) and the largest carveout (2 blocks
-// of 106 KB at d 128), before an occupancy query or a launch.
+// Opts a rung 3 kernel into its shared memory (beyond 48 KB) and the largest carveout (the
+// cp.async kernel: 2 blocks of 106 KB at d 128), before an occupancy query or a launch.
 template <typename Kernel>
 void configure_split(Kernel kernel, int smem) {
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -147,9 +147,11 @@ bool split_fits(int64_t d, bool fp8) {
 }
 
 // Blocks of rung 3 resident at once on the current device (`device`, the cache's key) at head
-// dim d for a 16-bit or an e4m3 cache (occupancy of the bf16-query kernel; fp16's is the same:
-// shared memory limits both), cached per (device, d, fp8). Only for a kernel that fits
-// (split_fits).
+// dim d for a 16-bit or an e4m3 cache, cached per (device, d, fp8): the occupancy of the
+// bf16-query kernel (fp16's is the same) that a cache with TMA-able strides runs on this device
+// (sm_90 at head dims whose rows are whole 128-byte lines: the TMA kernels, the 16-bit one with
+// its producer warp — 1 block an SM at d 128, by registers), else the cp.async kernel (2 at d
+// 128, by shared memory). Only for a kernel that fits (split_fits).
 int64_t split_slots(int64_t d, int device, bool fp8) {
   static std::mutex mu;
   static std::map<std::tuple<int, int64_t, bool>, int64_t> cache;
@@ -161,13 +163,20 @@ int64_t split_slots(int64_t d, int device, bool fp8) {
   const int64_t slots = HEADDIM_SWITCH(static_cast<int>(d), kD, [&] {
     const auto occupancy = [&](auto kv_tag) {
       using KV = typename decltype(kv_tag)::type;
-      const auto kernel = kernels::paged_decode_split_kernel<__nv_bfloat16, kD, KV>;
-      constexpr int smem = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV))>::kSmemBytes;
-      configure_split(kernel, smem);
-      int per_sm = 0;
-      FLASHLAB_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::DecodeSplitTraits<kD>::kThreads, smem));
-      return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
+      const auto blocks = [&](auto tma_tag) {
+        constexpr bool kTma = decltype(tma_tag)::value;
+        using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV)), kTma>;
+        const auto kernel = kernels::paged_decode_split_kernel<__nv_bfloat16, kD, KV, kTma>;
+        constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
+        configure_split(kernel, smem);
+        int per_sm = 0;
+        FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, smem));
+        return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
+      };
+      // (tma_box_rows' conditions that depend on the shape alone; its smem check: split_fits' is stricter.)
+      if constexpr (kD * sizeof(KV) % 128 == 0 && (sizeof(KV) == 2 || kD == 128))
+        if (detail::cc_major() >= 9) return blocks(std::true_type{});
+      return blocks(std::false_type{});
     };
     return fp8 ? occupancy(detail::TypeTag<__nv_fp8_e4m3>{}) : occupancy(detail::TypeTag<__nv_bfloat16>{});
   });

@@ -38,7 +38,9 @@ using namespace flashlab::kernels;
 
 constexpr int kBatch = 64, kHq = 32, kHk = 8, kD = 128, kPage = 16;
 using T = __nv_bfloat16;
-using Tr = DecodeSplitTraits<kD>;
+// The rung's TMA kernel (since 99f05a4 the producer-warp kernel: 160 threads, 2 stages; the
+// results files up to run 9 were measured before it, with the block-barrier kernel).
+using Tr = DecodeSplitTraits<kD, 2, true>;
 
 __global__ void empty_kernel() {}
 

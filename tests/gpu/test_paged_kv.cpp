@@ -627,26 +627,6 @@ TEST(PagedDecode, SplitMatchesTheReferenceAndRung2) {
   for (const SplitCase& c : cases) check_split(c, rng);
 }
 
-// Rung 3 with more items than resident blocks (several waves; 16-bit caches by TMA on sm_90: the
-// producer-warp kernel), items of different lengths (no keys, partial tiles, partial pages) and
-// head blocks of 16 and 4 query heads (group 20).
-TEST(PagedDecode, ManyItemsInWaves) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(831);
-  const auto lens = [](int n) {
-    const int64_t pattern[] = {0, 1, 17, 63, 64, 65, 130, 700, 1000};
-    std::vector<int64_t> l;
-    for (int i = 0; i < n; ++i) l.push_back(pattern[i % 9]);
-    return l;
-  };
-  const SplitCase cases[] = {
-      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, lens(72)},  // 576 items
-      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, lens(150)},   // 600 items, group 20
-      {{DType::kBF16, 32, KvLayout::kHND, 16, 4, 256}, lens(72)},  // 288 items
-  };
-  for (const SplitCase& c : cases) check_split(c, rng);
-}
-
 // NaN (all-ones bytes: NaN in fp16, bf16 and e4m3) in the cache bytes of every slot no key of the
 // table owns (a last page's tail, pages no request uses); the reference's values are untouched.
 // Returns the number of such slots.
@@ -691,6 +671,38 @@ void check_unowned_slots_unread(DecodeInputs& in, PageTable& t, float k_scale, f
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<double> lse_run = dev.got_lse();
   expect_matches(in, ref, true, dev.got(), &lse_run, ::testing::Message(what) << " plan / run, NaN in unowned slots");
+}
+
+// Rung 3 with more items than resident blocks (several waves; 16-bit caches by TMA on sm_90: the
+// producer-warp kernel, 1 block an SM at d 128), items of different lengths (no keys, partial
+// tiles and pages, and 2300 keys: the producer's page registers refilled every 32 boxes at 8, 4,
+// 2 and 1 boxes a tile — pages of 8, 16, 32, 64), head blocks of 16 and 4 query heads (group 20);
+// then the same tables with NaN in every slot no key owns, one-shot and plan / run.
+TEST(PagedDecode, ManyItemsInWaves) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(831);
+  const auto lens = [](int n) {
+    const int64_t pattern[] = {0, 1, 17, 63, 64, 65, 130, 700, 2300};
+    std::vector<int64_t> l;
+    for (int i = 0; i < n; ++i) l.push_back(pattern[i % 9]);
+    return l;
+  };
+  const SplitCase cases[] = {
+      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, lens(72)},  // 576 items
+      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, lens(150)},   // 600 items, group 20
+      {{DType::kBF16, 32, KvLayout::kHND, 16, 4, 256}, lens(72)},  // 288 items
+      {{DType::kF16, 8, KvLayout::kNHD, 8, 2, 128}, lens(72)},     // 144 items, 8 boxes a tile
+      {{DType::kBF16, 64, KvLayout::kHND, 32, 8, 64}, lens(150)},  // 1200 items, a box a tile
+  };
+  for (const SplitCase& c : cases) {
+    check_split(c, rng);
+    const DecodeShape& s = c.s;
+    const int64_t pages = pages_for(c.lens, s.page_size);
+    PageTable t(s.page_size, pages + 3, c.lens.size(), rng);
+    t.grow(c.lens);
+    DecodeInputs in(s, static_cast<int64_t>(c.lens.size()), pages + 3, rng);
+    check_unowned_slots_unread(in, t, 1.f, 1.f, describe(s) << " many items");
+  }
 }
 
 // Slots no key of the table owns hold NaN in K and V: they must not reach the output. Rung 3's TMA

@@ -8,10 +8,11 @@
 //     (O normalized, lse) goes to an fp32 partial buffer; paged_decode_merge_kernel merges a
 //     request's chunks (merge_states' formula). A request of one chunk writes out and lse
 //     directly. Without a plan (items == nullptr) item x is request x, whole.
-//   - A 3-stage pipeline of 64-key tiles (K and V): the next tiles' loads are issued before the
-//     wait for the current one, so up to three are in flight. On sm_90 (kTma, DecodeTmaMaps) a
-//     tile comes as one TMA box per page (or per tile within a larger page) of K and of V,
-//     128B-swizzled, issued by warp 0 (each lane one page, looked up a tile ahead) and
+//   - A pipeline of 64-key tiles (K and V; 3 stages, 2 with an e4m3 cache or the producer warp
+//     below): the next tiles' loads are issued before the wait for the current one. On sm_90
+//     (kTma, DecodeTmaMaps) a tile comes as one TMA box per page (or per tile within a larger
+//     page) of K and of V, 128B-swizzled, issued by one warp's lanes (each one page: warp 0,
+//     looked up a tile ahead, with an e4m3 cache; the producer warp for 16-bit caches) and
 //     completing on the stage's mbarrier; V's rows past the chunk's end are cleared after the
 //     last tile lands (a page's stale tail: P is 0 there, but 0 x NaN is not). The copy engine
 //     reads a page as one request stream: 3.04-3.05 TB/s at batch 64 x 16k against 2.93-2.96
@@ -247,8 +248,9 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
       cp_async_16_l2_256(dv + r * kRowKv + c * kVec, vp, ok ? 16 : 0);
     }
   };
-  // TMA: warp 0's lanes b < boxes each issue box b of a tile (K and V), from the page lane b
-  // read a tile ahead (box_page); lane 0 sets the stage's expected bytes. A box whose first key
+  // TMA: the issuing warp's lanes b < boxes (warp 0, or the producer warp) each issue box b of a
+  // tile (K and V), from the page lane b holds (box_page: read a tile ahead by warp 0); lane 0
+  // sets the stage's expected bytes. A box whose first key
   // lies in the chunk is loaded whole (a request's last page: rows past its end, cleared below).
   const int box_rows = kTma ? maps.box_rows : kTileKeys, boxes = kTileKeys / box_rows;
   const auto box_page = [&](int t) {
