@@ -10,6 +10,10 @@
 //                what batch_decode_run replays
 //   plan         the plan's grid without the merge
 //   empty graph  a one-node graph of an empty kernel (the launch alone)
+// Then probe kernels: trimmed copies of the rung's TMA path with one change at a time (block
+// barrier vs producer warp, stages, box order, page lookups, bulk vs tensor copies, and — added at
+// 87d0ec2 and not yet run — ablations of the skeleton's start chain, Q load and epilogue, to be
+// run with decode_read_ceiling's `waves` kernel in the same call).
 // Output: ms and K + V GB/s per variant.
 #include <cstdio>
 #include <cstdint>
@@ -59,7 +63,13 @@ struct Probe {
   static constexpr int kSmem = 1024 + 2 * kStages * kStageElems * 2 + kRows * kRowElems * 2;
 };
 
-template <int kMode, int kStages, int kOrder, int kIdx = 0>
+// Ablations (kAblate bits, to find what the skeleton costs over decode_read_ceiling's `waves`
+// kernel): 1 = no table chain at the start (every request c_keys keys, its pages consecutive
+// from b x c_keys / page_size: the experiment's identity tables), 2 = no Q load, 4 = no epilogue
+// (the warps' merge and the stores skipped).
+__constant__ int c_keys;
+
+template <int kMode, int kStages, int kOrder, int kIdx = 0, int kAblate = 0>
 __global__ void __launch_bounds__(Probe<kMode, kStages>::kThreads)
     probe_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s,
                  const __grid_constant__ DecodeTmaMaps maps) {
@@ -75,8 +85,14 @@ __global__ void __launch_bounds__(Probe<kMode, kStages>::kThreads)
   const int group = p.nheads / p.nheads_kv;
   const int b = blockIdx.x / p.nheads_kv, hk = blockIdx.x % p.nheads_kv, h0 = hk * group, ng = group;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int first = p.kv_indptr[b], pages = p.kv_indptr[b + 1] - first;
-  const int len = pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+  int first, len;
+  if constexpr ((kAblate & 1) != 0) {
+    first = b * (c_keys / p.page_size), len = c_keys;
+  } else {
+    first = p.kv_indptr[b];
+    const int pages = p.kv_indptr[b + 1] - first;
+    len = pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+  }
   const int tiles = (len + kTile - 1) / kTile;
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) mbarrier_init(&full[st], 1), mbarrier_init(&empty[st], 4);
@@ -156,7 +172,7 @@ __global__ void __launch_bounds__(Probe<kMode, kStages>::kThreads)
     }
     return;
   }
-  for (int i = tid; i < kRows * kD / 8; i += 128) {
+  for (int i = tid; i < kRows * kD / 8 && (kAblate & 2) == 0; i += 128) {
     const int r = i / (kD / 8), c = i % (kD / 8);
     const bool ok = r < ng;
     const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + (h0 + (ok ? r : 0)) * p.q_head_stride + c * 8;
@@ -262,6 +278,10 @@ __global__ void __launch_bounds__(Probe<kMode, kStages>::kThreads)
       if (lane == 0) mbarrier_arrive(&empty[st]);
     }
   }
+  if constexpr ((kAblate & 4) != 0) {
+    if (tid == 0 && m[0] == 12345.f) static_cast<T*>(p.out)[0] = __float2bfloat16(l[0] + o[0][0]);  // keeps the loop's results live
+    return;
+  }
   if constexpr (kMode == 2) named_barrier_sync(1, 128);
   else __syncthreads();
   float* s_m = reinterpret_cast<float*>(stages);
@@ -311,9 +331,9 @@ __global__ void fill_kernel(T* x, size_t n, uint32_t seed) {
   }
 }
 
-template <int kMode, int kStages, int kOrder, int kIdx>
+template <int kMode, int kStages, int kOrder, int kIdx, int kAblate = 0>
 void setup_probe() {
-  const auto k = probe_kernel<kMode, kStages, kOrder, kIdx>;
+  const auto k = probe_kernel<kMode, kStages, kOrder, kIdx, kAblate>;
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Probe<kMode, kStages, kOrder>::kSmem));
   CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
 }
@@ -356,6 +376,11 @@ int main() {
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytesTma));
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
 
+  setup_probe<1, 3, 0, 1, 1>();
+  setup_probe<1, 3, 0, 1, 3>();
+  setup_probe<1, 3, 0, 1, 7>();
+  setup_probe<2, 2, 0, 1, 1>();
+  setup_probe<2, 2, 0, 1, 3>();
   setup_probe<0, 3, 0, 0>();
   setup_probe<1, 3, 0, 0>();
   setup_probe<1, 3, 0, 1>();
@@ -375,6 +400,7 @@ int main() {
   setup_probe<2, 2, 5, 0>();
   setup_probe<2, 3, 5, 0>();
   for (int kv_len : {4096, 16384}) {
+    CK(cudaMemcpyToSymbol(c_keys, &kv_len, sizeof(int)));
     const int per_req = kv_len / kPage, pages = kBatch * per_req;
     const size_t cache_elems = size_t(pages) * kPage * kHk * kD;
     T *kc, *vc, *q, *out;
@@ -485,12 +511,14 @@ int main() {
       decode(direct, direct_blocks);
       CK(cudaStreamSynchronize(st));
       CK(cudaMemcpy(ref.data(), out, ref.size() * 2, cudaMemcpyDeviceToHost));
-      const auto probe = [&](auto mode_tag, auto stages_tag, auto order_tag, auto idx_tag, const char* name) {
+      const auto probe = [&](auto mode_tag, auto stages_tag, auto order_tag, auto idx_tag, const char* name,
+                             auto ablate_tag) {
         constexpr int kMode = decltype(mode_tag)::value, kStages = decltype(stages_tag)::value;
         constexpr int kOrder = decltype(order_tag)::value, kIdx = decltype(idx_tag)::value;
+        constexpr int kAblate = decltype(ablate_tag)::value;
         using P = Probe<kMode, kStages, kOrder>;
         const DecodeTmaMaps& m = kOrder == 1 ? maps1 : kOrder == 5 ? maps2s : kOrder == 6 ? maps2n : maps;
-        const auto run = [&] { probe_kernel<kMode, kStages, kOrder, kIdx><<<direct_blocks, P::kThreads, P::kSmem, st>>>(p, direct, m); };
+        const auto run = [&] { probe_kernel<kMode, kStages, kOrder, kIdx, kAblate><<<direct_blocks, P::kThreads, P::kSmem, st>>>(p, direct, m); };
         CK(cudaMemsetAsync(out, 0xff, ref.size() * 2, st));
         run();
         CK(cudaStreamSynchronize(st));
@@ -520,19 +548,28 @@ int main() {
       using X1 = std::integral_constant<int, 1>;
       using X2 = std::integral_constant<int, 2>;
       for (int round = 0; round < 2; ++round) {
-        probe(I0{}, S3{}, O0{}, X0{}, "sync/3");
-        probe(I1{}, S3{}, O0{}, X0{}, "nomath/3");
+        // Ablations of the skeleton (no math) and of the producer kernel: arithmetic pages, then no
+        // table chain at the start, no Q, no epilogue (outputs wrong where Q or the epilogue is cut).
+        probe(I1{}, S3{}, O0{}, X1{}, "nomath/3/arith", std::integral_constant<int, 0>{});
+        probe(I1{}, S3{}, O0{}, X1{}, "nomath/3/-chain", std::integral_constant<int, 1>{});
+        probe(I1{}, S3{}, O0{}, X1{}, "nomath/3/-chain-q", std::integral_constant<int, 3>{});
+        probe(I1{}, S3{}, O0{}, X1{}, "nomath/3/-chain-q-epi", std::integral_constant<int, 7>{});
+        probe(I2{}, S2{}, O0{}, X1{}, "prod/2/arith", std::integral_constant<int, 0>{});
+        probe(I2{}, S2{}, O0{}, X1{}, "prod/2/-chain", std::integral_constant<int, 1>{});
+        probe(I2{}, S2{}, O0{}, X1{}, "prod/2/-chain-q*", std::integral_constant<int, 3>{});
+        probe(I0{}, S3{}, O0{}, X0{}, "sync/3", std::integral_constant<int, 0>{});
+        probe(I1{}, S3{}, O0{}, X0{}, "nomath/3", std::integral_constant<int, 0>{});
 
-        probe(I2{}, S2{}, O1{}, X2{}, "prod/2/o1/batch");
+        probe(I2{}, S2{}, O1{}, X2{}, "prod/2/o1/batch", std::integral_constant<int, 0>{});
         if (hnd) {  // bulk copies, unswizzled (the math reads them as swizzled: outputs wrong, timing only)
-          probe(I1{}, S3{}, O2{}, X0{}, "nomath/3/bulk");
-          probe(I0{}, S3{}, O2{}, X0{}, "sync/3/bulk*");
-          probe(I2{}, S2{}, O2{}, X0{}, "prod/2/bulk*");
-          probe(I1{}, S3{}, O5{}, X0{}, "nomath/3/2d-swz");
-          probe(I1{}, S3{}, O6{}, X0{}, "nomath/3/2d-noswz");
-          probe(I0{}, S3{}, O5{}, X0{}, "sync/3/2d-swz");
-          probe(I2{}, S2{}, O5{}, X0{}, "prod/2/2d-swz");
-          probe(I2{}, S3{}, O5{}, X0{}, "prod/3/2d-swz");
+          probe(I1{}, S3{}, O2{}, X0{}, "nomath/3/bulk", std::integral_constant<int, 0>{});
+          probe(I0{}, S3{}, O2{}, X0{}, "sync/3/bulk*", std::integral_constant<int, 0>{});
+          probe(I2{}, S2{}, O2{}, X0{}, "prod/2/bulk*", std::integral_constant<int, 0>{});
+          probe(I1{}, S3{}, O5{}, X0{}, "nomath/3/2d-swz", std::integral_constant<int, 0>{});
+          probe(I1{}, S3{}, O6{}, X0{}, "nomath/3/2d-noswz", std::integral_constant<int, 0>{});
+          probe(I0{}, S3{}, O5{}, X0{}, "sync/3/2d-swz", std::integral_constant<int, 0>{});
+          probe(I2{}, S2{}, O5{}, X0{}, "prod/2/2d-swz", std::integral_constant<int, 0>{});
+          probe(I2{}, S3{}, O5{}, X0{}, "prod/3/2d-swz", std::integral_constant<int, 0>{});
         }
       }
       for (int round = 0; round < 1; ++round) {
