@@ -15,6 +15,10 @@
 // 87d0ec2 and not yet run — ablations of the skeleton's start chain, Q load and epilogue, to be
 // run with decode_read_ceiling's `waves` kernel in the same call).
 // Output: ms and K + V GB/s per variant.
+// Build (not a CMake target; no library link):
+//   nvcc -std=c++17 -O3 -I. -Iinclude -Isrc --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//     bench/experiments/decode_fixed_cost.cu src/core/tensor_map.cpp src/core/tensor.cpp src/core/validate.cpp \
+//     -o build/exp/decode_fixed_cost
 #include <cstdio>
 #include <cstdint>
 #include <algorithm>
