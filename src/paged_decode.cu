@@ -127,6 +127,11 @@ int64_t items_per_chunk(int64_t nheads, int64_t nheads_kv) {
   return nheads_kv * ((group + rows - 1) / rows);
 }
 
+// Whether rung 3 has a TMA kernel for head dim d and a cache of kv_bytes-byte elements: rows of
+// whole 128-byte lines, and e4m3 at head dim 128 only (at 256 its TMA kernel spilled registers).
+// The shape's part of tma_box_rows' conditions (sm_90 and the cache's strides are the rest).
+constexpr bool has_tma_kernel(int64_t d, int64_t kv_bytes) { return d * kv_bytes % 128 == 0 && (kv_bytes == 2 || d == 128); }
+
 // Opts a rung 3 kernel into its shared memory (beyond 48 KB) and the largest carveout (the
 // cp.async kernel: 2 blocks of 106 KB at d 128), before an occupancy query or a launch.
 template <typename Kernel>
@@ -173,8 +178,8 @@ int64_t split_slots(int64_t d, int device, bool fp8) {
         FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, smem));
         return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
       };
-      // (tma_box_rows' conditions that depend on the shape alone; its smem check: split_fits' is stricter.)
-      if constexpr (kD * sizeof(KV) % 128 == 0 && (sizeof(KV) == 2 || kD == 128))
+      // (tma_box_rows' smem check: split_fits' is stricter.)
+      if constexpr (has_tma_kernel(kD, sizeof(KV)))
         if (detail::cc_major() >= 9) return blocks(std::true_type{});
       return blocks(std::false_type{});
     };
@@ -265,8 +270,7 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
 int tma_box_rows(const DecodeCall& call) {
   const kernels::PagedDecodeParams& p = call.p;
   const int64_t ps = call.c.page_size, tile = kernels::DecodeSplitTraits<128>::kTileKeys, es = call.fp8 ? 1 : 2;
-  // (e4m3 at head dim 256: the TMA kernel spilled registers; it keeps cp.async.)
-  if (call.c.d * es % 128 != 0 || (call.fp8 && call.c.d != 128) || detail::cc_major() < 9) return 0;
+  if (!has_tma_kernel(call.c.d, es) || detail::cc_major() < 9) return 0;
   // An empty pool (every request empty) has no map (TMA needs non-zero dims); the TMA kernel's
   // shared memory (1 KB more than cp.async's, for alignment) must fit the device.
   if (call.c.max_pages < 1) return 0;
@@ -337,8 +341,8 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
     HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
       const auto launch = [&](auto kv_tag, auto tma_tag) {
         using KV = typename decltype(kv_tag)::type;
-        // (tma_box_rows is 0 where a row is not whole 128-byte lines)
-        constexpr bool kTma = decltype(tma_tag)::value && kD * sizeof(KV) % 128 == 0 && (sizeof(KV) == 2 || kD == 128);
+        // (tma_box_rows is 0 where there is no TMA kernel)
+        constexpr bool kTma = decltype(tma_tag)::value && has_tma_kernel(kD, sizeof(KV));
         using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV)), kTma>;
         constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
         const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV, kTma>;
