@@ -191,12 +191,11 @@ int64_t split_slots(int64_t d, int device, bool fp8) {
 }
 
 // A plan's workspace: [header: num_items, batch, plan id (int32 each), padded to 16 | items int4 x capacity | request_items
-// int32 x (batch + 1), padded | done int32 x batch x items_per_chunk (the split requests' finished
-// chunks per head block, 0 between runs), padded | partial lse fp32 x capacity x nheads, padded |
-// partial O fp32 x capacity x nheads x d]. The plan copies everything before the partial states. The capacity (the run's grid) depends on the shape only: the batch plus
+// int32 x (batch + 1), padded | partial lse fp32 x capacity x nheads, padded | partial O fp32 x
+// capacity x nheads x d]. The capacity (the run's grid) depends on the shape only: the batch plus
 // room for two waves' worth of extra chunks.
 struct SplitLayout {
-  int64_t slots = 0, capacity = 0, items = 0, request_items = 0, done = 0, lse = 0, o = 0, bytes = 0;
+  int64_t slots = 0, capacity = 0, items = 0, request_items = 0, lse = 0, o = 0, bytes = 0;
 };
 int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
 // `fp8`: the planner's slots are the e4m3 kernel's; the capacity (and so the workspace) is sized
@@ -217,8 +216,7 @@ SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64
                  "at most 65535 query heads, got ", s.capacity, " x ", per, " items, ", nheads, " heads");
   s.items = 16;
   s.request_items = s.items + s.capacity * 16;
-  s.done = s.request_items + pad16((batch + 1) * 4);
-  s.lse = s.done + pad16(batch * per * 4);
+  s.lse = s.request_items + pad16((batch + 1) * 4);
   s.o = s.lse + pad16(s.capacity * nheads * 4);
   s.bytes = s.o + s.capacity * nheads * d * 4;
   return s;
@@ -309,9 +307,9 @@ CUtensorMap cache_map(const void* base, DType dtype, const CacheDims& c, int64_t
   return detail::make_tensor_map_5d(base, dtype, dims, strides, box);
 }
 
-// Rung 3's launch: the chunks (grid_items items; with `ws`, a plan's workspace, else one item
-// per request); the last chunk of a split request to finish merges it.
-void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, cudaStream_t stream) {
+// Rung 3's launches: the chunks (grid_items items; with `ws`, a plan's workspace, else one
+// item per request) and, when `merge`, the merge of split requests.
+void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, bool merge, cudaStream_t stream) {
   kernels::PagedDecodeSplit sp{};
   sp.page_size = kernels::IntDivisor(static_cast<uint32_t>(call.c.page_size));
   sp.kv_same_strides = call.p.page_stride == call.p.v_page_stride && call.p.slot_stride == call.p.v_slot_stride;
@@ -321,7 +319,6 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
     sp.num_items = reinterpret_cast<const int*>(base);
     sp.items = reinterpret_cast<const int4*>(base + s->items);
     sp.request_items = reinterpret_cast<const int*>(base + s->request_items);
-    sp.done = reinterpret_cast<int*>(const_cast<unsigned char*>(base) + s->done);
     sp.partial_lse = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->lse);
     sp.partial_o = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->o);
     grid_items = s->capacity;
@@ -358,6 +355,21 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
       };
       if (call.fp8) with_kv(detail::TypeTag<__nv_fp8_e4m3>{});
       else with_kv(detail::TypeTag<T>{});
+      if (merge) {
+        // Programmatic dependent launch: the merge's blocks start during the decode grid's tail
+        // (those of unsplit requests exit at once; the others wait for the grid: griddepcontrol).
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(static_cast<unsigned>(call.batch), static_cast<unsigned>(call.nheads));
+        config.blockDim = dim3(128);
+        config.stream = stream;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        check::note_launch();
+        FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernels::paged_decode_merge_kernel<T, kD>, call.p, sp));
+      }
     });
   });
 }
@@ -398,15 +410,16 @@ void batch_decode_paged(const TensorView& q, const TensorView& k_cache, const Te
   const kernels::PagedDecodeParams& p = call.p;
   if (rung == 3 && call.dtype != DType::kF32 && split_fits(call.c.d, call.fp8)) {
     if (len.empty() && call.batch > 0) {  // capturing: no page counts to plan with, one item per request
-      launch_split(call, nullptr, nullptr, stream);
+      launch_split(call, nullptr, nullptr, false, stream);
       return;
     }
     std::vector<int64_t> pages(len.size());
     for (size_t b = 0; b < len.size(); ++b) pages[b] = (len[b] + call.c.page_size - 1) / call.c.page_size;
     const SplitLayout s = split_layout(call.batch, call.nheads, call.c.nheads, call.c.d, q.device.index, call.fp8);
     void* ws = detail::workspace(stream, s.bytes);
-    plan_into(pages, call.c.page_size, call.nheads, call.c.nheads, call.c.d, q.device.index, call.fp8, ws, stream);
-    launch_split(call, ws, &s, stream);
+    const DecodePlanInfo info =
+        plan_into(pages, call.c.page_size, call.nheads, call.c.nheads, call.c.d, q.device.index, call.fp8, ws, stream);
+    launch_split(call, ws, &s, info.split, stream);
     return;
   }
   const int64_t group = call.nheads / call.c.nheads;
@@ -516,7 +529,8 @@ void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, c
                   detail::concat("plan id ", header[2], ", batch ", header[1]));
   }
   if (call.batch == 0 || call.nheads == 0) return;
-  launch_split(call, workspace.data, &s, stream);
+  // The merge launches whatever this plan decided: a graph captured now replays later plans.
+  launch_split(call, workspace.data, &s, true, stream);
 }
 
 }  // namespace flashlab

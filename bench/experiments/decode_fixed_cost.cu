@@ -4,10 +4,11 @@
 // memset before each repetition, CUDA events, median of 30):
 //   eager        the decode grid alone, one item per request (512 blocks), a plain launch
 //   graph        the same grid as a one-node CUDA graph
-//   plan         the plan's grid (capacity x 8 blocks, the items table; 512 used): what
-//                batch_decode_run replays
-// (Until the merge moved into the decode kernel, also graph+merge and plan+merge: the merge kernel
-// as a programmatic dependent; results files up to decode_fixed_cost_fixed_h100_run9.txt.)
+//   graph+merge  the same + the merge kernel as a programmatic dependent (as batch_decode_run
+//                launches it: every request whole, so its blocks return at once)
+//   plan+merge   the plan's grid (capacity x 8 blocks, the items table; 512 used) + the merge:
+//                what batch_decode_run replays
+//   plan         the plan's grid without the merge
 //   empty graph  a one-node graph of an empty kernel (the launch alone)
 // Then probe kernels: trimmed copies of the rung's TMA path with one change at a time (block
 // barrier vs producer warp, stages, box order, page lookups, bulk vs tensor copies, and — added at
@@ -382,7 +383,6 @@ int main() {
   setup_probe<1, 3, 0, 1, 1>();
   setup_probe<1, 3, 0, 1, 3>();
   setup_probe<1, 3, 0, 1, 7>();
-  setup_probe<2, 2, 0, 1, 0>();
   setup_probe<2, 2, 0, 1, 1>();
   setup_probe<2, 2, 0, 1, 3>();
   setup_probe<0, 3, 0, 0>();
@@ -487,12 +487,26 @@ int main() {
       const auto decode = [&](const PagedDecodeSplit& s, int blocks) {
         kernel<<<blocks, Tr::kThreads, Tr::kSmemBytesTma, st>>>(p, s, maps);
       };
+      const auto merge = [&](const PagedDecodeSplit& s) {
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(kBatch, kHq);
+        config.blockDim = dim3(128);
+        config.stream = st;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        CK(cudaLaunchKernelEx(&config, paged_decode_merge_kernel<T, kD>, p, s));
+      };
       const double gb = 2.0 * cache_elems * 2 / 1e9;
       const auto report = [&](const char* name, double ms) {
         std::printf("keys %5d %s %-12s %8.4f ms %7.1f GB/s\n", kv_len, hnd ? "HND" : "NHD", name, ms, gb / ms * 1e3);
       };
       const int direct_blocks = kBatch * kHk, plan_blocks = capacity * kHk;
       cudaGraphExec_t g_direct = graph_of([&] { decode(direct, direct_blocks); });
+      cudaGraphExec_t g_direct_merge = graph_of([&] { decode(direct, direct_blocks); merge(direct); });
+      cudaGraphExec_t g_plan_merge = graph_of([&] { decode(plan, plan_blocks); merge(plan); });
       cudaGraphExec_t g_plan = graph_of([&] { decode(plan, plan_blocks); });
       cudaGraphExec_t g_empty = graph_of([&] { empty_kernel<<<1, 32, 0, st>>>(); });
       // The probe variants: outputs against the rung's kernel (max |difference|), then timed.
@@ -565,6 +579,8 @@ int main() {
       for (int round = 0; round < 1; ++round) {
         report("eager", time([&] { decode(direct, direct_blocks); }));
         report("graph", time([&] { CK(cudaGraphLaunch(g_direct, st)); }));
+        report("graph+merge", time([&] { CK(cudaGraphLaunch(g_direct_merge, st)); }));
+        report("plan+merge", time([&] { CK(cudaGraphLaunch(g_plan_merge, st)); }));
         report("plan", time([&] { CK(cudaGraphLaunch(g_plan, st)); }));
         report("empty graph", time([&] { CK(cudaGraphLaunch(g_empty, st)); }));
       }

@@ -139,8 +139,8 @@ DecodePlanInfo batch_decode_plan(const TensorView& kv_indptr_host, int64_t page_
 // Decode rung 3 under a plan: the arguments as batch_decode_paged (q fp16 / bf16; the cache the
 // same or e4m3 with its scales), their
 // batch, heads, head dim and page size those of the plan, `workspace` the plan's (on the plan's
-// device). One launch (the chunks; the last chunk of a split request to finish merges it), not
-// reading the host; unless capturing, the page table's values and the workspace's plan id are checked by a
+// device). Two launches (the chunks, then the merge of split requests), neither reading the
+// host; unless capturing, the page table's values and the workspace's plan id are checked by a
 // device read (a workspace that another plan wrote since is rejected).
 void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, const TensorView& q,
                       const TensorView& k_cache, const TensorView& v_cache, const TensorView& kv_indices,

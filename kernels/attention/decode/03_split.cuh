@@ -5,11 +5,9 @@
 //   - Work items instead of one block per request: a host planner (src/serving_plan.cpp) cuts
 //     long requests into chunks of a common page count so that the items fill the GPU evenly,
 //     whatever the batch mix (batch 1 at 128k keys runs on every SM, not on 8). A chunk's state
-//     (O normalized, lse) goes to an fp32 partial buffer; the last of a request's chunks to
-//     finish (an atomic count per request and head block) merges them (merge_states' formula)
-//     in the same grid: no merge kernel, whose launch cost a step ~0.3% even when nothing split.
-//     A request of one chunk writes out and lse directly. Without a plan (items == nullptr) item
-//     x is request x, whole.
+//     (O normalized, lse) goes to an fp32 partial buffer; paged_decode_merge_kernel merges a
+//     request's chunks (merge_states' formula). A request of one chunk writes out and lse
+//     directly. Without a plan (items == nullptr) item x is request x, whole.
 //   - A pipeline of 64-key tiles (K and V; 3 stages, 2 with an e4m3 cache or the producer warp
 //     below): the next tiles' loads are issued before the wait for the current one. On sm_90
 //     (kTma, DecodeTmaMaps) a tile comes as one TMA box per page (or per tile within a larger
@@ -60,11 +58,6 @@
 #include "kernels/common/mma.cuh"
 #include "kernels/common/tma.cuh"
 
-// The producer kernel's stage count (an experiment may override it: bench/experiments/decode_sweep.cu).
-#ifndef FLASHLAB_DECODE_PRODUCER_STAGES
-#define FLASHLAB_DECODE_PRODUCER_STAGES 2
-#endif
-
 namespace flashlab::kernels {
 
 // The split of a decode into work items (rung 3). One item is a chunk of a request's pages,
@@ -74,8 +67,6 @@ struct PagedDecodeSplit {
                              // per item; nullptr: item x = request x, all its pages, final
   const int* num_items;      // items in use (a plan's count, read on the device); nullptr: gridDim.x
   const int* request_items;  // (batch + 1,) CSR: request b's items (the merge's input rows)
-  int* done;                 // (batch, nheads_kv x ceil(group / 16)): chunks finished per split request and
-                             // head block, 0 between runs (the plan zeroes it, the merging block resets it)
   float* partial_o;          // (rows, nheads, headdim) fp32: a chunk's normalized output
   float* partial_lse;        // (rows, nheads) fp32, log2 units (-inf: no key)
   IntDivisor page_size;      // p.page_size as a divisor
@@ -114,7 +105,7 @@ struct DecodeSplitTraits {
   // kernel is issue-bound there (a tile is half the bytes for the same math), and 12 warps an SM
   // hide more latency than 8. The producer warp: 2 stages too (two tiles in flight per block
   // whatever the math is doing).
-  static constexpr int kStages = kFp8 ? 2 : kProducer ? FLASHLAB_DECODE_PRODUCER_STAGES : 3;
+  static constexpr int kStages = kFp8 || kProducer ? 2 : 3;
   static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 0;  // __launch_bounds__ (e4m3: <= 168 registers; 0: unset)
   static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; 16-bit K, V; e4m3: V's fp16 copy)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
@@ -149,6 +140,10 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
   constexpr int kRowElems = Tr::kRowElems, kChunks = Tr::kChunks, kTileKeys = Tr::kTileKeys, kStages = Tr::kStages;
   constexpr int kRowKv = Tr::kRowKv, kVec = Tr::kVec;
   constexpr float kLog2e = 1.4426950408889634f;
+  // The merge kernel (launched with programmatic stream serialization) may start once every block
+  // of this grid has started: its blocks for requests that did not split exit at once, during this
+  // grid's tail, instead of as a wave of their own after it.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* const stages =  // TMA: the stages on a 1024-byte boundary, (e4m3: V's fp16 buffer,) Q after them
       kTma ? reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t(1023))
@@ -167,11 +162,8 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
   const int x = static_cast<int>(blockIdx.x / per), y = static_cast<int>(blockIdx.x % per);
   int b, pb = 0, pe = INT_MAX, row = -1;
   if (s.items != nullptr) {
-    // Both loads issued before the test (x < the capacity: items[x] is in the workspace), so an
-    // item's start waits for one round trip, not two.
-    const int num_items = *s.num_items;
+    if (x >= *s.num_items) return;
     const int4 it = s.items[x];
-    if (x >= num_items) return;
     b = it.x, pb = it.y, pe = it.z < 0 ? INT_MAX : it.z, row = it.w;
   } else {
     b = x;
@@ -589,41 +581,38 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
       if (c == 0) s.partial_lse[static_cast<int64_t>(row) * p.nheads + h] = lse2;
     }
   }
-  if (row < 0) return;
+}
 
-  // A split request: the last of its chunks to finish (per KV head and head block, counted in
-  // s.done) merges the chunks' states into out and lse, and sets the count back to 0 for the next
-  // run. S = log2 sum_i 2^{s_i}, O = sum_i o_i 2^{s_i - S} (o_i normalized), lse = S ln 2.
-  __shared__ int last_chunk;
-  __threadfence();  // this thread's partial state, before the block's arrival is counted
-  math_sync();
-  const int i0 = s.request_items[b], i1 = s.request_items[b + 1];
-  if (tid == 0) {
-    int* done = s.done + static_cast<int64_t>(b) * per + y;
-    last_chunk = atomicAdd(done, 1) == i1 - i0 - 1;
-    if (last_chunk) *done = 0;  // every chunk has arrived: no other block touches it in this run
-  }
-  math_sync();
-  if (!last_chunk) return;
-  __threadfence();
-  // A thread per (head, 4 columns); the other chunks' states read from L2 (__ldcg: they were
-  // written by other SMs, and an (row, heads) lse line may sit in this SM's L1 from an earlier read).
-  constexpr int kQuads = kHeadDim / 4;
-  for (int x = tid; x < ng * kQuads; x += kMathThreads) {
-    const int h = h0 + x / kQuads, c = x % kQuads * 4;
-    float big = -INFINITY;
-    for (int i = i0; i < i1; ++i) big = fmaxf(big, __ldcg(s.partial_lse + static_cast<int64_t>(i) * p.nheads + h));
-    const float off = big == -INFINITY ? 0.f : big;
-    float wsum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+// The merge of the split requests' chunks: a block per (request, query head); requests of one
+// item return at once (the decode kernel wrote them), before waiting for the decode grid. S = log2 sum_i 2^{s_i},
+// O = sum_i o_i 2^{s_i - S} (o_i normalized), out = O, lse = S ln 2. The threads share the max
+// through shared memory and each sums its columns over the chunks (independent loads).
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(128) paged_decode_merge_kernel(const __grid_constant__ PagedDecodeParams p,
+                                                                 const __grid_constant__ PagedDecodeSplit s) {
+  // request_items is the plan's (copied before the decode kernel ran); the partial states are the
+  // decode kernel's: wait for that grid to finish (a no-op when launched without the attribute).
+  const int b = blockIdx.x, h = blockIdx.y, i0 = s.request_items[b], i1 = s.request_items[b + 1];
+  if (i1 - i0 <= 1) return;
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  __shared__ float s_big[4];
+  const float* lse = s.partial_lse + h;  // row i at lse[i * nheads]
+  float big = -INFINITY;
+  for (int i = i0 + static_cast<int>(threadIdx.x); i < i1; i += blockDim.x) big = fmaxf(big, lse[static_cast<int64_t>(i) * p.nheads]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, off));
+  if (threadIdx.x % 32 == 0) s_big[threadIdx.x / 32] = big;
+  __syncthreads();
+  big = fmaxf(fmaxf(s_big[0], s_big[1]), fmaxf(s_big[2], s_big[3]));
+  const float off = big == -INFINITY ? 0.f : big;
+  for (int c = threadIdx.x; c < kHeadDim; c += blockDim.x) {
+    float wsum = 0.f, acc = 0.f;
 #pragma unroll 4
     for (int i = i0; i < i1; ++i) {
-      const float wt = exp2f(__ldcg(s.partial_lse + static_cast<int64_t>(i) * p.nheads + h) - off);
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(s.partial_o + (static_cast<int64_t>(i) * p.nheads + h) * kHeadDim + c));
-      wsum += wt, acc[0] += wt * v.x, acc[1] += wt * v.y, acc[2] += wt * v.z, acc[3] += wt * v.w;
+      const float wt = exp2f(lse[static_cast<int64_t>(i) * p.nheads] - off);
+      wsum += wt, acc += wt * s.partial_o[(static_cast<int64_t>(i) * p.nheads + h) * kHeadDim + c];
     }
-    T* dst = static_cast<T*>(p.out) + b * p.out_batch_stride + h * p.out_head_stride + c;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dst[e] = from_float<T>(wsum > 0.f ? acc[e] / wsum : 0.f);
+    static_cast<T*>(p.out)[b * p.out_batch_stride + h * p.out_head_stride + c] = from_float<T>(wsum > 0.f ? acc / wsum : 0.f);
     if (c == 0 && p.lse != nullptr)
       p.lse[static_cast<int64_t>(b) * p.nheads + h] = wsum > 0.f ? (off + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
   }
