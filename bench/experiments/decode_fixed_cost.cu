@@ -383,6 +383,7 @@ int main() {
   setup_probe<1, 3, 0, 1, 1>();
   setup_probe<1, 3, 0, 1, 3>();
   setup_probe<1, 3, 0, 1, 7>();
+  setup_probe<2, 2, 0, 1, 0>();
   setup_probe<2, 2, 0, 1, 1>();
   setup_probe<2, 2, 0, 1, 3>();
   setup_probe<0, 3, 0, 0>();

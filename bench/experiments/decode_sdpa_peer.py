@@ -1,6 +1,6 @@
 """Experiment: torch SDPA (cuDNN and flash backends) on the contiguous decode of
 bench/experiments/decode_read_ceiling.cu's shape (batch 64, 32 query / 8 KV heads, d 128, bf16;
-4k and 16k keys), timed as that program and decode_fixed_cost.cu time (L2 flushed by a 256 MiB
+4k and 16k keys; SWEEP=1: decode_sweep.cu's shapes), timed as that program and decode_fixed_cost.cu time (L2 flushed by a 256 MiB
 write, CUDA events, median of 30), eager and as the replay of a CUDA graph: K + V GB/s.
 Also ncu-friendly: NCU=1 runs each call once after a warm-up."""
 import os
@@ -29,12 +29,16 @@ def timed(fn, reps=30):
     return times[len(times) // 2]
 
 
-for n in (4096, 16384):
-    q = torch.randn(64, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(64, 8, n, 128, device="cuda", dtype=torch.bfloat16)
+# SWEEP=1: decode_sweep.cu's shapes (batch, keys), cuDNN only; else batch 64 at 4k and 16k.
+sweep = os.environ.get("SWEEP") == "1"
+shapes = ([(64, 1024), (64, 2048), (64, 4096), (64, 8192), (64, 16384), (33, 4096), (66, 4096), (16, 16384),
+           (8, 16384)] if sweep else [(64, 4096), (64, 16384)])
+for bsz, n in shapes:
+    q = torch.randn(bsz, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(bsz, 8, n, 128, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     gb = 2 * k.numel() * 2 / 1e9
-    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+    for backend in (SDPBackend.CUDNN_ATTENTION,) if sweep else (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
         with sdpa_kernel(backend):
             def call():
                 return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -54,5 +58,5 @@ for n in (4096, 16384):
             with torch.cuda.graph(g):
                 call()
             graph = timed(g.replay)
-            print(f"keys {n:5d} sdpa {backend.name:16s} eager {eager:.4f} ms {gb / eager * 1e3:7.1f} GB/s"
+            print(f"batch {bsz:2d} keys {n:5d} sdpa {backend.name:16s} eager {eager:.4f} ms {gb / eager * 1e3:7.1f} GB/s"
                   f"  graph {graph:.4f} ms {gb / graph * 1e3:7.1f} GB/s")

@@ -58,6 +58,11 @@
 #include "kernels/common/mma.cuh"
 #include "kernels/common/tma.cuh"
 
+// The producer kernel's stage count (an experiment may override it: bench/experiments/decode_sweep.cu).
+#ifndef FLASHLAB_DECODE_PRODUCER_STAGES
+#define FLASHLAB_DECODE_PRODUCER_STAGES 2
+#endif
+
 namespace flashlab::kernels {
 
 // The split of a decode into work items (rung 3). One item is a chunk of a request's pages,
@@ -105,7 +110,7 @@ struct DecodeSplitTraits {
   // kernel is issue-bound there (a tile is half the bytes for the same math), and 12 warps an SM
   // hide more latency than 8. The producer warp: 2 stages too (two tiles in flight per block
   // whatever the math is doing).
-  static constexpr int kStages = kFp8 || kProducer ? 2 : 3;
+  static constexpr int kStages = kFp8 ? 2 : kProducer ? FLASHLAB_DECODE_PRODUCER_STAGES : 3;
   static constexpr int kMinBlocks = kFp8 && kHeadDim <= 128 ? 3 : 0;  // __launch_bounds__ (e4m3: <= 168 registers; 0: unset)
   static constexpr int kRowElems = kHeadDim + 8;  // padded 16-bit smem row (Q; 16-bit K, V; e4m3: V's fp16 copy)
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk

@@ -1,0 +1,143 @@
+// Experiment (not a rung): decode rung 3's time over batch and KV length, to split a step's time
+// into a fixed part and a per-key part (time = a + b x keys) and to see how the items' waves
+// cost. Rung 3's own TMA kernel launched directly (a block per (request, KV head), every request
+// whole, no merge), bf16, 32 query / 8 KV heads, d 128, pages of 16 in order, HND; L2 flushed
+// by a 256 MiB memset before each repetition, CUDA events, median of 30.
+// Shapes: batch 64 at 1k .. 16k keys; batch 33 / 66 at 4k (2 / 4 whole waves of 132 slots against
+// 64's 3.88); batch 16 and 8 at 16k (one wave on 128 / 64 SMs: the rate one block an SM reaches).
+// Build it twice to compare the producer kernel's stage counts:
+//   nvcc -std=c++17 -O3 -I. -Iinclude -Isrc --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//     [-DFLASHLAB_DECODE_PRODUCER_STAGES=3] bench/experiments/decode_sweep.cu src/core/tensor_map.cpp \
+//     src/core/tensor.cpp src/core/validate.cpp -o build/exp/decode_sweep
+// Output: per shape, ms and K + V GB/s.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "kernels/attention/decode/03_split.cuh"
+#include "src/core/tensor_map.h"
+
+using namespace flashlab;
+using namespace flashlab::kernels;
+
+#define CK(x)                                                                \
+  do {                                                                       \
+    cudaError_t e_ = (x);                                                    \
+    if (e_ != cudaSuccess) {                                                 \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                          \
+    }                                                                        \
+  } while (0)
+
+constexpr int kHq = 32, kHk = 8, kD = 128, kPage = 16;
+using T = __nv_bfloat16;
+using Tr = DecodeSplitTraits<kD, 2, true>;
+
+__global__ void fill_kernel(T* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    x[i] = __float2bfloat16(static_cast<float>(h & 0xffff) / 32768.f - 1.f);
+  }
+}
+
+int main() {
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  void* flush = nullptr;
+  CK(cudaMalloc(&flush, 256u << 20));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const auto time = [&](const std::function<void()>& fn) {
+    for (int i = 0; i < 3; ++i) fn();
+    CK(cudaStreamSynchronize(st));
+    std::vector<float> v;
+    for (int i = 0; i < 30; ++i) {
+      CK(cudaMemsetAsync(flush, i, 256u << 20, st));
+      CK(cudaEventRecord(e0, st));
+      fn();
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      v.push_back(ms);
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const auto kernel = paged_decode_split_kernel<T, kD, T, true>;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytesTma));
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, Tr::kSmemBytesTma));
+  std::printf("producer stages %d, %d threads, %d bytes of shared memory, %d blocks an SM\n", Tr::kStages, Tr::kThreads,
+              Tr::kSmemBytesTma, per_sm);
+
+  // One pool for the largest shape (64 x 16k tokens), HND: (page, head, slot, d).
+  const int64_t max_tokens = int64_t(64) * 16384, max_pages = max_tokens / kPage;
+  const size_t cache_elems = size_t(max_tokens) * kHk * kD;
+  T *kc, *vc, *q, *out;
+  float* lse;
+  int *ind, *ptr, *last;
+  CK(cudaMalloc(&kc, cache_elems * 2));
+  CK(cudaMalloc(&vc, cache_elems * 2));
+  fill_kernel<<<1024, 256>>>(kc, cache_elems, 1u);
+  fill_kernel<<<1024, 256>>>(vc, cache_elems, 2u);
+  CK(cudaMalloc(&q, 80 * kHq * kD * 2));
+  fill_kernel<<<64, 256>>>(q, 80 * kHq * kD, 3u);
+  CK(cudaMalloc(&out, 80 * kHq * kD * 2));
+  CK(cudaMalloc(&lse, 80 * kHq * 4));
+  std::vector<int> h_ind(max_pages);
+  for (int64_t i = 0; i < max_pages; ++i) h_ind[i] = static_cast<int>(i);
+  CK(cudaMalloc(&ind, max_pages * 4));
+  CK(cudaMalloc(&ptr, 81 * 4));
+  CK(cudaMalloc(&last, 80 * 4));
+  CK(cudaMemcpy(ind, h_ind.data(), max_pages * 4, cudaMemcpyHostToDevice));
+
+  PagedDecodeParams p{};
+  p.q = q, p.q_batch_stride = kHq * kD, p.q_head_stride = kD;
+  p.k_cache = kc, p.v_cache = vc;
+  p.page_stride = int64_t(kPage) * kHk * kD, p.slot_stride = kD, p.head_stride = kPage * kD;
+  p.v_page_stride = p.page_stride, p.v_slot_stride = p.slot_stride, p.v_head_stride = p.head_stride;
+  p.kv_indices = ind, p.kv_indptr = ptr, p.kv_last_page_len = last;
+  p.out = out, p.out_batch_stride = kHq * kD, p.out_head_stride = kD, p.lse = lse;
+  p.scale = 0.08838834764831845f, p.nheads = kHq, p.nheads_kv = kHk, p.page_size = kPage;
+  PagedDecodeSplit s{};
+  s.page_size = IntDivisor(kPage), s.k_scale = s.v_scale = 1.f, s.kv_same_strides = true;
+  DecodeTmaMaps maps{};
+  maps.box_rows = kPage;
+  const int64_t es = 2, line = 64;
+  const int64_t dims[5] = {line, kPage, kD / line, kHk, max_pages};
+  const int64_t strides[4] = {p.slot_stride * es, 128, p.head_stride * es, p.page_stride * es};
+  const int box[5] = {int(line), kPage, kD / int(line), 1, 1};
+  maps.k = detail::make_tensor_map_5d(kc, DType::kBF16, dims, strides, box);
+  maps.v = detail::make_tensor_map_5d(vc, DType::kBF16, dims, strides, box);
+
+  struct Shape {
+    int batch, keys;
+  };
+  const Shape shapes[] = {{64, 1024}, {64, 2048}, {64, 4096}, {64, 8192}, {64, 16384},
+                          {33, 4096}, {66, 4096}, {16, 16384}, {8, 16384}};
+  for (int round = 0; round < 2; ++round)
+    for (const Shape& sh : shapes) {
+      const int per_req = sh.keys / kPage;
+      std::vector<int> h_ptr(sh.batch + 1), h_last(sh.batch, kPage);
+      for (int b = 0; b <= sh.batch; ++b) h_ptr[b] = b * per_req;
+      CK(cudaMemcpy(ptr, h_ptr.data(), h_ptr.size() * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(last, h_last.data(), h_last.size() * 4, cudaMemcpyHostToDevice));
+      p.batch = sh.batch;
+      const int blocks = sh.batch * kHk;
+      const double ms = time([&] { kernel<<<blocks, Tr::kThreads, Tr::kSmemBytesTma, st>>>(p, s, maps); });
+      const double gb = 2.0 * sh.batch * sh.keys * kHk * kD * 2 / 1e9;
+      std::printf("stages %d batch %2d keys %5d items %3d  %8.4f ms %7.1f GB/s\n", Tr::kStages, sh.batch, sh.keys, blocks,
+                  ms, gb / ms * 1e3);
+    }
+  CK(cudaDeviceSynchronize());
+  std::printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
+  return 0;
+}
