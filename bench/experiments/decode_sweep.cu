@@ -5,14 +5,17 @@
 // by a 256 MiB memset before each repetition, CUDA events, median of 30.
 // Shapes: batch 64 at 1k .. 16k keys; batch 33 / 66 at 4k (2 / 4 whole waves of 132 slots against
 // 64's 3.88); batch 16 and 8 at 16k (one wave on 128 / 64 SMs: the rate one block an SM reaches).
-// Build it twice to compare the producer kernel's stage counts:
+// Build it once per configuration of the producer kernel (stages, math warps) to compare them;
+// argv[1] adds dynamic shared memory per block to hold fewer blocks an SM:
 //   nvcc -std=c++17 -O3 -I. -Iinclude -Isrc --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
-//     [-DFLASHLAB_DECODE_PRODUCER_STAGES=3] bench/experiments/decode_sweep.cu src/core/tensor_map.cpp \
+//     [-DFLASHLAB_DECODE_PRODUCER_STAGES=3] [-DFLASHLAB_DECODE_PRODUCER_WARPS=2] bench/experiments/decode_sweep.cu src/core/tensor_map.cpp \
 //     src/core/tensor.cpp src/core/validate.cpp -o build/exp/decode_sweep
-// Output: per shape, ms and K + V GB/s.
+// Output: the check of one shape against a float64 reference, then per shape ms and K + V GB/s.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
@@ -45,7 +48,9 @@ __global__ void fill_kernel(T* x, size_t n, uint32_t seed) {
   }
 }
 
-int main() {
+// argv[1]: extra dynamic shared memory per block (bytes), to hold fewer blocks an SM.
+int main(int argc, char** argv) {
+  const int pad = argc > 1 ? std::atoi(argv[1]) : 0;
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   void* flush = nullptr;
@@ -71,12 +76,13 @@ int main() {
     return v[v.size() / 2];
   };
   const auto kernel = paged_decode_split_kernel<T, kD, T, true>;
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytesTma));
+  const int smem = Tr::kSmemBytesTma + pad;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, Tr::kSmemBytesTma));
-  std::printf("producer stages %d, %d threads, %d bytes of shared memory, %d blocks an SM\n", Tr::kStages, Tr::kThreads,
-              Tr::kSmemBytesTma, per_sm);
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, smem));
+  std::printf("producer stages %d, %d math warps, %d threads, %d bytes of shared memory, %d blocks an SM\n", Tr::kStages,
+              Tr::kWarps, Tr::kThreads, smem, per_sm);
 
   // One pool for the largest shape (64 x 16k tokens), HND: (page, head, slot, d).
   const int64_t max_tokens = int64_t(64) * 16384, max_pages = max_tokens / kPage;
@@ -123,6 +129,52 @@ int main() {
   };
   const Shape shapes[] = {{64, 1024}, {64, 2048}, {64, 4096}, {64, 8192}, {64, 16384},
                           {33, 4096}, {66, 4096}, {16, 16384}, {8, 16384}};
+  // Correctness first (batch 64 x 1k, requests 0 and 37, every head): against a float64
+  // reference on the host, outputs poisoned before the launch.
+  {
+    const int batch = 64, keys = 1024, per_req = keys / kPage;
+    std::vector<int> h_ptr(batch + 1), h_last(batch, kPage);
+    for (int b = 0; b <= batch; ++b) h_ptr[b] = b * per_req;
+    CK(cudaMemcpy(ptr, h_ptr.data(), h_ptr.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(last, h_last.data(), h_last.size() * 4, cudaMemcpyHostToDevice));
+    p.batch = batch;
+    CK(cudaMemset(out, 0xff, size_t(batch) * kHq * kD * 2));
+    kernel<<<batch * kHk, Tr::kThreads, smem, st>>>(p, s, maps);
+    CK(cudaStreamSynchronize(st));
+    std::vector<T> h_out(size_t(batch) * kHq * kD), h_q(h_out.size());
+    CK(cudaMemcpy(h_out.data(), out, h_out.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h_q.data(), q, h_q.size() * 2, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (int b : {0, 37}) {
+      const size_t elems = size_t(per_req) * kPage * kHk * kD, at = size_t(b) * elems;  // the request's pages (HND)
+      std::vector<T> hk(elems), hv(elems);
+      CK(cudaMemcpy(hk.data(), kc + at, elems * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hv.data(), vc + at, elems * 2, cudaMemcpyDeviceToHost));
+      for (int h = 0; h < kHq; ++h) {
+        const int g = h / (kHq / kHk);
+        std::vector<double> sc(keys);
+        double mx = -1e300;
+        for (int t = 0; t < keys; ++t) {
+          const size_t row = ((size_t(t / kPage) * kHk + g) * kPage + t % kPage) * kD;
+          double d = 0;
+          for (int c = 0; c < kD; ++c)
+            d += double(__bfloat162float(h_q[(size_t(b) * kHq + h) * kD + c])) * __bfloat162float(hk[row + c]);
+          sc[t] = d * p.scale, mx = std::max(mx, sc[t]);
+        }
+        double sum = 0;
+        for (double& x : sc) sum += x = std::exp(x - mx);
+        for (int c = 0; c < kD; ++c) {
+          double o = 0;
+          for (int t = 0; t < keys; ++t)
+            o += sc[t] * __bfloat162float(hv[((size_t(t / kPage) * kHk + g) * kPage + t % kPage) * kD + c]);
+          const double got = __bfloat162float(h_out[(size_t(b) * kHq + h) * kD + c]);
+          const double err = std::fabs(got - o / sum);
+          worst = std::isnan(got) ? INFINITY : std::max(worst, err);
+        }
+      }
+    }
+    std::printf("max |out - reference| (batch 64 x 1k, requests 0 and 37): %.3g%s\n", worst, worst < 4e-3 ? "" : "  FAILED");
+  }
   for (int round = 0; round < 2; ++round)
     for (const Shape& sh : shapes) {
       const int per_req = sh.keys / kPage;
@@ -132,11 +184,71 @@ int main() {
       CK(cudaMemcpy(last, h_last.data(), h_last.size() * 4, cudaMemcpyHostToDevice));
       p.batch = sh.batch;
       const int blocks = sh.batch * kHk;
-      const double ms = time([&] { kernel<<<blocks, Tr::kThreads, Tr::kSmemBytesTma, st>>>(p, s, maps); });
+      const double ms = time([&] { kernel<<<blocks, Tr::kThreads, smem, st>>>(p, s, maps); });
       const double gb = 2.0 * sh.batch * sh.keys * kHk * kD * 2 / 1e9;
-      std::printf("stages %d batch %2d keys %5d items %3d  %8.4f ms %7.1f GB/s\n", Tr::kStages, sh.batch, sh.keys, blocks,
-                  ms, gb / ms * 1e3);
+      std::printf("warps %d stages %d per_sm %d batch %2d keys %5d items %3d  %8.4f ms %7.1f GB/s\n", Tr::kWarps, Tr::kStages,
+                  per_sm, sh.batch, sh.keys, blocks, ms, gb / ms * 1e3);
     }
+  // The plan's path against the direct grid (batch 64, every request one item): the items table
+  // read per block (identity order), the grid of the plan's capacity (64 + 2 x 17 items x 8
+  // heads: 272 blocks that exit at once), and the merge kernel as a programmatic dependent (what
+  // batch_decode_run launches).
+  {
+    const int batch = 64, capacity = 98;
+    std::vector<int4> h_items(capacity, make_int4(0, 0, 0, -1));
+    for (int i = 0; i < batch; ++i) h_items[i] = make_int4(i, 0, -1, -1);
+    std::vector<int> h_req(batch + 1);
+    for (int b = 0; b <= batch; ++b) h_req[b] = b;
+    int4* items;
+    int *num, *req;
+    float *part_o, *part_lse;
+    CK(cudaMalloc(&items, capacity * 16));
+    CK(cudaMalloc(&num, 4));
+    CK(cudaMalloc(&req, (batch + 1) * 4));
+    CK(cudaMalloc(&part_o, size_t(capacity) * kHq * kD * 4));
+    CK(cudaMalloc(&part_lse, size_t(capacity) * kHq * 4));
+    CK(cudaMemcpy(items, h_items.data(), capacity * 16, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(num, &batch, 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(req, h_req.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+    PagedDecodeSplit plan = s;
+    plan.items = items, plan.num_items = num, plan.request_items = req, plan.partial_o = part_o, plan.partial_lse = part_lse;
+    const auto merge = [&] {
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(batch, kHq);
+      config.blockDim = dim3(128);
+      config.stream = st;
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      CK(cudaLaunchKernelEx(&config, paged_decode_merge_kernel<T, kD>, p, plan));
+    };
+    for (int round = 0; round < 2; ++round)
+      for (int keys : {1024, 4096, 16384}) {
+        const int per_req = keys / kPage;
+        std::vector<int> h_ptr(batch + 1), h_last(batch, kPage);
+        for (int b = 0; b <= batch; ++b) h_ptr[b] = b * per_req;
+        CK(cudaMemcpy(ptr, h_ptr.data(), h_ptr.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(last, h_last.data(), h_last.size() * 4, cudaMemcpyHostToDevice));
+        p.batch = batch;
+        const double gb = 2.0 * batch * keys * kHk * kD * 2 / 1e9;
+        const auto row = [&](const char* name, double ms) {
+          std::printf("path %-22s batch %d keys %5d  %8.4f ms %7.1f GB/s\n", name, batch, keys, ms, gb / ms * 1e3);
+        };
+        row("direct 512", time([&] { kernel<<<batch * kHk, Tr::kThreads, smem, st>>>(p, s, maps); }));
+        row("items 512", time([&] { kernel<<<batch * kHk, Tr::kThreads, smem, st>>>(p, plan, maps); }));
+        row("items 784", time([&] { kernel<<<capacity * kHk, Tr::kThreads, smem, st>>>(p, plan, maps); }));
+        row("items 784 + merge", time([&] {
+              kernel<<<capacity * kHk, Tr::kThreads, smem, st>>>(p, plan, maps);
+              merge();
+            }));
+        row("direct 512 + merge", time([&] {
+              kernel<<<batch * kHk, Tr::kThreads, smem, st>>>(p, s, maps);
+              merge();
+            }));
+      }
+  }
   CK(cudaDeviceSynchronize());
   std::printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;

@@ -58,9 +58,13 @@
 #include "kernels/common/mma.cuh"
 #include "kernels/common/tma.cuh"
 
-// The producer kernel's stage count (an experiment may override it: bench/experiments/decode_sweep.cu).
+// The producer kernel's stage count and math warps (an experiment may override them:
+// bench/experiments/decode_sweep.cu).
 #ifndef FLASHLAB_DECODE_PRODUCER_STAGES
 #define FLASHLAB_DECODE_PRODUCER_STAGES 2
+#endif
+#ifndef FLASHLAB_DECODE_PRODUCER_WARPS
+#define FLASHLAB_DECODE_PRODUCER_WARPS 4
 #endif
 
 namespace flashlab::kernels {
@@ -102,7 +106,7 @@ struct DecodeSplitTraits {
   // A producer warp (16-bit caches by TMA): a 5th warp issues the tiles, each as soon as the 4
   // math warps have released its stage on the stage's "empty" mbarrier; no block barrier per tile.
   static constexpr bool kProducer = kTma && !kFp8;
-  static constexpr int kWarps = 4, kMathThreads = kWarps * 32, kThreads = kMathThreads + (kProducer ? 32 : 0);
+  static constexpr int kWarps = kProducer ? FLASHLAB_DECODE_PRODUCER_WARPS : 4, kMathThreads = kWarps * 32, kThreads = kMathThreads + (kProducer ? 32 : 0);
   static constexpr int kRows = 16;                 // query heads per block (the mma's M)
   static constexpr int kTileKeys = kWarps * 16;    // keys per pipeline stage, 16 per warp
   // e4m3: 2 stages (rows padded by 16 bytes: the K fragments' 4-byte reads of 8 rows fall in
@@ -116,7 +120,8 @@ struct DecodeSplitTraits {
   static constexpr int kVec = 16 / kKvBytes;      // cache elements per 16-byte chunk
   static constexpr int kChunks = kHeadDim / kVec; // 16-byte chunks per cache row
   static constexpr int kRowKv = kHeadDim + 16 / kKvBytes;  // padded cache row in a stage (16 bytes more)
-  static constexpr int kTileKv = kTileKeys * kRowKv;
+  // (TMA: stages on 1024-byte boundaries; 64-key tiles' padded size already is a multiple)
+  static constexpr int kTileKv = kTma ? (kTileKeys * kRowKv * kKvBytes + 1023) / 1024 * 1024 / kKvBytes : kTileKeys * kRowKv;
   static constexpr int kTileElems = kTileKeys * kRowElems;
   static constexpr int kSmemBytes =
       kRows * kRowElems * 2 + 2 * kStages * kTileKv * kKvBytes + (kFp8 ? kTileElems * 2 : 0);
@@ -165,19 +170,32 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
   // order is the order the GPU starts them in): request b, pages [pb, pe) of it.
   const int group = p.nheads / p.nheads_kv, blocks = (group + Tr::kRows - 1) / Tr::kRows, per = p.nheads_kv * blocks;
   const int x = static_cast<int>(blockIdx.x / per), y = static_cast<int>(blockIdx.x % per);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // The tensor maps into the cache fetched while the item's table reads are in flight (else the
+  // first copy of every block waits for its descriptor).
+  if constexpr (kTma)
+    if (tid == (kProducer ? kMathThreads : 0)) prefetch_tensor_map(&maps.k), prefetch_tensor_map(&maps.v);
+  // Item x is most often request x (a plan of whole requests in order, or no plan): that
+  // request's table entries are read alongside the item, not after it (one round trip less at
+  // each item's start); read again for another request.
+  const int guess = min(x, p.batch - 1);
+  int first = p.kv_indptr[guess], next = p.kv_indptr[guess + 1], last_len = p.kv_last_page_len[guess];
   int b, pb = 0, pe = INT_MAX, row = -1;
   if (s.items != nullptr) {
-    if (x >= *s.num_items) return;
+    // Both loads leave together (x < the capacity: items[x] is in the workspace; a request index
+    // is never negative, the test only keeps the compiler from loading the item after the exit).
     const int4 it = s.items[x];
+    const int num_items = *s.num_items;
+    if ((x >= num_items) | (it.x < 0)) return;
     b = it.x, pb = it.y, pe = it.z < 0 ? INT_MAX : it.z, row = it.w;
+    if (b != guess) first = p.kv_indptr[b], next = p.kv_indptr[b + 1], last_len = p.kv_last_page_len[b];
   } else {
     b = x;
   }
   const int hk = y / blocks, hb = y % blocks;
   const int h0 = hk * group + hb * Tr::kRows, ng = min(Tr::kRows, group - hb * Tr::kRows);
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int first = p.kv_indptr[b], pages = p.kv_indptr[b + 1] - first;
-  const int len = pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+  const int pages = next - first;
+  const int len = pages > 0 ? (pages - 1) * p.page_size + last_len : 0;
   pe = min(pe, pages);
   // Keys [k_begin, k_end) of the request (the end clamped to its length: pages past a shrunk
   // request's end give an empty chunk).
