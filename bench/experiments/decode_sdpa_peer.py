@@ -32,7 +32,7 @@ def timed(fn, reps=30):
 # SWEEP=1: decode_sweep.cu's shapes (batch, keys), cuDNN only; else batch 64 at 4k and 16k.
 sweep = os.environ.get("SWEEP") == "1"
 shapes = ([(64, 1024), (64, 2048), (64, 4096), (64, 8192), (64, 16384), (33, 4096), (66, 4096), (16, 16384),
-           (8, 16384)] if sweep else [(64, 4096), (64, 16384)])
+           (8, 16384), (32, 8192), (128, 2048), (256, 1024), (512, 512)] if sweep else [(64, 4096), (64, 16384)])
 for bsz, n in shapes:
     q = torch.randn(bsz, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(bsz, 8, n, 128, device="cuda", dtype=torch.bfloat16)

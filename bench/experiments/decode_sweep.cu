@@ -4,7 +4,12 @@
 // whole, no merge), bf16, 32 query / 8 KV heads, d 128, pages of 16 in order, HND; L2 flushed
 // by a 256 MiB memset before each repetition, CUDA events, median of 30.
 // Shapes: batch 64 at 1k .. 16k keys; batch 33 / 66 at 4k (2 / 4 whole waves of 132 slots against
-// 64's 3.88); batch 16 and 8 at 16k (one wave on 128 / 64 SMs: the rate one block an SM reaches).
+// 64's 3.88); batch 16 and 8 at 16k (one wave on 128 / 64 SMs: the rate one block an SM reaches);
+// the bytes of 64 x 4k in 128 .. 4096 items (16 x 16k .. 512 x 512: the cost of an item's start).
+// Each shape with three kernels: "block" (the rung's), "ws" and "ws-static" (the persistent
+// experiment in decode_ws_kernel.cuh, items claimed in order / every gridDim.x-th). Then the
+// plan's path (items table, capacity grid, merge kernel) against the direct grid at batch 64.
+// argv[2] = "ncu": batch 8 x 16k once per kernel, for a profiler.
 // Build it once per configuration of the producer kernel (stages, math warps) to compare them;
 // argv[1] adds dynamic shared memory per block to hold fewer blocks an SM:
 //   nvcc -std=c++17 -O3 -I. -Iinclude -Isrc --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
@@ -17,11 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "kernels/attention/decode/03_split.cuh"
+#include "bench/experiments/decode_ws_kernel.cuh"
 #include "src/core/tensor_map.h"
 
 using namespace flashlab;
@@ -94,15 +101,16 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&vc, cache_elems * 2));
   fill_kernel<<<1024, 256>>>(kc, cache_elems, 1u);
   fill_kernel<<<1024, 256>>>(vc, cache_elems, 2u);
-  CK(cudaMalloc(&q, 80 * kHq * kD * 2));
-  fill_kernel<<<64, 256>>>(q, 80 * kHq * kD, 3u);
-  CK(cudaMalloc(&out, 80 * kHq * kD * 2));
-  CK(cudaMalloc(&lse, 80 * kHq * 4));
+  constexpr int kMaxBatch = 512;
+  CK(cudaMalloc(&q, kMaxBatch * kHq * kD * 2));
+  fill_kernel<<<64, 256>>>(q, kMaxBatch * kHq * kD, 3u);
+  CK(cudaMalloc(&out, kMaxBatch * kHq * kD * 2));
+  CK(cudaMalloc(&lse, kMaxBatch * kHq * 4));
   std::vector<int> h_ind(max_pages);
   for (int64_t i = 0; i < max_pages; ++i) h_ind[i] = static_cast<int>(i);
   CK(cudaMalloc(&ind, max_pages * 4));
-  CK(cudaMalloc(&ptr, 81 * 4));
-  CK(cudaMalloc(&last, 80 * 4));
+  CK(cudaMalloc(&ptr, (kMaxBatch + 1) * 4));
+  CK(cudaMalloc(&last, kMaxBatch * 4));
   CK(cudaMemcpy(ind, h_ind.data(), max_pages * 4, cudaMemcpyHostToDevice));
 
   PagedDecodeParams p{};
@@ -124,14 +132,52 @@ int main(int argc, char** argv) {
   maps.k = detail::make_tensor_map_5d(kc, DType::kBF16, dims, strides, box);
   maps.v = detail::make_tensor_map_5d(vc, DType::kBF16, dims, strides, box);
 
+  // The kernels: "block" (rung 3's, a block per item), "ws" (decode_ws_kernel.cuh: persistent, a block
+  // per resident slot claiming items in order), "ws-static" (the same, item u + gridDim.x next).
+  using Ws = DecodeWsTraits<kD>;
+  const auto ws_kernel = paged_decode_split_ws_kernel<T, kD>;
+  CK(cudaFuncSetAttribute(ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Ws::kSmemBytes));
+  CK(cudaFuncSetAttribute(ws_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  int ws_per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws_per_sm, ws_kernel, Ws::kThreads, Ws::kSmemBytes));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int ws_slots = ws_per_sm * sms;
+  int* sched;
+  CK(cudaMalloc(&sched, 8));
+  CK(cudaMemset(sched, 0, 8));
+  std::printf("persistent kernel: %d blocks an SM, %d slots, %d bytes of shared memory\n", ws_per_sm, ws_slots, Ws::kSmemBytes);
+  const char* const modes[] = {"block", "ws", "ws-static"};
+  const auto launch = [&](int mode, const PagedDecodeSplit& sp, int blocks) {
+    if (mode == 0) {
+      kernel<<<blocks, Tr::kThreads, smem, st>>>(p, sp, maps);
+    } else {
+      ws_kernel<<<std::min(blocks, ws_slots), Ws::kThreads, Ws::kSmemBytes, st>>>(p, sp, maps, mode == 1 ? sched : nullptr);
+    }
+  };
+
   struct Shape {
     int batch, keys;
   };
+  // argv[2] = "ncu": batch 8 x 16k once per kernel (block, ws), for a profiler.
+  if (argc > 2 && std::string(argv[2]) == "ncu") {
+    const int batch = 8, keys = 16384, per_req = keys / kPage;
+    std::vector<int> h_ptr(batch + 1), h_last(batch, kPage);
+    for (int b = 0; b <= batch; ++b) h_ptr[b] = b * per_req;
+    CK(cudaMemcpy(ptr, h_ptr.data(), h_ptr.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(last, h_last.data(), h_last.size() * 4, cudaMemcpyHostToDevice));
+    p.batch = batch;
+    for (int mode = 0; mode < 2; ++mode) launch(mode, s, batch * kHk);
+    CK(cudaDeviceSynchronize());
+    return 0;
+  }
   const Shape shapes[] = {{64, 1024}, {64, 2048}, {64, 4096}, {64, 8192}, {64, 16384},
-                          {33, 4096}, {66, 4096}, {16, 16384}, {8, 16384}};
+                          {33, 4096}, {66, 4096}, {16, 16384}, {8, 16384},
+                          // the same bytes in more, shorter items: the cost of an item's start
+                          {32, 8192}, {128, 2048}, {256, 1024}, {512, 512}};
   // Correctness first (batch 64 x 1k, requests 0 and 37, every head): against a float64
   // reference on the host, outputs poisoned before the launch.
-  {
+  for (int mode = 0; mode < 3; ++mode) {
     const int batch = 64, keys = 1024, per_req = keys / kPage;
     std::vector<int> h_ptr(batch + 1), h_last(batch, kPage);
     for (int b = 0; b <= batch; ++b) h_ptr[b] = b * per_req;
@@ -139,7 +185,7 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(last, h_last.data(), h_last.size() * 4, cudaMemcpyHostToDevice));
     p.batch = batch;
     CK(cudaMemset(out, 0xff, size_t(batch) * kHq * kD * 2));
-    kernel<<<batch * kHk, Tr::kThreads, smem, st>>>(p, s, maps);
+    launch(mode, s, batch * kHk);
     CK(cudaStreamSynchronize(st));
     std::vector<T> h_out(size_t(batch) * kHq * kD), h_q(h_out.size());
     CK(cudaMemcpy(h_out.data(), out, h_out.size() * 2, cudaMemcpyDeviceToHost));
@@ -173,7 +219,8 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("max |out - reference| (batch 64 x 1k, requests 0 and 37): %.3g%s\n", worst, worst < 4e-3 ? "" : "  FAILED");
+    std::printf("%s: max |out - reference| (batch 64 x 1k, requests 0 and 37): %.3g%s\n", modes[mode], worst,
+                worst < 4e-3 ? "" : "  FAILED");
   }
   for (int round = 0; round < 2; ++round)
     for (const Shape& sh : shapes) {
@@ -184,17 +231,19 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(last, h_last.data(), h_last.size() * 4, cudaMemcpyHostToDevice));
       p.batch = sh.batch;
       const int blocks = sh.batch * kHk;
-      const double ms = time([&] { kernel<<<blocks, Tr::kThreads, smem, st>>>(p, s, maps); });
       const double gb = 2.0 * sh.batch * sh.keys * kHk * kD * 2 / 1e9;
-      std::printf("warps %d stages %d per_sm %d batch %2d keys %5d items %3d  %8.4f ms %7.1f GB/s\n", Tr::kWarps, Tr::kStages,
-                  per_sm, sh.batch, sh.keys, blocks, ms, gb / ms * 1e3);
+      for (int mode = 0; mode < 3; ++mode) {
+        const double ms = time([&] { launch(mode, s, blocks); });
+        std::printf("%-9s warps %d stages %d per_sm %d batch %2d keys %5d items %3d  %8.4f ms %7.1f GB/s\n", modes[mode],
+                    Tr::kWarps, Tr::kStages, per_sm, sh.batch, sh.keys, blocks, ms, gb / ms * 1e3);
+      }
     }
   // The plan's path against the direct grid (batch 64, every request one item): the items table
   // read per block (identity order), the grid of the plan's capacity (64 + 2 x 17 items x 8
   // heads: 272 blocks that exit at once), and the merge kernel as a programmatic dependent (what
   // batch_decode_run launches).
   {
-    const int batch = 64, capacity = 98;
+    const int batch = 64, capacity = 164;  // 64 + 2 x 50 (the workspace's: the e4m3 kernel's 396 slots / 8)
     std::vector<int4> h_items(capacity, make_int4(0, 0, 0, -1));
     for (int i = 0; i < batch; ++i) h_items[i] = make_int4(i, 0, -1, -1);
     std::vector<int> h_req(batch + 1);
@@ -238,9 +287,17 @@ int main(int argc, char** argv) {
         };
         row("direct 512", time([&] { kernel<<<batch * kHk, Tr::kThreads, smem, st>>>(p, s, maps); }));
         row("items 512", time([&] { kernel<<<batch * kHk, Tr::kThreads, smem, st>>>(p, plan, maps); }));
-        row("items 784", time([&] { kernel<<<capacity * kHk, Tr::kThreads, smem, st>>>(p, plan, maps); }));
+        row("items 784", time([&] { kernel<<<98 * kHk, Tr::kThreads, smem, st>>>(p, plan, maps); }));
         row("items 784 + merge", time([&] {
+              kernel<<<98 * kHk, Tr::kThreads, smem, st>>>(p, plan, maps);
+              merge();
+            }));
+        row("items 1312 + merge", time([&] {
               kernel<<<capacity * kHk, Tr::kThreads, smem, st>>>(p, plan, maps);
+              merge();
+            }));
+        row("ws items + merge", time([&] {
+              launch(1, plan, 98 * kHk);
               merge();
             }));
         row("direct 512 + merge", time([&] {
