@@ -47,7 +47,12 @@ struct DecodeWsTraits {
   static constexpr int kQBytes = kRows * kRowElems * 2;
   static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
   // [1 KB alignment slack][K stages][V stages][Q x 2][merge buffers]
-  static constexpr int kSmemBytes = 1024 + 2 * kStages * kStageBytes + 2 * kQBytes + kMergeBytes;
+  // (FLASHLAB_DECODE_WS_ALIAS_MERGE: a diagnostic only, the merge buffers over the stages, as the
+  // block-per-item kernel has them: wrong results once a block runs two items)
+#ifndef FLASHLAB_DECODE_WS_ALIAS_MERGE
+#define FLASHLAB_DECODE_WS_ALIAS_MERGE 0
+#endif
+  static constexpr int kSmemBytes = 1024 + 2 * kStages * kStageBytes + 2 * kQBytes + (FLASHLAB_DECODE_WS_ALIAS_MERGE ? 0 : kMergeBytes);
 };
 
 // An item as the math warps need it (written by the producer into shared memory).
@@ -73,7 +78,7 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads)
   T* const sk = reinterpret_cast<T*>(base);
   T* const sv = reinterpret_cast<T*>(base + kStages * Tr::kStageBytes);
   T* const sq = reinterpret_cast<T*>(base + 2 * kStages * Tr::kStageBytes);  // buffer i at i x kQBytes
-  float* const s_m = reinterpret_cast<float*>(base + 2 * kStages * Tr::kStageBytes + 2 * Tr::kQBytes);
+  float* const s_m = reinterpret_cast<float*>(base + (FLASHLAB_DECODE_WS_ALIAS_MERGE ? 0 : 2 * kStages * Tr::kStageBytes + 2 * Tr::kQBytes));
   float* const s_l = s_m + kWarps * kRows;
   float* const s_o = s_l + kWarps * kRows;  // [warp][row][kHeadDim]
   __shared__ uint64_t full[kStages], empty[kStages];
