@@ -20,6 +20,7 @@
 #include "kernels/attention/decode/01_naive.cuh"
 #include "kernels/attention/decode/02_gqa.cuh"
 #include "kernels/attention/decode/03_split.cuh"
+#include "kernels/attention/decode/03_split_ws.cuh"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
 #include "src/core/static_switch.h"
@@ -151,12 +152,25 @@ bool split_fits(int64_t d, bool fp8) {
   });
 }
 
+// The persistent kernel's (03_split_ws.cuh) blocks resident at once on the current device at
+// head dim kD (a multiple of 64), opted into its shared memory first.
+template <int kD>
+int64_t persistent_slots() {
+  using Ws = kernels::DecodeWsTraits<kD>;
+  const auto kernel = kernels::paged_decode_split_ws_kernel<__nv_bfloat16, kD>;
+  configure_split(kernel, Ws::kSmemBytes);
+  int per_sm = 0;
+  FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Ws::kThreads, Ws::kSmemBytes));
+  return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
+}
+
 // Blocks of rung 3 resident at once on the current device (`device`, the cache's key) at head
 // dim d for a 16-bit or an e4m3 cache, cached per (device, d, fp8): the occupancy of the
 // bf16-query kernel (fp16's is the same) that a cache with TMA-able strides runs on this device
-// (sm_90 at head dims whose rows are whole 128-byte lines: the TMA kernels, the 16-bit one with
-// its producer warp — 1 block an SM at d 128, by registers), else the cp.async kernel (2 at d
-// 128, by shared memory). Only for a kernel that fits (split_fits).
+// (sm_90 at head dims whose rows are whole 128-byte lines: the TMA kernels, the 16-bit one the
+// persistent kernel of 03_split_ws.cuh — 1 block an SM at d 128, by registers — whose grid these
+// slots are), else the cp.async kernel (2 at d 128, by shared memory). Only for a kernel that
+// fits (split_fits).
 int64_t split_slots(int64_t d, int device, bool fp8) {
   static std::mutex mu;
   static std::map<std::tuple<int, int64_t, bool>, int64_t> cache;
@@ -178,9 +192,13 @@ int64_t split_slots(int64_t d, int device, bool fp8) {
         FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, smem));
         return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
       };
-      // (tma_box_rows' smem check: split_fits' is stricter.)
-      if constexpr (has_tma_kernel(kD, sizeof(KV)))
-        if (detail::cc_major() >= 9) return blocks(std::true_type{});
+      // (Every sm_90 device fits the TMA kernels' shared memory: tma_box_rows checks it.)
+      if constexpr (has_tma_kernel(kD, sizeof(KV))) {
+        if (detail::cc_major() >= 9) {
+          if constexpr (sizeof(KV) == 2) return persistent_slots<kD>();  // the persistent kernel's grid
+          else return blocks(std::true_type{});
+        }
+      }
       return blocks(std::false_type{});
     };
     return fp8 ? occupancy(detail::TypeTag<__nv_fp8_e4m3>{}) : occupancy(detail::TypeTag<__nv_bfloat16>{});
@@ -191,11 +209,13 @@ int64_t split_slots(int64_t d, int device, bool fp8) {
 }
 
 // A plan's workspace: [header: num_items, batch, plan id (int32 each), padded to 16 | items int4 x capacity | request_items
-// int32 x (batch + 1), padded | partial lse fp32 x capacity x nheads, padded | partial O fp32 x
-// capacity x nheads x d]. The capacity (the run's grid) depends on the shape only: the batch plus
-// room for two waves' worth of extra chunks.
+// int32 x (batch + 1), padded | claims int32 x 2 (the persistent kernel's counts, 0 between
+// launches), padded | partial lse fp32 x capacity x nheads, padded | partial O fp32 x capacity x
+// nheads x d]. The plan copies everything before the partial states (the claims as 0). The
+// capacity (the run's item grid) depends on the shape only: the batch plus room for two waves'
+// worth of extra chunks.
 struct SplitLayout {
-  int64_t slots = 0, capacity = 0, items = 0, request_items = 0, lse = 0, o = 0, bytes = 0;
+  int64_t slots = 0, capacity = 0, items = 0, request_items = 0, claims = 0, lse = 0, o = 0, bytes = 0;
 };
 int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
 // `fp8`: the planner's slots are the e4m3 kernel's; the capacity (and so the workspace) is sized
@@ -216,7 +236,8 @@ SplitLayout split_layout(int64_t batch, int64_t nheads, int64_t nheads_kv, int64
                  "at most 65535 query heads, got ", s.capacity, " x ", per, " items, ", nheads, " heads");
   s.items = 16;
   s.request_items = s.items + s.capacity * 16;
-  s.lse = s.request_items + pad16((batch + 1) * 4);
+  s.claims = s.request_items + pad16((batch + 1) * 4);
+  s.lse = s.claims + 16;
   s.o = s.lse + pad16(s.capacity * nheads * 4);
   s.bytes = s.o + s.capacity * nheads * d * 4;
   return s;
@@ -275,8 +296,9 @@ int tma_box_rows(const DecodeCall& call) {
   // shared memory (1 KB more than cp.async's, for alignment) must fit the device.
   if (call.c.max_pages < 1) return 0;
   const bool fits = HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
-    return (call.fp8 ? kernels::DecodeSplitTraits<kD, 1, true>::kSmemBytesTma : kernels::DecodeSplitTraits<kD, 2, true>::kSmemBytesTma) <=
-           detail::max_smem_optin();
+    if (call.fp8) return kernels::DecodeSplitTraits<kD, 1, true>::kSmemBytesTma <= detail::max_smem_optin();
+    if constexpr (kD % 64 == 0) return kernels::DecodeWsTraits<kD>::kSmemBytes <= detail::max_smem_optin();  // the persistent kernel
+    return false;
   });
   if (!fits) return 0;
   const int64_t box = ps % 8 == 0 && tile % ps == 0 ? ps : ps % tile == 0 ? tile : 0;
@@ -307,6 +329,20 @@ CUtensorMap cache_map(const void* base, DType dtype, const CacheDims& c, int64_t
   return detail::make_tensor_map_5d(base, dtype, dims, strides, box);
 }
 
+// The persistent kernel (16-bit caches by TMA): a block per resident slot (split_slots: the
+// planner's slots are these), at most one per work item, claiming the items.
+template <typename T, int kD>
+void launch_persistent(int64_t blocks, const DecodeCall& call, const kernels::PagedDecodeSplit& sp,
+                       const kernels::DecodeTmaMaps& maps, cudaStream_t stream) {
+  using Ws = kernels::DecodeWsTraits<kD>;
+  const auto kernel = kernels::paged_decode_split_ws_kernel<T, kD>;
+  configure_split(kernel, Ws::kSmemBytes);
+  int device = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, split_slots(kD, device, false))));
+  FLASHLAB_LAUNCH(kernel, grid, Ws::kThreads, Ws::kSmemBytes, stream, call.p, sp, maps);
+}
+
 // Rung 3's launches: the chunks (grid_items items; with `ws`, a plan's workspace, else one
 // item per request) and, when `merge`, the merge of split requests.
 void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, bool merge, cudaStream_t stream) {
@@ -319,6 +355,7 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
     sp.num_items = reinterpret_cast<const int*>(base);
     sp.items = reinterpret_cast<const int4*>(base + s->items);
     sp.request_items = reinterpret_cast<const int*>(base + s->request_items);
+    sp.claims = reinterpret_cast<int*>(const_cast<unsigned char*>(base) + s->claims);
     sp.partial_lse = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->lse);
     sp.partial_o = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + s->o);
     grid_items = s->capacity;
@@ -343,11 +380,15 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
         using KV = typename decltype(kv_tag)::type;
         // (tma_box_rows is 0 where there is no TMA kernel)
         constexpr bool kTma = decltype(tma_tag)::value && has_tma_kernel(kD, sizeof(KV));
-        using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV)), kTma>;
-        constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
-        const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV, kTma>;
-        configure_split(kernel, smem);
-        FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, smem, stream, call.p, sp, maps);
+        if constexpr (kTma && sizeof(KV) == 2) {
+          launch_persistent<T, kD>(blocks, call, sp, maps, stream);  // (q's rows: 16-byte aligned, checked)
+        } else {  // a block per item: cp.async, or TMA with an e4m3 cache
+          using Tr = kernels::DecodeSplitTraits<kD, static_cast<int>(sizeof(KV)), kTma>;
+          constexpr int smem = kTma ? Tr::kSmemBytesTma : Tr::kSmemBytes;
+          const auto kernel = kernels::paged_decode_split_kernel<T, kD, KV, kTma>;
+          configure_split(kernel, smem);
+          FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, smem, stream, call.p, sp, maps);
+        }
       };
       const auto with_kv = [&](auto kv_tag) {
         if (maps.box_rows > 0) launch(kv_tag, std::true_type{});

@@ -6,8 +6,9 @@
 // Shapes: batch 64 at 1k .. 16k keys; batch 33 / 66 at 4k (2 / 4 whole waves of 132 slots against
 // 64's 3.88); batch 16 and 8 at 16k (one wave on 128 / 64 SMs: the rate one block an SM reaches);
 // the bytes of 64 x 4k in 128 .. 4096 items (16 x 16k .. 512 x 512: the cost of an item's start).
-// Each shape with three kernels: "block" (the rung's), "ws" and "ws-static" (the persistent
-// experiment in decode_ws_kernel.cuh, items claimed in order / every gridDim.x-th). Then the
+// Each shape with three kernels: "block" (rung 3's block-per-item producer kernel, 03_split.cuh),
+// "ws" and "ws-static" (the persistent kernel, 03_split_ws.cuh, items claimed in order / every
+// gridDim.x-th; an experiment in decode_ws_kernel.cuh until 2026-11-26). Then the
 // plan's path (items table, capacity grid, merge kernel) against the direct grid at batch 64.
 // argv[2] = "ncu": batch 8 x 16k once per kernel, for a profiler.
 // Build it once per configuration of the producer kernel (stages, math warps) to compare them;
@@ -28,7 +29,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/attention/decode/03_split.cuh"
-#include "bench/experiments/decode_ws_kernel.cuh"
+#include "kernels/attention/decode/03_split_ws.cuh"
 #include "src/core/tensor_map.h"
 
 using namespace flashlab;
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
   maps.k = detail::make_tensor_map_5d(kc, DType::kBF16, dims, strides, box);
   maps.v = detail::make_tensor_map_5d(vc, DType::kBF16, dims, strides, box);
 
-  // The kernels: "block" (rung 3's, a block per item), "ws" (decode_ws_kernel.cuh: persistent, a block
+  // The kernels: "block" (rung 3's, a block per item), "ws" (03_split_ws.cuh: persistent, a block
   // per resident slot claiming items in order), "ws-static" (the same, item u + gridDim.x next).
   using Ws = DecodeWsTraits<kD>;
   const auto ws_kernel = paged_decode_split_ws_kernel<T, kD>;
@@ -152,7 +153,9 @@ int main(int argc, char** argv) {
     if (mode == 0) {
       kernel<<<blocks, Tr::kThreads, smem, st>>>(p, sp, maps);
     } else {
-      ws_kernel<<<std::min(blocks, ws_slots), Ws::kThreads, Ws::kSmemBytes, st>>>(p, sp, maps, mode == 1 ? sched : nullptr);
+      PagedDecodeSplit x = sp;
+      x.claims = mode == 1 ? sched : nullptr;
+      ws_kernel<<<std::min(blocks, ws_slots), Ws::kThreads, Ws::kSmemBytes, st>>>(p, x, maps);
     }
   };
 

@@ -23,6 +23,9 @@
 //     as the 4 math warps have arrived on its stage's "empty" mbarrier, the pages of 32 boxes
 //     ahead held in its lanes; 2 stages. The math no longer delays the next tile's issue by a
 //     block barrier per tile (bench/experiments/decode_fixed_cost.cu: 2-3% at batch 64).
+//     On sm_90 the library runs these caches on the persistent form of this kernel
+//     (03_split_ws.cuh: no start and end per item); this block-per-item form stays as the
+//     baseline of bench/experiments/decode_sweep.cu.
 //   - Tensor cores: the group's query heads are the 16 rows of an mma.sync m16n8k16 (rows past
 //     the group are zeros, their results dropped), so S = Q K^T and O += P V cost a few mma per
 //     16 keys instead of a shuffle reduction per key and head; P stays in registers (the S
@@ -76,6 +79,8 @@ struct PagedDecodeSplit {
                              // per item; nullptr: item x = request x, all its pages, final
   const int* num_items;      // items in use (a plan's count, read on the device); nullptr: gridDim.x
   const int* request_items;  // (batch + 1,) CSR: request b's items (the merge's input rows)
+  int* claims;               // the persistent kernel's (03_split_ws.cuh) {items claimed past the first
+                             // gridDim.x, blocks finished}, 0 between launches; nullptr: static order
   float* partial_o;          // (rows, nheads, headdim) fp32: a chunk's normalized output
   float* partial_lse;        // (rows, nheads) fp32, log2 units (-inf: no key)
   IntDivisor page_size;      // p.page_size as a divisor

@@ -1,30 +1,35 @@
-// Experiment (not a rung, not in the library): decode rung 3's work items and math (16-bit cache
-// by TMA, sm_90) run by a persistent, warp-specialized block that claims its items in order
-// (bench/experiments/decode_sweep.cu times it against the rung's block-per-item kernel; results
-// and what it showed: docs/ladder/attention.md, "Where a 4k step's time goes"). First written as
-// a library kernel at 3ed60bc (static order; reverted), here with claimed items, the next item's
-// table entries read while the current one's tiles are issued, and an end marker stage.
+// Decode rung 3 on sm_90 with a 16-bit cache by TMA: the same work items and math as
+// paged_decode_split_kernel (03_split.cuh), run by persistent, warp-specialized blocks.
 //
-// Changes from the block-per-item TMA path:
-//   - A producer warp (a 5th warp) issues every tile: each as soon as the 4 math warps have
-//     released its stage on the stage's "empty" mbarrier. The math no longer sits between a
-//     stage's release and its next tile's issue (there a block barrier per tile waited for every
-//     warp's math on the tile before).
-//   - Persistent: a block per resident slot (1 an SM at d 128: 211 registers x 160 threads) loops
-//     over the work items u = blockIdx.x, + gridDim.x, ... (item u / per, head block u % per). The
-//     stage ring runs on across items: while the math warps finish an item (its last tiles, the
-//     merge of the warps' states, the stores), the producer already streams the next item's
-//     tiles. Block-per-item paid, once per item and with nothing else in flight on the SM, the
-//     chain of dependent reads before the first copy (plan item -> kv_indptr -> kv_indices).
-//   - Q by bulk copies (a row per query head) on the item's first stage's barrier, into one of
-//     two Q buffers (items alternate); the item's metadata through shared memory likewise, written
-//     by the producer before its arrival on that barrier (release / acquire).
+// Changes from the block-per-item producer kernel (03_split.cuh, which e4m3 and cp.async keep):
+//   - Persistent: a block per resident slot (1 an SM at d 128: 218 registers x 160 threads)
+//     claims work items (an item's head block) in order: blockIdx.x first, then the next
+//     unclaimed one (an atomic count in the plan's workspace, {claimed, finished blocks}, back at
+//     0 after every launch: the last block to finish resets it; without a workspace, every
+//     gridDim.x-th). One block an SM paid, for every item, its start and end with nothing in
+//     flight on the SM: the epilogue, the next block's launch, its table reads and first copy
+//     (0.6-1.3 us an item at batch 64 x 4k, 3.88 items an SM: ~1%). Here the stage ring runs on
+//     across items: while the math warps finish an item (its last tiles, the merge of the warps'
+//     states, the stores), the producer already streams the next item's tiles, and it claims the
+//     item after that and reads its table entries while the current one's tiles go out.
+//   - Q by bulk copies (a row per query head; 16-byte aligned rows) on the item's first stage's
+//     barrier, into one of two Q buffers (items alternate); the item's metadata through shared
+//     memory likewise, written by the producer before its arrival on that barrier. Every item
+//     takes at least one stage (an empty chunk: a stage with Q only; the end: a marker stage), so
+//     an item's metadata and Q buffer are never overwritten before its math warps have read them:
+//     item i + 2's first stage is issued only after item i's last stage was released.
+//   - The producer's steady loop carries nothing but the tiles: the item's first tile (metadata,
+//     Q, end marker) is peeled off, and each tile's boxes, slots and byte count are computed
+//     before the wait for its stage — from a stage's release to its next copies is this loop's
+//     critical path where one block streams alone (batch 8 x 16k, one item an SM: 0.2347 ms
+//     with both in the loop after the wait, 0.2185 without; bench/experiments/decode_sweep.cu).
 //   - The pages of 32 boxes held in the producer's lanes (`cur`, a tile's boxes shuffled out) and
 //     of the next 32 (`nxt`, read when `cur` is taken up: 8 tiles ahead at 16-token pages).
-// Every item takes at least one stage (an empty chunk: a stage with Q only), so an item's metadata
-// and Q buffer are never overwritten before its math warps have read them: item i + 2's first
-// stage is issued only after item i's last stage was released.
-// Measured steps: bench/experiments/decode_fixed_cost.cu and docs/ladder/attention.md.
+// Shared memory: [1 KB alignment slack][K stages][V stages][Q x 2][merge buffers] (the merge
+// buffers apart: the next item's tiles land while an item's warps merge).
+// Limits: 2-3% below the block-per-item kernel where one item an SM streams alone and nothing
+// else runs (batch 8 x 16k; 64 x 16k 0.3%): its item loop and claims cost the steady state a
+// little; the serial issue of a tile's boxes (one uniform copy per lane).
 #pragma once
 
 #include <climits>
@@ -40,19 +45,11 @@ struct DecodeWsTraits {
   static constexpr int kWarps = 4, kMathThreads = kWarps * 32, kThreads = kMathThreads + 32;  // + the producer
   static constexpr int kRows = 16, kTileKeys = kWarps * 16, kStages = 2;
   static constexpr int kRowElems = kHeadDim + 8;                // a Q row, padded (ldmatrix without conflicts)
-#ifndef FLASHLAB_DECODE_WS_STAGE_PAD
-#define FLASHLAB_DECODE_WS_STAGE_PAD 0
-#endif
-  static constexpr int kStageBytes = kTileKeys * kHeadDim * 2 + FLASHLAB_DECODE_WS_STAGE_PAD;  // dense 128B-swizzled boxes, K or V
+  static constexpr int kStageBytes = kTileKeys * kHeadDim * 2;  // dense 128B-swizzled boxes, K or V
   static constexpr int kQBytes = kRows * kRowElems * 2;
   static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
   // [1 KB alignment slack][K stages][V stages][Q x 2][merge buffers]
-  // (FLASHLAB_DECODE_WS_ALIAS_MERGE: a diagnostic only, the merge buffers over the stages, as the
-  // block-per-item kernel has them: wrong results once a block runs two items)
-#ifndef FLASHLAB_DECODE_WS_ALIAS_MERGE
-#define FLASHLAB_DECODE_WS_ALIAS_MERGE 0
-#endif
-  static constexpr int kSmemBytes = 1024 + 2 * kStages * kStageBytes + 2 * kQBytes + (FLASHLAB_DECODE_WS_ALIAS_MERGE ? 0 : kMergeBytes);
+  static constexpr int kSmemBytes = 1024 + 2 * kStages * kStageBytes + 2 * kQBytes + kMergeBytes;
 };
 
 // An item as the math warps need it (written by the producer into shared memory).
@@ -61,9 +58,9 @@ struct DecodeWsItem {
 };
 
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads)
+__global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads, 1)
     paged_decode_split_ws_kernel(const __grid_constant__ PagedDecodeParams p, const __grid_constant__ PagedDecodeSplit s,
-                                 const __grid_constant__ DecodeTmaMaps maps, int* sched) {
+                                 const __grid_constant__ DecodeTmaMaps maps) {
   using Tr = DecodeWsTraits<kHeadDim>;
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "TMA: rows of whole 128-byte lines");
   static_assert(Tr::kStageBytes % 1024 == 0 && Tr::kQBytes % 16 == 0, "alignment of the regions");
@@ -78,7 +75,7 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads)
   T* const sk = reinterpret_cast<T*>(base);
   T* const sv = reinterpret_cast<T*>(base + kStages * Tr::kStageBytes);
   T* const sq = reinterpret_cast<T*>(base + 2 * kStages * Tr::kStageBytes);  // buffer i at i x kQBytes
-  float* const s_m = reinterpret_cast<float*>(base + (FLASHLAB_DECODE_WS_ALIAS_MERGE ? 0 : 2 * kStages * Tr::kStageBytes + 2 * Tr::kQBytes));
+  float* const s_m = reinterpret_cast<float*>(base + 2 * kStages * Tr::kStageBytes + 2 * Tr::kQBytes);
   float* const s_l = s_m + kWarps * kRows;
   float* const s_o = s_l + kWarps * kRows;  // [warp][row][kHeadDim]
   __shared__ uint64_t full[kStages], empty[kStages];
@@ -102,15 +99,16 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads)
   if (warp == kWarps) {  // the producer
     prefetch_tensor_map(&maps.k);
     prefetch_tensor_map(&maps.v);
-    // The block's items: blockIdx.x first, then the next unclaimed one (sched[0] counts the
+    // The block's items: blockIdx.x first, then the next unclaimed one (s.claims[0] counts the
     // claims past the first gridDim.x; {claimed, finished blocks}, 0 between launches; without
-    // sched, every gridDim.x-th). Each next item is claimed and its table entries read while
+    // s.claims, every gridDim.x-th). Each next item is claimed and its table entries read while
     // this one's tiles are issued, so an item's start waits for nothing but its first pages.
+    const int box_shift_p = __ffs(box_rows) - 1;  // box_rows is a power of 2
     int static_next = blockIdx.x;
     const auto claim = [&] {
-      if (sched == nullptr) return static_next += gridDim.x;
+      if (s.claims == nullptr) return static_next += gridDim.x;
       int v = 0;
-      if (lane == 0) v = static_cast<int>(gridDim.x) + atomicAdd(sched, 1);
+      if (lane == 0) v = static_cast<int>(gridDim.x) + atomicAdd(s.claims, 1);
       return __shfl_sync(0xffffffffu, v, 0);
     };
     struct Entry {
@@ -146,37 +144,45 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads)
         return !done && key < k_end ? p.kv_indices[first + s.page_size.div(key)] : -1;
       };
       int cur = load_box(lane), nxt = load_box(32 + lane);
-      for (int t = 0; t < max(tiles, 1); ++t, ++g) {
-        const int box0 = t * boxes;
+      // Tile t's issue: everything it needs computed before the wait for its stage (from a
+      // stage's release to its next copies is this loop's critical path), the item's first tile
+      // (its metadata, Q, or the end marker) apart so the steady loop carries none of it.
+      const auto tile = [&](int t, bool first_tile) {
+        const int box0 = t * boxes;  // boxes divides 32
         if (box0 % 32 == 0 && box0 > 0) cur = nxt, nxt = load_box(box0 + 32 + lane);
         const int page = __shfl_sync(0xffffffffu, cur, (box0 + lane) % 32);
         const int st = g % kStages, key0 = k_begin + t * kTileKeys;
-        if (g >= kStages) mbarrier_wait(&empty[st], (g / kStages - 1) & 1);
-        const int valid = tiles > 0 ? min(boxes, (k_end - key0 + box_rows - 1) / box_rows) : 0;
+        const int valid = tiles > 0 ? min(boxes, (k_end - key0 + box_rows - 1) >> box_shift_p) : 0;
+        const int key = key0 + lane * box_rows, slot = s.page_size.mod(key, s.page_size.div(key));
+        const int at = st * (Tr::kStageBytes / 2) + lane * box_rows * kHeadDim;
+        const uint32_t bytes = static_cast<uint32_t>((valid * box_rows * 2 + (first_tile && !done ? ng : 0)) * kHeadDim * 2);
         uint64_t* bar = &full[st];
+        if (g >= kStages) mbarrier_wait(&empty[st], (g / kStages - 1) & 1);
         if (lane == 0) {
-          if (t == 0) meta[i & 1] = DecodeWsItem{b, h0, ng, row, k_begin, k_end, tiles, 0};
-          mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((valid * box_rows * 2 + (t == 0 && !done ? ng : 0)) * kHeadDim * 2));
+          if (first_tile) meta[i & 1] = DecodeWsItem{b, h0, ng, row, k_begin, k_end, tiles, 0};  // (its slot freed by the wait)
+          mbarrier_arrive_expect_tx(bar, bytes);
         }
-        if (t == 0 && !done && lane < ng)
+        if (first_tile && !done && lane < ng)
           bulk_load(sq + (i & 1) * (Tr::kQBytes / 2) + lane * kRowElems,
                     static_cast<const T*>(p.q) + b * p.q_batch_stride + (h0 + lane) * p.q_head_stride, kHeadDim * 2, bar);
         if (lane < valid) {
-          const int key = key0 + lane * box_rows, slot = s.page_size.mod(key, s.page_size.div(key));
-          const int at = st * (Tr::kStageBytes / 2) + lane * box_rows * kHeadDim;
           tma_load_5d(sk + at, &maps.k, 0, slot, 0, hk, page, bar);
           tma_load_5d(sv + at, &maps.v, 0, slot, 0, hk, page, bar);
         }
-      }
+        ++g;
+      };
+      tile(0, true);
+#pragma unroll 1
+      for (int t = 1; t < tiles; ++t) tile(t, false);
       if (done) break;
       u = u_next, cur_e = next_e;
       if (u < units) u_next = claim();
     }
     // The last block to finish sets the claim count back to 0 for the next launch (every other
     // block's last claim came before its count here).
-    if (sched != nullptr && lane == 0) {
+    if (s.claims != nullptr && lane == 0) {
       __threadfence();
-      if (atomicAdd(sched + 1, 1) == static_cast<int>(gridDim.x) - 1) sched[0] = 0, sched[1] = 0;
+      if (atomicAdd(s.claims + 1, 1) == static_cast<int>(gridDim.x) - 1) s.claims[0] = 0, s.claims[1] = 0;
     }
     return;
   }
