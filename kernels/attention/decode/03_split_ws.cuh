@@ -216,16 +216,20 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads, 1)
       if (t > 0) mbarrier_wait(&full[st], (g / kStages) & 1);
       const int key_t = it.k_begin + t * kTileKeys, key0 = key_t + warp * 16;
       if (it.tiles > 0 && key_t + kTileKeys > it.k_end) {
-        // The item's last tile: V's rows past its end cleared (a page's stale tail, or boxes not
-        // loaded: P is 0 there, but 0 x NaN is not).
-        unsigned char* vt = reinterpret_cast<unsigned char*>(sv) + st * Tr::kStageBytes;
-        const int r0 = it.k_end - key_t;
-        for (int j = tid; j < (kTileKeys - r0) * kLines * 8; j += kMathThreads) {
-          const int r = r0 + j / (kLines * 8), line = j / 8 % kLines, c = j % 8;
-          *reinterpret_cast<uint4*>(vt + line_of(r) + line * line_stride + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+        // The item's last tile: V's rows past its end (a page's stale tail, or boxes not loaded:
+        // P is 0 there, but 0 x NaN is not) cleared by each warp among its own 16 keys, the only V
+        // rows it reads (no block barrier); the writes fenced before the copy engine's next ones
+        // into the stage (the next item's tiles).
+        const int r0 = max(it.k_end - key_t, warp * 16), r1 = warp * 16 + 16;
+        if (r0 < r1) {
+          unsigned char* vt = reinterpret_cast<unsigned char*>(sv) + st * Tr::kStageBytes;
+          for (int j = lane; j < (r1 - r0) * kLines * 8; j += 32) {
+            const int r = r0 + j / (kLines * 8), line = j / 8 % kLines, c = j % 8;
+            *reinterpret_cast<uint4*>(vt + line_of(r) + line * line_stride + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+          }
+          fence_proxy_async_smem();
+          __syncwarp();
         }
-        fence_proxy_async_smem();  // these writes ordered before the copy engine's next ones into the stage
-        named_barrier_sync(1, kMathThreads);
       }
       if (it.tiles > 0 && key0 < it.k_end) {
         const uint32_t k_base = smem_u32(reinterpret_cast<unsigned char*>(sk) + st * Tr::kStageBytes);
