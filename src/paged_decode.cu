@@ -192,11 +192,14 @@ int64_t split_slots(int64_t d, int device, bool fp8) {
         FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, smem));
         return static_cast<int64_t>(std::max(per_sm, 1)) * detail::sm_count();
       };
-      // (Every sm_90 device fits the TMA kernels' shared memory: tma_box_rows checks it.)
+      // (The same shared-memory rule as tma_box_rows: where the TMA kernel does not fit, cp.async runs.)
       if constexpr (has_tma_kernel(kD, sizeof(KV))) {
         if (detail::cc_major() >= 9) {
-          if constexpr (sizeof(KV) == 2) return persistent_slots<kD>();  // the persistent kernel's grid
-          else return blocks(std::true_type{});
+          if constexpr (sizeof(KV) == 2) {  // the persistent kernel's grid, where it fits (else cp.async runs)
+            if (kernels::DecodeWsTraits<kD>::kSmemBytes <= detail::max_smem_optin()) return persistent_slots<kD>();
+          } else {
+            return blocks(std::true_type{});
+          }
         }
       }
       return blocks(std::false_type{});
@@ -288,12 +291,14 @@ DecodePlanInfo plan_into(const std::vector<int64_t>& pages, int64_t page_size, i
 // dims other than 128, a page size not a multiple of 8 that divides the 64-key tile or is a
 // multiple of it, a cache whose base or strides are not 16-byte multiples: those take the cp.async
 // path).
+static_assert(kernels::DecodeWsTraits<128>::kTileKeys == kernels::DecodeSplitTraits<128>::kTileKeys,
+              "one tile size for the box rule below (the persistent and the block-per-item kernels)");
 int tma_box_rows(const DecodeCall& call) {
   const kernels::PagedDecodeParams& p = call.p;
   const int64_t ps = call.c.page_size, tile = kernels::DecodeSplitTraits<128>::kTileKeys, es = call.fp8 ? 1 : 2;
   if (!has_tma_kernel(call.c.d, es) || detail::cc_major() < 9) return 0;
   // An empty pool (every request empty) has no map (TMA needs non-zero dims); the TMA kernel's
-  // shared memory (1 KB more than cp.async's, for alignment) must fit the device.
+  // shared memory (e4m3: the block-per-item kernel's; 16-bit: the persistent kernel's) must fit the device.
   if (call.c.max_pages < 1) return 0;
   const bool fits = HEADDIM_SWITCH(static_cast<int>(call.c.d), kD, [&] {
     if (call.fp8) return kernels::DecodeSplitTraits<kD, 1, true>::kSmemBytesTma <= detail::max_smem_optin();
@@ -568,6 +573,14 @@ void batch_decode_run(const DecodePlanInfo& plan, const TensorView& workspace, c
       check::fail(W, detail::concat("the metadata of this plan (id ", plan.id, ", batch ", plan.batch,
                                     "): plan into it again, or give each plan its own workspace"),
                   detail::concat("plan id ", header[2], ", batch ", header[1]));
+    // The persistent kernel's claim counts, back at 0 after every launch (read after this stream's
+    // earlier runs): not 0 means another run of this workspace is in flight on another stream, or
+    // one stopped part way.
+    const std::vector<int> claims = detail::read_int32(
+        TensorView(static_cast<unsigned char*>(workspace.data) + s.claims, DType::kI32, {2}, workspace.device), stream);
+    if (claims[0] != 0 || claims[1] != 0)
+      check::fail(W, "claim counts at 0 (one run at a time per workspace; plan again after a failed run)",
+                  detail::concat("claim counts ", claims[0], ", ", claims[1]));
   }
   if (call.batch == 0 || call.nheads == 0) return;
   // The merge launches whatever this plan decided: a graph captured now replays later plans.

@@ -127,7 +127,9 @@ int64_t batch_decode_workspace_bytes(int64_t batch, int64_t nheads, int64_t nhea
 //                   non-decreasing, batch <= 65535: the kv_indptr that run() will read.
 //   page_size >= 1; nheads a multiple of nheads_kv >= 1; headdim as batch_decode_paged.
 //   workspace: CUDA uint8 1-D contiguous, 16-byte aligned, at least
-//              batch_decode_workspace_bytes(...) bytes; it holds the plan until run() (keep it).
+//              batch_decode_workspace_bytes(...) bytes; it holds the plan until run() (keep it),
+//              and run()'s state (partial states, the persistent kernel's claim counts): one
+//              run at a time per workspace (runs on two streams at once need two workspaces).
 // Each request's last chunk extends to the request's end when run() reads the page table, so a
 // request that grew since plan() is still decoded whole (less evenly spread).
 // kv_dtype: the cache's dtype run() will get (e4m3 caches run a kernel of other occupancy; the

@@ -826,26 +826,41 @@ TEST(PagedDecode, Fp32AtRung3RunsRung2) {
 TEST(PagedDecode, Rung3UnderGraphCapture) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(817);
-  const DecodeShape s{DType::kBF16, 16, KvLayout::kNHD, 16, 4, 128};
-  const std::vector<int64_t> lens = {0, 1, 17, 63, 64, 65, 3000, 8192};
-  const int64_t pages = pages_for(lens, s.page_size);
-  PageTable t(s.page_size, pages + 3, lens.size(), rng);
-  t.grow(lens);
-  const DecodeInputs in(s, static_cast<int64_t>(lens.size()), pages + 3, rng);
-  const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(128.0));
-  const DecodeDevice dev(in, pages);
-  const Stream st;
-  dev.set_table(t, st.s);
-  Graph g;
-  const int64_t launches = check::launch_count();
-  g.capture(st.s, [&] { dev.paged(3, true, 0.f, st.s); });
-  EXPECT_EQ(check::launch_count() - launches, 1) << "captured: one launch, no merge";
-  EXPECT_EQ(g.nodes(), 1u);
-  for (int replay = 0; replay < 2; ++replay) {
-    dev.poison(st.s);
-    g.replay(st.s);
-    const std::vector<double> got_lse = dev.got_lse();
-    expect_matches(in, ref, true, dev.got(), &got_lse, describe(s) << " replay " << replay);
+  // The capture's items in static order (no workspace for claim counts): 8 requests (32 items,
+  // fewer than the persistent kernel's blocks), then 72 and 150 (576 and 600 items: each block
+  // runs several, every gridDim.x-th, its Q buffers and metadata alternating; group 20's head
+  // blocks of 16 and 4).
+  const auto many = [](int n) {
+    const int64_t pattern[] = {0, 1, 17, 63, 64, 65, 130, 700, 2300};
+    std::vector<int64_t> l;
+    for (int i = 0; i < n; ++i) l.push_back(pattern[i % 9]);
+    return l;
+  };
+  const std::pair<DecodeShape, std::vector<int64_t>> cases[] = {
+      {{DType::kBF16, 16, KvLayout::kNHD, 16, 4, 128}, {0, 1, 17, 63, 64, 65, 3000, 8192}},
+      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, many(72)},
+      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, many(150)},
+  };
+  for (const auto& [s, lens] : cases) {
+    const int64_t pages = pages_for(lens, s.page_size);
+    PageTable t(s.page_size, pages + 3, lens.size(), rng);
+    t.grow(lens);
+    const DecodeInputs in(s, static_cast<int64_t>(lens.size()), pages + 3, rng);
+    const DecodeRef ref = decode_reference(in, t, 1.0 / std::sqrt(static_cast<double>(s.d)));
+    const DecodeDevice dev(in, pages);
+    const Stream st;
+    dev.set_table(t, st.s);
+    Graph g;
+    const int64_t launches = check::launch_count();
+    g.capture(st.s, [&] { dev.paged(3, true, 0.f, st.s); });
+    EXPECT_EQ(check::launch_count() - launches, 1) << "captured: one launch, no merge";
+    EXPECT_EQ(g.nodes(), 1u);
+    for (int replay = 0; replay < 2; ++replay) {
+      dev.poison(st.s);
+      g.replay(st.s);
+      const std::vector<double> got_lse = dev.got_lse();
+      expect_matches(in, ref, true, dev.got(), &got_lse, describe(s) << " " << lens.size() << " requests, replay " << replay);
+    }
   }
 }
 

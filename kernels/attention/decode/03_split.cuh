@@ -73,11 +73,12 @@
 namespace flashlab::kernels {
 
 // The split of a decode into work items (rung 3). One item is a chunk of a request's pages,
-// run for every (KV head, 16-query-head block): a 1-D grid of capacity x nheads_kv x ceil(group / 16).
+// run for every (KV head, 16-query-head block): a 1-D grid of capacity x nheads_kv x ceil(group / 16)
+// blocks (the persistent kernel of 03_split_ws.cuh: at most its resident blocks, looping over them).
 struct PagedDecodeSplit {
   const int4* items;         // (request, page_begin, page_end or -1 = the request's end, partial row or -1 = final)
                              // per item; nullptr: item x = request x, all its pages, final
-  const int* num_items;      // items in use (a plan's count, read on the device); nullptr: gridDim.x
+  const int* num_items;      // items in use (a plan's count, read on the device); with items == nullptr, the batch
   const int* request_items;  // (batch + 1,) CSR: request b's items (the merge's input rows)
   int* claims;               // the persistent kernel's (03_split_ws.cuh) {items claimed past the first
                              // gridDim.x, blocks finished}, 0 between launches; nullptr: static order

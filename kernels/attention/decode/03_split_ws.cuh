@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads, 1)
   const int group = p.nheads / p.nheads_kv, blocks = (group + kRows - 1) / kRows, per = p.nheads_kv * blocks;
   const int units = (s.items != nullptr ? *s.num_items : p.batch) * per;  // (item, head block) pairs
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  // Q buffers zeroed once: rows past an item's heads are never copied (finite stale rows of an
-  // earlier item at worst, whose results are dropped).
+  // Q buffers zeroed once: rows past an item's heads are never copied (stale rows of an earlier
+  // item's queries at worst; an mma row's results depend on its own row only, and these are dropped).
   for (int i = tid; i < 2 * Tr::kQBytes / 16; i += Tr::kThreads)
     reinterpret_cast<uint4*>(sq)[i] = make_uint4(0u, 0u, 0u, 0u);
   if (tid == 0) {
@@ -101,15 +101,17 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads, 1)
     prefetch_tensor_map(&maps.v);
     // The block's items: blockIdx.x first, then the next unclaimed one (s.claims[0] counts the
     // claims past the first gridDim.x; {claimed, finished blocks}, 0 between launches; without
-    // s.claims, every gridDim.x-th). Each next item is claimed and its table entries read while
-    // this one's tiles are issued, so an item's start waits for nothing but its first pages.
+    // s.claims, every gridDim.x-th). Two items ahead: while an item's tiles are issued, the next
+    // one's table entries are in flight and the one after it is being claimed, so an item's start
+    // waits for nothing but its first pages.
     const int box_shift_p = __ffs(box_rows) - 1;  // box_rows is a power of 2
     int static_next = blockIdx.x;
-    const auto claim = [&] {
+    const auto claim_issue = [&] {  // lane 0's atomic, its result used only by claim_take
+      return s.claims != nullptr && lane == 0 ? atomicAdd(s.claims, 1) : 0;
+    };
+    const auto claim_take = [&](int ticket) {
       if (s.claims == nullptr) return static_next += gridDim.x;
-      int v = 0;
-      if (lane == 0) v = static_cast<int>(gridDim.x) + atomicAdd(s.claims, 1);
-      return __shfl_sync(0xffffffffu, v, 0);
+      return static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, ticket, 0);
     };
     struct Entry {
       int4 it;
@@ -124,10 +126,12 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads, 1)
     };
     int u = blockIdx.x;
     Entry cur_e = fetch(u);
-    int u_next = claim();
+    int u_next = claim_take(claim_issue());
     int g = 0;  // stages issued so far (the ring position)
     for (int i = 0;; ++i) {
       const Entry next_e = fetch(u_next);  // in flight while this item's tiles are issued
+      const bool more = u_next < units;
+      const int ticket = more ? claim_issue() : 0;  // the item after next
       // (u >= units: the end marker, a stage with no bytes and tiles = -1 that stops the math warps)
       const bool done = u >= units;
       const int y = u % per;
@@ -176,13 +180,17 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads, 1)
       for (int t = 1; t < tiles; ++t) tile(t, false);
       if (done) break;
       u = u_next, cur_e = next_e;
-      if (u < units) u_next = claim();
+      if (more) u_next = claim_take(ticket);
     }
     // The last block to finish sets the claim count back to 0 for the next launch (every other
-    // block's last claim came before its count here).
+    // block's last claim came before its count here; the fences order this block's claims before
+    // its count, and the others' counts before the reset).
     if (s.claims != nullptr && lane == 0) {
       __threadfence();
-      if (atomicAdd(s.claims + 1, 1) == static_cast<int>(gridDim.x) - 1) s.claims[0] = 0, s.claims[1] = 0;
+      if (atomicAdd(s.claims + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        __threadfence();
+        s.claims[0] = 0, s.claims[1] = 0;
+      }
     }
     return;
   }
