@@ -673,6 +673,15 @@ void check_unowned_slots_unread(DecodeInputs& in, PageTable& t, float k_scale, f
   expect_matches(in, ref, true, dev.got(), &lse_run, ::testing::Message(what) << " plan / run, NaN in unowned slots");
 }
 
+// n request lengths cycling through no keys, partial tiles and pages, and 2300 keys (the
+// producer's page registers refilled every 32 boxes at 8, 4, 2 and 1 boxes a tile).
+std::vector<int64_t> mixed_lengths(int n) {
+  const int64_t pattern[] = {0, 1, 17, 63, 64, 65, 130, 700, 2300};
+  std::vector<int64_t> l;
+  for (int i = 0; i < n; ++i) l.push_back(pattern[i % 9]);
+  return l;
+}
+
 // Rung 3 with more items than resident blocks (16-bit caches by TMA on sm_90: the persistent
 // kernel, 1 block an SM at d 128, each block claiming items one after another, its stage ring, Q
 // buffers and item metadata carried across them; else several waves), items of different
@@ -683,18 +692,12 @@ void check_unowned_slots_unread(DecodeInputs& in, PageTable& t, float k_scale, f
 TEST(PagedDecode, ManyItemsInWaves) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(831);
-  const auto lens = [](int n) {
-    const int64_t pattern[] = {0, 1, 17, 63, 64, 65, 130, 700, 2300};
-    std::vector<int64_t> l;
-    for (int i = 0; i < n; ++i) l.push_back(pattern[i % 9]);
-    return l;
-  };
   const SplitCase cases[] = {
-      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, lens(72)},  // 576 items
-      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, lens(150)},   // 600 items, group 20
-      {{DType::kBF16, 32, KvLayout::kHND, 16, 4, 256}, lens(72)},  // 288 items
-      {{DType::kF16, 8, KvLayout::kNHD, 8, 2, 128}, lens(72)},     // 144 items, 8 boxes a tile
-      {{DType::kBF16, 64, KvLayout::kHND, 32, 8, 64}, lens(150)},  // 1200 items, a box a tile
+      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, mixed_lengths(72)},  // 576 items
+      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, mixed_lengths(150)},   // 600 items, group 20
+      {{DType::kBF16, 32, KvLayout::kHND, 16, 4, 256}, mixed_lengths(72)},  // 288 items
+      {{DType::kF16, 8, KvLayout::kNHD, 8, 2, 128}, mixed_lengths(72)},     // 144 items, 8 boxes a tile
+      {{DType::kBF16, 64, KvLayout::kHND, 32, 8, 64}, mixed_lengths(150)},  // 1200 items, a box a tile
   };
   for (const SplitCase& c : cases) {
     check_split(c, rng);
@@ -830,16 +833,10 @@ TEST(PagedDecode, Rung3UnderGraphCapture) {
   // fewer than the persistent kernel's blocks), then 72 and 150 (576 and 600 items: each block
   // runs several, every gridDim.x-th, its Q buffers and metadata alternating; group 20's head
   // blocks of 16 and 4).
-  const auto many = [](int n) {
-    const int64_t pattern[] = {0, 1, 17, 63, 64, 65, 130, 700, 2300};
-    std::vector<int64_t> l;
-    for (int i = 0; i < n; ++i) l.push_back(pattern[i % 9]);
-    return l;
-  };
   const std::pair<DecodeShape, std::vector<int64_t>> cases[] = {
       {{DType::kBF16, 16, KvLayout::kNHD, 16, 4, 128}, {0, 1, 17, 63, 64, 65, 3000, 8192}},
-      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, many(72)},
-      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, many(150)},
+      {{DType::kBF16, 16, KvLayout::kNHD, 32, 8, 128}, mixed_lengths(72)},
+      {{DType::kF16, 16, KvLayout::kHND, 40, 2, 64}, mixed_lengths(150)},
   };
   for (const auto& [s, lens] : cases) {
     const int64_t pages = pages_for(lens, s.page_size);
