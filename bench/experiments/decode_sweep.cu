@@ -28,21 +28,13 @@
 
 #include <cuda_runtime.h>
 
+#include "bench/experiments/standalone.h"
 #include "kernels/attention/decode/03_split.cuh"
 #include "kernels/attention/decode/03_split_ws.cuh"
 #include "src/core/tensor_map.h"
 
 using namespace flashlab;
 using namespace flashlab::kernels;
-
-#define CK(x)                                                                \
-  do {                                                                       \
-    cudaError_t e_ = (x);                                                    \
-    if (e_ != cudaSuccess) {                                                 \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                          \
-    }                                                                        \
-  } while (0)
 
 constexpr int kHq = 32, kHk = 8, kD = 128, kPage = 16;
 using T = __nv_bfloat16;
@@ -61,28 +53,7 @@ int main(int argc, char** argv) {
   const int pad = argc > 1 ? std::atoi(argv[1]) : 0;
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  void* flush = nullptr;
-  CK(cudaMalloc(&flush, 256u << 20));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  const auto time = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    CK(cudaStreamSynchronize(st));
-    std::vector<float> v;
-    for (int i = 0; i < 30; ++i) {
-      CK(cudaMemsetAsync(flush, i, 256u << 20, st));
-      CK(cudaEventRecord(e0, st));
-      fn();
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  FlushedTimer time(st);
   const auto kernel = paged_decode_split_kernel<T, kD, T, true>;
   const int smem = Tr::kSmemBytesTma + pad;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
