@@ -1,6 +1,7 @@
 // Host side of the softmax family: validation, then dispatch to a rung.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "flashlab/softmax.h"
 #include "flashlab/validate.h"
@@ -56,7 +57,24 @@ void launch_softmax(const SoftmaxParams& p, cudaStream_t stream, int rung) {
     const int64_t chunk_vecs = detail::ceil_div(nvec, kSoftmaxClusterBlocks);
     const int64_t smem = chunk_vecs * static_cast<int64_t>(sizeof(Vec<T>));
     const int grid = grid_rows * kSoftmaxClusterBlocks;  // a multiple of the cluster size
-    if (smem <= kSoftmaxSplitMaxSmemBytes) {
+    const int64_t vpt = detail::ceil_div(chunk_vecs, kSoftmaxSplitThreads);  // vectors per thread
+    if (vpt <= kSoftmaxRowsVpt[2]) {
+      // Persistent clusters (the rung's kernel for rows up to 262144 bf16 values): as many as
+      // are resident at once, each taking rows c, c + C, ...
+      const auto launch_rows = [&](auto vpt_c) {
+        const auto kernel = softmax_rows_cluster_kernel<T, kLog, decltype(vpt_c)::value>;
+        FLASHLAB_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSoftmaxSplitMaxSmemBytes));
+        const int resident = detail::resident_clusters(reinterpret_cast<const void*>(kernel), kSoftmaxClusterBlocks,
+                                                       kSoftmaxSplitThreads, static_cast<int>(smem));
+        const int clusters = static_cast<int>(std::min<int64_t>(p.rows, std::max(resident, 1)));
+        FLASHLAB_LAUNCH(kernel, clusters * kSoftmaxClusterBlocks, kSoftmaxSplitThreads, static_cast<size_t>(smem),
+                        stream, p, chunk_vecs);
+      };
+      if (vpt <= kSoftmaxRowsVpt[0]) launch_rows(std::integral_constant<int, kSoftmaxRowsVpt[0]>{});
+      else if (vpt <= kSoftmaxRowsVpt[1]) launch_rows(std::integral_constant<int, kSoftmaxRowsVpt[1]>{});
+      else launch_rows(std::integral_constant<int, kSoftmaxRowsVpt[2]>{});
+    } else if (smem <= kSoftmaxSplitMaxSmemBytes) {
       const auto kernel = softmax_split_cluster_kernel<T, kLog, true>;
       // Past 48 KB of dynamic shared memory needs the opt-in. Always the same value (the most
       // this path launches with), so calls from several host threads cannot undo each other.

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -121,6 +122,84 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
   cluster.sync();  // no block exits while another may still read its block_state
 }
 
+// One row a cluster (the 1-buffer, 64-cluster case above, which ran 4% faster than rung 4 in the
+// first run, 2026-11-26): which of its differences from rung 4's kernel matters? Each flag puts
+// back one of the rung's choices.
+enum : int {
+  kRuntimeStore = 1,  // store loop over a run-time count (the rung: for i < n, i += blockDim.x)
+  kPerVecFold = 2,    // one commit group per vector, each folded as it lands (the rung)
+  kSplitBarrier = 4,  // cluster barrier arrive after the merge, wait before exit (the rung)
+};
+template <int kFlags>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
+    softmax_row_cluster_kernel(const T* __restrict__ in, T* __restrict__ out) {
+  namespace cg = cooperative_groups;
+  using V = Vec<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  V* const chunk = reinterpret_cast<V*>(smem_raw);
+  __shared__ OnlineSoftmaxState block_state;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int64_t r = blockIdx.x / kCluster;
+  const int64_t v0 = static_cast<int64_t>(cluster.block_rank()) * kChunkVecs;
+  const int n = static_cast<int>(std::min<int64_t>(v0 + kChunkVecs, kVecs) - v0);
+  const int tid = static_cast<int>(threadIdx.x);
+  const T* src = in + r * kCols + v0 * V::kN;
+  T* const dst = out + r * kCols + v0 * V::kN;
+  OnlineSoftmaxState st = online_softmax_empty();
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    const int i = tid + k * kThreads;
+    if (i < n) cp_async_16(chunk + i, src + static_cast<int64_t>(i) * V::kN);
+    if (kFlags & kPerVecFold) cp_async_commit();
+  }
+  if (kFlags & kPerVecFold) {
+    static_for<kVpt>([&](auto k) {
+      cp_async_wait<kVpt - 1 - k>();
+      const int i = tid + k * kThreads;
+      if (i < n) online_softmax_add_vec_exp2<T>(st, load_vec(reinterpret_cast<const T*>(chunk + i)));
+    });
+  } else {
+    cp_async_commit();
+    cp_async_wait<0>();
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      const int i = tid + k * kThreads;
+      if (i < n) online_softmax_add_vec_exp2<T>(st, load_vec(reinterpret_cast<const T*>(chunk + i)));
+    }
+  }
+  st = block_all_merge(st);
+  if (tid == 0) block_state = st;
+  cluster.sync();
+  {
+    const int lane = tid % kWarpSize;
+    st = lane < kCluster ? *cluster.map_shared_rank(&block_state, lane) : online_softmax_empty();
+    st = warp_merge(st);
+  }
+  [[maybe_unused]] auto arrived = [&] {
+    if constexpr (kFlags & kSplitBarrier) return cluster.barrier_arrive();
+    else return 0;
+  }();
+  const float offset = softmax_exp2_offset(st);
+  const auto store = [&](int i) {
+    const V x = load_vec(reinterpret_cast<const T*>(chunk + i));
+    V y;
+#pragma unroll
+    for (int e = 0; e < V::kN; ++e) y.v[e] = from_float<T>(exp2_approx_ftz(fmaf(to_float(x.v[e]), kLog2e, -offset)));
+    store_vec(dst + static_cast<int64_t>(i) * V::kN, y);
+  };
+  if (kFlags & kRuntimeStore) {
+    for (int i = tid; i < n; i += static_cast<int>(blockDim.x)) store(i);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      const int i = tid + k * kThreads;
+      if (i < n) store(i);
+    }
+  }
+  if constexpr (kFlags & kSplitBarrier) cluster.barrier_wait(std::move(arrived));
+  else cluster.sync();  // no block exits while another may still read its block_state
+}
+
 __global__ void fill_kernel(T* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
@@ -129,7 +208,7 @@ __global__ void fill_kernel(T* x, size_t n, uint32_t seed) {
   }
 }
 
-int main() {
+int main(int argc, char** argv) {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   FlushedTimer time(st);
@@ -196,10 +275,38 @@ int main() {
     std::printf("pipelined, %d buffer(s), %2d clusters (%d blocks an SM fit)  %8.4f ms  %7.1f GB/s  %.3fx copy  max rel diff %.3g\n",
                 buffers, clusters, per_sm, ms, gb / ms * 1e3, copy_ms / ms, err);
   };
-  for (int round = 0; round < 2; ++round) {
-    for (int clusters : {8, 16, 22, 32, 44})  // 44 x 8 = 352 blocks: 3 an SM at 64 KB would fit 396
-      variant(softmax_pipelined_kernel<2>, 2, clusters);
-    for (int clusters : {16, 32, 64}) variant(softmax_pipelined_kernel<1>, 1, clusters);
+  if (argc > 1 && std::string(argv[1]) == "--sweep") {  // the first run's sweep (2026-11-26)
+    for (int round = 0; round < 2; ++round) {
+      for (int clusters : {8, 16, 22, 32, 44})  // 44 x 8 = 352 blocks: 3 an SM at 64 KB would fit 396
+        variant(softmax_pipelined_kernel<2>, 2, clusters);
+      for (int clusters : {16, 32, 64}) variant(softmax_pipelined_kernel<1>, 1, clusters);
+    }
+  }
+  const auto flagged = [&](auto kernel, const char* name) {
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kChunkBytes));
+    const auto run = [&] { kernel<<<kRows * kCluster, kThreads, kChunkBytes, st>>>(in, out); };
+    const double err = check(run);
+    const double ms = time(run);
+    std::printf("row a cluster, %-34s %8.4f ms  %7.1f GB/s  %.3fx copy  max rel diff %.3g\n", name, ms, gb / ms * 1e3,
+                copy_ms / ms, err);
+  };
+  const auto rung = [&](auto kernel, const char* name) {
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kChunkBytes));
+    SoftmaxParams p{in, out, kRows, kCols, kCols, kCols};
+    const auto run = [&] { kernel<<<kRows * kCluster, kSoftmaxSplitThreads, kChunkBytes, st>>>(p, int64_t(kChunkVecs)); };
+    const double err = check(run);
+    const double ms = time(run);
+    std::printf("%-48s %8.4f ms  %7.1f GB/s  %.3fx copy  max rel diff %.3g\n", name, ms, gb / ms * 1e3, copy_ms / ms, err);
+  };
+  for (int round = 0; round < 3; ++round) {
+    flagged(softmax_row_cluster_kernel<0>, "(the experiment's choices)");
+    flagged(softmax_row_cluster_kernel<kPerVecFold>, "+ fold per vector as it lands");
+    flagged(softmax_row_cluster_kernel<kRuntimeStore | kPerVecFold | kSplitBarrier>, "+ all three (rung 4's)");
+    variant(softmax_pipelined_kernel<1>, 1, kRows);
+    rung(softmax_split_cluster_kernel<T, false, true>, "rung 4, softmax_split_cluster_kernel (before)");
+    rung(softmax_rows_cluster_kernel<T, false, kVpt>, "rung 4, softmax_rows_cluster_kernel (after)");
+    const double c2 = time([&] { CK(cudaMemcpyAsync(copy_dst, in, elems * 2, cudaMemcpyDeviceToDevice, st)); });
+    std::printf("copy again                                       %8.4f ms\n", c2);
   }
   std::printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;

@@ -21,8 +21,11 @@
 // ran in ~4 waves, each paying the load latency, the barriers and the store in series: 36.6%
 // of copy at 64 x 128256 bf16. A 32 KB chunk in shared memory lets 6 blocks share an SM and
 // the 512 blocks run in one wave with all their loads in flight together.
-// Chunks past kSoftmaxSplitMaxSmemBytes (!kInSmem: bf16 rows > ~800k values) are folded as they
-// stream by and read a second time to write.
+// Two kernels: softmax_rows_cluster_kernel (end of this file) for chunks of up to 16 vectors per
+// thread (bf16 rows up to 262144 values, the vocabulary sizes), with persistent clusters and
+// compile-time slots; softmax_split_cluster_kernel for longer rows, whose chunks take a run-time
+// loop, and past kSoftmaxSplitMaxSmemBytes (!kInSmem: bf16 rows > ~800k values) are folded as
+// they stream by and read a second time to write.
 // Same precondition as rung 3. The host sends rows here only when they are few or past one
 // block's register budget; otherwise rung 3's kernels are the top rung's.
 // 16-bit types take the base-2 fast path of online_softmax.cuh in both phases: the fold is one
@@ -54,8 +57,48 @@ inline constexpr int kSoftmaxSplitThreads = 256;
 inline constexpr int kSoftmaxSplitMaxSmemBytes = 200 * 1024;  // one chunk of the shared-memory path
 inline constexpr int kSoftmaxSplitUnrolledVpt = 16;  // vectors per thread of the unrolled copy/fold loop
 inline constexpr int kSoftmaxSplitCopyAhead = kSoftmaxSplitUnrolledVpt;  // see kAhead below
+inline constexpr int kSoftmaxRowsVpt[] = {4, 8, 16};  // softmax_rows_cluster_kernel's slots per thread
 static_assert(kSoftmaxClusterBlocks <= kWarpSize, "a warp merges one state per block of the cluster");
 
+// The row's state from each block's: merged over the block, published in `slot` (this block's
+// shared memory), a cluster barrier, then every warp reads the cluster's states (lane q: block
+// q's) and merges them, so every thread of the row holds the same state, bit for bit, without a
+// block barrier to broadcast it. The caller must not rewrite `slot` before every block of the
+// cluster has passed a later cluster barrier (their remote reads are done by then).
+__device__ __forceinline__ OnlineSoftmaxState cluster_all_merge(OnlineSoftmaxState st, OnlineSoftmaxState* slot,
+                                                                const cooperative_groups::cluster_group& cluster) {
+  st = block_all_merge(st);
+  if (threadIdx.x == 0) *slot = st;
+  cluster.sync();  // every block's state written and visible to the cluster
+  const int lane = threadIdx.x % kWarpSize;
+  st = lane < kSoftmaxClusterBlocks ? *cluster.map_shared_rank(slot, lane) : online_softmax_empty();
+  return warp_merge(st);
+}
+
+// One output vector of the split kernels, given the row's state. 16-bit softmax:
+// 2^(x log2(e) - offset), the division by the row's sum folded into the offset (one FFMA and
+// one MUFU.EX2 per value); otherwise softmax_vec.
+template <typename T, bool kLog>
+struct SplitOutput {
+  OnlineSoftmaxState st;
+  float log_s, offset;
+  __device__ __forceinline__ explicit SplitOutput(OnlineSoftmaxState row)
+      : st(row), log_s(logf(row.s)), offset(softmax_exp2_offset(row)) {}
+  __device__ __forceinline__ Vec<T> operator()(const Vec<T>& x) const {
+    if constexpr (kSoftmaxFastMath<T> && !kLog) {
+      Vec<T> y;
+#pragma unroll
+      for (int j = 0; j < Vec<T>::kN; ++j) y.v[j] = from_float<T>(exp2_approx_ftz(fmaf(to_float(x.v[j]), kLog2e, -offset)));
+      return y;
+    } else {
+      return softmax_vec<T, kLog>(x, st, log_s);
+    }
+  }
+};
+
+// The kernel for rows past softmax_rows_cluster_kernel's slots (the host sends it chunks of more
+// than 16 vectors per thread only; its unrolled path and the kPolyShare / kAhead switches serve
+// bench/experiments/softmax_long_rows.cu, whose measurements docs/ladder/softmax.md cites).
 // Block b works on row b / kSoftmaxClusterBlocks, vectors [q * chunk_vecs, (q + 1) * chunk_vecs)
 // of it, q = its rank in the cluster. kInSmem: dynamic shared memory of chunk_vecs vectors.
 // kPolyShare: a quarter of the fold's exponents on the FMA pipe (online_softmax_add_exp2); an
@@ -129,35 +172,79 @@ __global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) fold(st, load_vec(in + i * V::kN));
   }
-  st = block_all_merge(st);
-  if (threadIdx.x == 0) block_state = st;
-  cluster.sync();  // every block's state written and visible to the cluster
-  // Every warp reads the cluster's states (lane q: block q's) and merges them: the same row
-  // state in every thread, bit for bit, without a block barrier to broadcast it.
-  {
-    const int lane = threadIdx.x % kWarpSize;
-    st = lane < kSoftmaxClusterBlocks ? *cluster.map_shared_rank(&block_state, lane) : online_softmax_empty();
-    st = warp_merge(st);
-  }
+  st = cluster_all_merge(st, &block_state, cluster);
   // This thread's remote reads are done; the block may not exit before the others' are
-  // (barrier_wait at the end).
+  // (barrier_wait at the end), so the output overlaps the wait.
   auto arrived = cluster.barrier_arrive();
-  const float log_s = logf(st.s);
-  if constexpr (kFast && !kLog) {
-    // 16-bit softmax: 2^(x log2(e) - offset), the division by the row's sum folded into the
-    // offset: one FFMA and one MUFU.EX2 per value.
-    const float offset = softmax_exp2_offset(st);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const V x = value(i);
-      V y;
-#pragma unroll
-      for (int j = 0; j < V::kN; ++j) y.v[j] = from_float<T>(exp2_approx_ftz(fmaf(to_float(x.v[j]), kLog2e, -offset)));
-      store_vec(out + i * V::kN, y);
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_vec(out + i * V::kN, softmax_vec<T, kLog>(value(i), st, log_s));
-  }
+  const SplitOutput<T, kLog> output(st);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_vec(out + i * V::kN, output(value(i)));
   cluster.barrier_wait(std::move(arrived));
+#endif
+}
+
+// The rung's kernel for chunks of up to kVpt vectors per thread (kVpt one of kSoftmaxRowsVpt;
+// bf16 rows up to 8 blocks x 256 threads x 16 x 8 = 262144 values): persistent clusters, slots
+// at compile-time offsets. Changes from softmax_split_cluster_kernel, each measured at
+// 64 x 128256 bf16 in one process (bench/experiments/softmax_pipelined.cu, H100, 2026-11-26):
+//   - each slot k < kVpt of a thread (vector threadIdx.x + k * 256, guarded by i < n) is a
+//     compile-time offset in all three loops (copy, fold, output), one commit group per slot,
+//     each folded as it lands; the previous kernel's run-time count of slots and its store
+//     loop of one STG per iteration took 0.0204-0.0207 ms, this one 0.0191.
+//   - the grid is min(rows, resident clusters) clusters; cluster c takes rows c, c + C, ...
+//     (C = gridDim.x / kSoftmaxClusterBlocks), one after another in the same chunk buffer. At
+//     up to C rows this is the previous grid (a row a cluster); past it, no later waves of
+//     blocks that each start with nothing in flight. The block's state for the cluster
+//     alternates between two slots: row j + 2 cannot overwrite a state that another block is
+//     still reading, since that block has passed row j + 1's cluster barrier first.
+// A thread reads from shared memory only the slots it copied itself, so neither the copies nor
+// the reuse of the buffer for the next row need a block barrier (its last reads of a slot have
+// returned, their values consumed by its stores, before it issues the next row's copy there).
+template <typename T, bool kLog, int kVpt>
+__global__ void __cluster_dims__(kSoftmaxClusterBlocks, 1, 1) __launch_bounds__(kSoftmaxSplitThreads)
+    softmax_rows_cluster_kernel(const __grid_constant__ SoftmaxParams p, const int64_t chunk_vecs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // clusters are sm_90+; the host never launches this kernel below sm_90
+#else
+  namespace cg = cooperative_groups;
+  using V = Vec<T>;
+  constexpr int kThreads = kSoftmaxSplitThreads;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  V* const chunk = reinterpret_cast<V*>(smem_raw);  // (chunk_vecs,), chunk_vecs <= kVpt * kThreads
+  __shared__ OnlineSoftmaxState block_state[2];
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int64_t clusters = gridDim.x / kSoftmaxClusterBlocks;
+  const int64_t nvec = p.cols / V::kN;
+  const int64_t v0 = static_cast<int64_t>(cluster.block_rank()) * chunk_vecs;
+  const int n = static_cast<int>((v0 + chunk_vecs < nvec ? v0 + chunk_vecs : nvec) - v0);  // may be <= 0
+  const int tid = static_cast<int>(threadIdx.x);
+  const auto smem_vec = [&](int i) -> V { return load_vec(reinterpret_cast<const T*>(chunk + i)); };
+  int slot = 0;
+  for (int64_t r = blockIdx.x / kSoftmaxClusterBlocks; r < p.rows; r += clusters, slot ^= 1) {
+    const T* in = static_cast<const T*>(p.input) + r * p.input_stride + v0 * V::kN;
+    T* out = static_cast<T*>(p.out) + r * p.out_stride + v0 * V::kN;
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {  // always kVpt groups (some empty): compile-time wait counts
+      const int i = tid + k * kThreads;
+      if (i < n) cp_async_16(chunk + i, in + static_cast<int64_t>(i) * V::kN);
+      cp_async_commit();
+    }
+    OnlineSoftmaxState st = online_softmax_empty();
+    static_for<kVpt>([&](auto k) {
+      cp_async_wait<kVpt - 1 - k>();  // slot k has landed
+      const int i = tid + k * kThreads;
+      if (i < n) {
+        if constexpr (kSoftmaxFastMath<T>) online_softmax_add_vec_exp2<T>(st, smem_vec(i));
+        else online_softmax_add_vec(st, smem_vec(i));
+      }
+    });
+    const SplitOutput<T, kLog> output(cluster_all_merge(st, &block_state[slot], cluster));
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      const int i = tid + k * kThreads;
+      if (i < n) store_vec(out + static_cast<int64_t>(i) * V::kN, output(smem_vec(i)));
+    }
+  }
+  cluster.sync();  // no block exits while another may still read its block_state
 #endif
 }
 

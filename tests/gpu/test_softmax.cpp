@@ -123,6 +123,9 @@ std::vector<Shape> shapes() {
   v.insert(v.end(), {{16384, 1, 1}, {16384, 111, 111}, {16384, 512, 512}, {300, 2048, 2048}});
   // past the cluster's registers (rung 4 reads twice) and past one block's (rung 3)
   v.insert(v.end(), {{2, 300000, 300000}, {3, 40000, 40000}});
+  // more rows than resident clusters (~99 at 32 KB chunks on an H100): rung 4's persistent
+  // clusters take several rows each, reusing their chunk buffer and state slots
+  v.push_back({300, 128256, 128256});
   // strided rows: 16-byte aligned, and an odd stride (rung 2 path)
   v.insert(v.end(), {{33, 4096, 4104}, {5, 128256, 128320}, {33, 1024, 1031}, {9, 100, 123}});
   return v;
@@ -148,7 +151,8 @@ TEST(Softmax, LargeMaskedInPlace) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(33);
   const Shape special[] = {{7, 1, 1},         {7, 111, 111},   {16, 1024, 1024}, {300, 4096, 4096},
-                           {7, 128256, 128256}, {3, 40000, 40000}, {2, 300000, 300000}, {33, 1024, 1031}};
+                           {7, 128256, 128256}, {3, 40000, 40000}, {2, 300000, 300000}, {33, 1024, 1031},
+                           {250, 128256, 128256}};
   for (DType dt : kDtypes)
     for (const Shape& s : special)
       for (bool log : {false, true}) {
