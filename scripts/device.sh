@@ -6,6 +6,7 @@
 #   FLASHLAB_FILTER=vector_add   run one op's tests and benchmarks (a substring of case names)
 #   FLASHLAB_QUICK=1             smaller benchmark sizes
 #   FLASHLAB_BENCH=0             skip the benchmarks (tests and sanitizer only)
+#   FLASHLAB_TESTS=0             skip the C++ and Python tests (build, sanitizer, benchmarks)
 #   FLASHLAB_SANITIZE=1          also run the GPU tests under compute-sanitizer (memcheck, racecheck)
 #   FLASHLAB_PROFILE=SUBSTR      also run scripts/profile.sh on matching benchmark cases
 #   FLASHLAB_COMMIT=<sha>        the commit being measured (the GPU machine has no .git)
@@ -96,8 +97,13 @@ if [ -n "$filter" ]; then
   done
   gtest_filter=$(IFS=:; echo "${gtest_parts[*]}")
 fi
-./build/gpu/tests/test_cpu --gtest_brief=1 || fail "CPU tests"
-timeout "$step_timeout" ./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"
+if [ "${FLASHLAB_TESTS:-1}" = 0 ]; then
+  echo "skipped (FLASHLAB_TESTS=0)"
+  py_tests=()
+else
+  ./build/gpu/tests/test_cpu --gtest_brief=1 || fail "CPU tests"
+  timeout "$step_timeout" ./build/gpu/tests/test_gpu --gtest_filter="$gtest_filter" --gtest_brief=1 || fail "GPU tests"
+fi
 if [ "${FLASHLAB_SANITIZE:-0}" = 1 ]; then
   step "compute-sanitizer"
   for tool in memcheck racecheck; do
