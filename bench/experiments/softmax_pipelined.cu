@@ -1,6 +1,11 @@
-// Experiment (not a rung; prepared 2026-11-26, NOT RUN yet): softmax of few long rows with the
-// rows pipelined through persistent clusters, for issue 3's sampling shape (64 x 128256 bf16,
-// bar: 0.80x a same-size copy; softmax rung 4 has measured 0.76-0.81x across runs).
+// Experiment (not a rung; 2026-11-26): softmax of few long rows with the rows pipelined through
+// persistent clusters, for issue 3's sampling shape (64 x 128256 bf16, bar: 0.80x a same-size
+// copy; softmax rung 4 had measured 0.76-0.81x across runs).
+// Outcome (bench/results/experiments/softmax_pipelined_2026-11-26.txt, docs/ladder/softmax.md,
+// "Fourth version"): the pipelined kernel lost (--sweep: 0.0214 ms at best against 0.0201); its
+// one-buffer control at 64 clusters won 4-5%, and the row_cluster variants below traced that to
+// compile-time slots; the library's softmax_rows_cluster_kernel, timed here against the previous
+// kernel, is the result (0.0191 against 0.0205 ms).
 //
 // Why: rung 4 (kernels/softmax/04_long_rows.cuh) gives every row a cluster of 8 blocks and starts
 // all 512 blocks at once: the whole grid loads, then merges, then stores, so the DRAM sees a read
@@ -27,6 +32,7 @@
 // Build (not a CMake target):
 //   nvcc -std=c++17 -O3 -I. -Iinclude -Isrc --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //     bench/experiments/softmax_pipelined.cu -o build/exp/softmax_pipelined
+// Run: ./softmax_pipelined [--sweep]   (--sweep adds the pipelined kernel over 8..64 clusters)
 // Output: per variant, ms, x the copy, max |diff| against the reference.
 #include <algorithm>
 #include <cmath>
