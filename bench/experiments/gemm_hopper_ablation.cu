@@ -8,7 +8,7 @@
 // (0xFF bytes) against cuBLAS's C; max |diff| / max |ref| must stay <= 2^-7, no NaN may remain
 // and C's padding columns must stay untouched. First at ragged shapes (M, N, K tails; NN, NT,
 // TN), then at each timed shape after its timings. Any failure prints FAIL and the exit status
-// is 1. Usage: experiment_gemm_hopper_ablation [out.json | --profile | --alternate]
+// is 1. Usage: experiment_gemm_hopper_ablation [out.json | --profile | --alternate | --probe]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -91,13 +91,13 @@ void launch_pingpong(const GemmParams& p, cudaStream_t stream) {
 
 // Rung 9 NN with CTA pairs and 128 x 256 tiles (the library's choice at the square shapes) and
 // epilogue variant kEpi (kernels::HopperEpi).
-template <int kEpi>
+template <int kEpi, bool kProbe = false>
 void launch_ws_epi(const GemmParams& p, cudaStream_t stream) {
   using namespace kernels;
   int units = 0;
   const HopperGemmArgs args = hopper_args<256, false, true, 2>(p, units);
-  launch_persistent(gemm_hopper_ws_kernel<__nv_bfloat16, 256, false, true, 2, kEpi>, HopperTile<256, kEpi>::kSmemBytes,
-                    2, args, units, stream);
+  launch_persistent(gemm_hopper_ws_kernel<__nv_bfloat16, 256, false, true, 2, kEpi, kProbe>,
+                    HopperTile<256, kEpi>::kSmemBytes, 2, args, units, stream);
 }
 
 // NN as the library would run it: CTA pairs when there are two tile rows, else single CTAs.
@@ -254,6 +254,38 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; ++i) cublas_gemm(handle, o.p, o.p.c);
     for (int i = 0; i < 3; ++i) detail::launch_gemm_hopper(o.p, DType::kBF16, h.stream(), true);
     FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--probe") {
+    // Where a CTA's time goes (rung 9's kernel, NN, 128 x 256 tiles, CTA pairs, with kProbe):
+    // clock64() around consumer 0's waits for full stages, its final wgmma drain per tile and its
+    // epilogues, and around the producer's waits for empty stages; averaged over the CTAs of one
+    // launch after warm-up. The probe kernel is timed beside the plain one (its own cost).
+    for (const Shape& s : {Shape{4096, 4096, 4096}, Shape{8192, 8192, 8192}, Shape{2048, 12288, 4096}}) {
+      Operands o(s, Layout::kNN, h.stream());
+      const double plain_ms = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStaged>(o.p, h.stream()); });
+      const double probe_ms = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStaged, true>(o.p, h.stream()); });
+      static long long zero[1024][kernels::kProbeSlots];
+      FLASHLAB_CUDA_CHECK(cudaMemcpyToSymbol(kernels::hopper_probe, zero, sizeof(zero)));
+      launch_ws_epi<kernels::kHopperEpiStaged, true>(o.p, h.stream());
+      FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
+      static long long got[1024][kernels::kProbeSlots];
+      FLASHLAB_CUDA_CHECK(cudaMemcpyFromSymbol(got, kernels::hopper_probe, sizeof(got)));
+      double sum[kernels::kProbeSlots] = {};
+      int ctas = 0;
+      for (int b = 0; b < 1024; ++b) {
+        if (got[b][kernels::kProbeTotal] <= 0) continue;
+        ++ctas;
+        for (int i = 0; i < kernels::kProbeSlots; ++i) sum[i] += static_cast<double>(got[b][i]);
+      }
+      const double total = sum[kernels::kProbeTotal];
+      std::printf("%dx%dx%d NN: plain %.1f TF/s, probe %.1f TF/s; %d CTAs, %.0f cycles each: full-stage waits %.1f%%, "
+                  "drain %.1f%%, epilogue %.1f%%, producer empty-stage waits %.1f%%\n",
+                  s.m, s.n, s.k, tflops(s, plain_ms), tflops(s, probe_ms), ctas, total / std::max(ctas, 1),
+                  100 * sum[kernels::kProbeFullWait] / total, 100 * sum[kernels::kProbeDrain] / total,
+                  100 * sum[kernels::kProbeEpilogue] / total, 100 * sum[kernels::kProbeEmptyWait] / total);
+    }
+    cublasDestroy(handle);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--alternate") {

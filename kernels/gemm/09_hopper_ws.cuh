@@ -82,6 +82,9 @@ struct HopperTile {
   static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a block may have");
 };
 
+enum HopperProbe : int { kProbeTotal, kProbeFullWait, kProbeDrain, kProbeEpilogue, kProbeEmptyWait, kProbeSlots };
+static __device__ long long hopper_probe[1024][kProbeSlots];  // per TU; the experiment's own copy
+
 struct HopperGemmArgs {
   CUtensorMap a, b, c;  // 64-byte aligned by type
   GemmParams p;
@@ -103,7 +106,11 @@ __device__ __forceinline__ void hopper_tile_coords(int t, int tiles_m, int tiles
 // kCluster = 2: CTAs in pairs (a thread-block cluster) on vertically adjacent tiles, which need
 // the same B tile: each CTA loads half of it and multicasts it into both CTAs' shared memory.
 // kEpi: the epilogue variant (HopperEpi).
-template <typename T, int kBN, bool kTransA, bool kTransB, int kCluster, int kEpi = kHopperEpiStaged>
+// kProbe (bench/experiments/gemm_hopper_ablation.cu --probe only): clock64() cycles per CTA in
+// hopper_probe[blockIdx.x]: {kernel, consumer 0 waiting for full stages, draining its last
+// wgmmas, in the epilogue, the producer waiting for empty stages}.
+template <typename T, int kBN, bool kTransA, bool kTransB, int kCluster, int kEpi = kHopperEpiStaged,
+          bool kProbe = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThreads, 1)
     gemm_hopper_ws_kernel(const __grid_constant__ HopperGemmArgs args) {
   static_assert(kCluster == 1 || kCluster == 2, "single CTAs or pairs");
@@ -111,6 +118,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
   __trap();  // wgmma and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
   using Tile = HopperTile<kBN, kEpi>;
+  [[maybe_unused]] const long long probe_start = kProbe ? clock64() : 0;
+  [[maybe_unused]] long long probe[kProbeSlots] = {};
   constexpr int kStoreCols = Tile::kStoreCols;
   constexpr int kStages = Tile::kStages;
   constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
@@ -157,7 +166,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
         for (int kb = 0; kb < k_blocks; ++kb, ++it) {
           const int s = it % kStages;
           // Both CTAs' consumers have released stage s (the peer writes half of B into it).
+          [[maybe_unused]] const long long t0 = kProbe ? clock64() : 0;
           mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+          if constexpr (kProbe) probe[kProbeEmptyWait] += clock64() - t0;
           mbarrier_arrive_expect_tx(&full[s], Tile::kABytes + Tile::kBBytes);
           unsigned char* a_dst = sa + s * Tile::kABytes;
           unsigned char* b_dst = sb + s * Tile::kBBytes;
@@ -188,6 +199,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
           }
         }
       }
+      if constexpr (kProbe) hopper_probe[blockIdx.x][kProbeEmptyWait] = probe[kProbeEmptyWait];
     }
   } else {
     // Consumers: warpgroup cw = 0, 1 computes rows [64 cw, 64 cw + 64) of each tile.
@@ -203,13 +215,20 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
       if constexpr (kCluster > 1) mbarrier_arrive_cluster(&empty[s], rank ^ 1);
     };
     int it = 0;
+    [[maybe_unused]] bool epi_open = false;  // kProbe: an epilogue's time is still running
     for (int u = first_unit; u < units; u += unit_step) {
+      if constexpr (kProbe) {
+        if (epi_open) probe[kProbeEpilogue] += clock64();
+        epi_open = false;
+      }
       int tm, tn;
       tile_of(u, tm, tn);
       [[maybe_unused]] int prev = -1;  // stage whose wgmmas are still in flight (kHopperMmaInFlight = 1)
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int s = it % kStages;
+        [[maybe_unused]] const long long t0 = kProbe ? clock64() : 0;
         mbarrier_wait(&full[s], (it / kStages) & 1);
+        if constexpr (kProbe) probe[kProbeFullWait] += clock64() - t0;
         const uint32_t a_base = smem_u32(sa + s * Tile::kABytes) + cw * kHopperAtomBytes;  // this consumer's 64 rows
         const uint32_t b_base = smem_u32(sb + s * Tile::kBBytes);
         wgmma_fence_operands(acc);
@@ -239,10 +258,18 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
           if (lane == 0) release(s);
         }
       }
+      [[maybe_unused]] const long long t_drain = kProbe ? clock64() : 0;
       if constexpr (kHopperMmaInFlight == 1) {
         wgmma_wait<0>();
         wgmma_fence_operands(acc);
         if (lane == 0) release(prev);
+      }
+      [[maybe_unused]] const long long t_epi = kProbe ? clock64() : 0;
+      if constexpr (kProbe) probe[kProbeDrain] += t_epi - t_drain;
+      // (kProbe: the epilogue's time ends at the top of the next tile, or after the last.)
+      if constexpr (kProbe) {
+        probe[kProbeEpilogue] -= t_epi;
+        epi_open = true;
       }
 
       // Epilogue.
@@ -317,6 +344,13 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
             tma_store_commit();
           }
         }
+      }
+    }
+    if constexpr (kProbe) {
+      if (epi_open) probe[kProbeEpilogue] += clock64();
+      if (cw == 0 && t128 == 0) {
+        probe[kProbeTotal] = clock64() - probe_start;
+        for (int i = 0; i < kProbeEmptyWait; ++i) hopper_probe[blockIdx.x][i] = probe[i];
       }
     }
     if (t128 == 0) tma_store_wait_all<false>();
