@@ -8,7 +8,7 @@
 // (0xFF bytes) against cuBLAS's C; max |diff| / max |ref| must stay <= 2^-7, no NaN may remain
 // and C's padding columns must stay untouched. First at ragged shapes (M, N, K tails; NN, NT,
 // TN), then at each timed shape after its timings. Any failure prints FAIL and the exit status
-// is 1. Usage: experiment_gemm_hopper_ablation [out.json | --profile | --alternate | --probe]
+// is 1. Usage: experiment_gemm_hopper_ablation [out.json | --profile | --alternate | --probe | --epilogue-copy]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -261,13 +262,14 @@ int main(int argc, char** argv) {
     // clock64() around consumer 0's waits for full stages, its final wgmma drain per tile and its
     // epilogues, and around the producer's waits for empty stages; averaged over the CTAs of one
     // launch after warm-up. The probe kernel is timed beside the plain one (its own cost).
-    for (const Shape& s : {Shape{4096, 4096, 4096}, Shape{8192, 8192, 8192}, Shape{2048, 12288, 4096}}) {
+    const auto probe_one = [&](const Shape& s, auto epi, const char* epi_name) {
+      constexpr int kEpi = decltype(epi)::value;
       Operands o(s, Layout::kNN, h.stream());
-      const double plain_ms = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStaged>(o.p, h.stream()); });
-      const double probe_ms = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStaged, true>(o.p, h.stream()); });
+      const double plain_ms = h.time_ms([&] { launch_ws_epi<kEpi>(o.p, h.stream()); });
+      const double probe_ms = h.time_ms([&] { launch_ws_epi<kEpi, true>(o.p, h.stream()); });
       static long long zero[1024][kernels::kProbeSlots];
       FLASHLAB_CUDA_CHECK(cudaMemcpyToSymbol(kernels::hopper_probe, zero, sizeof(zero)));
-      launch_ws_epi<kernels::kHopperEpiStaged, true>(o.p, h.stream());
+      launch_ws_epi<kEpi, true>(o.p, h.stream());
       FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
       static long long got[1024][kernels::kProbeSlots];
       FLASHLAB_CUDA_CHECK(cudaMemcpyFromSymbol(got, kernels::hopper_probe, sizeof(got)));
@@ -279,11 +281,40 @@ int main(int argc, char** argv) {
         for (int i = 0; i < kernels::kProbeSlots; ++i) sum[i] += static_cast<double>(got[b][i]);
       }
       const double total = sum[kernels::kProbeTotal];
-      std::printf("%dx%dx%d NN: plain %.1f TF/s, probe %.1f TF/s; %d CTAs, %.0f cycles each: full-stage waits %.1f%%, "
-                  "drain %.1f%%, epilogue %.1f%%, producer empty-stage waits %.1f%%\n",
-                  s.m, s.n, s.k, tflops(s, plain_ms), tflops(s, probe_ms), ctas, total / std::max(ctas, 1),
+      std::printf("%dx%dx%d NN, %s: plain %.1f TF/s, probe %.1f TF/s; %d CTAs, %.0f cycles each: full-stage waits "
+                  "%.1f%%, drain %.1f%%, epilogue %.1f%%, producer empty-stage waits %.1f%%\n",
+                  s.m, s.n, s.k, epi_name, tflops(s, plain_ms), tflops(s, probe_ms), ctas, total / std::max(ctas, 1),
                   100 * sum[kernels::kProbeFullWait] / total, 100 * sum[kernels::kProbeDrain] / total,
                   100 * sum[kernels::kProbeEpilogue] / total, 100 * sum[kernels::kProbeEmptyWait] / total);
+    };
+    for (const Shape& s : {Shape{4096, 4096, 4096}, Shape{8192, 8192, 8192}, Shape{2048, 12288, 4096}}) {
+      probe_one(s, std::integral_constant<int, kernels::kHopperEpiStaged>{}, "TMA store");
+      probe_one(s, std::integral_constant<int, kernels::kHopperEpiStagedCopy>{}, "copy-out");
+    }
+    cublasDestroy(handle);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--epilogue-copy") {
+    // The staged epilogue copied out by the consumers (16-byte loads and stores) against the TMA
+    // store (the rung), alternating with cuBLAS as --alternate, checked after the timings.
+    for (const Shape& s : {Shape{4096, 4096, 4096}, Shape{8192, 8192, 8192}, Shape{2048, 12288, 4096}}) {
+      Operands o(s, Layout::kNN, h.stream());
+      std::printf("%dx%dx%d NN (TF/s cuBLAS / TMA store / copy-out):", s.m, s.n, s.k);
+      std::vector<double> r_tma, r_copy;
+      for (int round = 0; round < 6; ++round) {
+        const double cb = h.time_ms([&] { cublas_gemm(handle, o.p, o.p.c); });
+        const double tma = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStaged>(o.p, h.stream()); });
+        const double cp = h.time_ms([&] { launch_ws_epi<kernels::kHopperEpiStagedCopy>(o.p, h.stream()); });
+        r_tma.push_back(cb / tma);
+        r_copy.push_back(cb / cp);
+        std::printf(" %.0f/%.0f/%.0f", tflops(s, cb), tflops(s, tma), tflops(s, cp));
+      }
+      std::sort(r_tma.begin(), r_tma.end());
+      std::sort(r_copy.begin(), r_copy.end());
+      cublas_gemm(handle, o.p, o.c_ref);
+      const Check c = check_once(o, [&] { launch_ws_epi<kernels::kHopperEpiStagedCopy>(o.p, h.stream()); }, h.stream());
+      std::printf("  median x cuBLAS: TMA store %.3f, copy-out %.3f; copy-out rel err %.2e %s\n",
+                  0.5 * (r_tma[2] + r_tma[3]), 0.5 * (r_copy[2] + r_copy[3]), c.rel, c.ok() ? "ok" : "FAIL");
     }
     cublasDestroy(handle);
     return 0;
@@ -345,6 +376,7 @@ int main(int argc, char** argv) {
       if (layout == Layout::kNN) {
         run("epilogue whole staging", [&] { launch_ws_epi<kernels::kHopperEpiStagedWhole>(p, h.stream()); });
         run("epilogue registers", [&] { launch_ws_epi<kernels::kHopperEpiRegisters>(p, h.stream()); });
+        run("epilogue staged, copied out", [&] { launch_ws_epi<kernels::kHopperEpiStagedCopy>(p, h.stream()); });
         run("pingpong", [&] { launch_pingpong_nn<false>(p, h.stream()); });
         run("pingpong ordered", [&] { launch_pingpong_nn<true>(p, h.stream()); });
       } else if (layout == Layout::kNT) {  // pairs even for one tile row (the second CTA stores nothing)

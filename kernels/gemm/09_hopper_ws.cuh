@@ -65,7 +65,9 @@ static_assert(kHopperMmaInFlight == 0 || kHopperMmaInFlight == 1, "0 or 1 k-bloc
 //                          pipeline stage fewer fits)
 //   kHopperEpiRegisters    from the accumulator registers, two values per 4-byte store (no shared
 //                          memory, no barrier)
-enum HopperEpi : int { kHopperEpiStaged = 0, kHopperEpiStagedWhole = 1, kHopperEpiRegisters = 2 };
+//   kHopperEpiStagedCopy   the staging tile as kHopperEpiStaged, copied out by the consumer's own
+//                          threads (16-byte shared loads and global stores) instead of a TMA store
+enum HopperEpi : int { kHopperEpiStaged = 0, kHopperEpiStagedWhole = 1, kHopperEpiRegisters = 2, kHopperEpiStagedCopy = 3 };
 
 template <int kBN, int kEpi = kHopperEpiStaged>
 struct HopperTile {
@@ -310,8 +312,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
         // tile per consumer leaves room for one more pipeline stage than a whole 64 x 256 one).
 #pragma unroll
         for (int h = 0; h < kBN / kStoreCols; ++h) {
-          // The previous TMA store must have finished reading the staging tile.
-          if (t128 == 0) tma_store_wait_all<true>();
+          // The previous TMA store (or this warpgroup's copy-out) must have finished reading the
+          // staging tile.
+          if (kEpi != kHopperEpiStagedCopy && t128 == 0) tma_store_wait_all<true>();
           named_barrier_sync(1 + cw, 128);
 #pragma unroll
           for (int jj = 0; jj < kStoreCols / 8; ++jj) {
@@ -333,6 +336,27 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
               unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
               *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
             }
+          }
+          if constexpr (kEpi == kHopperEpiStagedCopy) {
+            // Every thread copies 16-byte chunks out: thread t takes chunks t, t + 128, ... of
+            // the 64 rows x kStoreCols columns (a row is kStoreCols / 8 chunks; consecutive
+            // threads take consecutive chunks of a row: coalesced stores, and the 8 chunks of a
+            // slab row that a quarter-warp reads lie in 8 different 16-byte bank groups).
+            named_barrier_sync(1 + cw, 128);  // the staging tile is written
+            constexpr int kRowChunks = kStoreCols / 8;
+            T* c = static_cast<T*>(p.c);
+#pragma unroll
+            for (int q = 0; q < 64 * kRowChunks / 128; ++q) {
+              const int idx = t128 + 128 * q, r = idx / kRowChunks, cc = idx % kRowChunks;
+              const int slab = cc / 8, chunk = cc % 8;
+              const uint4 v = *reinterpret_cast<const uint4*>(my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes +
+                                                              ((chunk ^ (r % 8)) * 16));
+              const int m = row0 + r, n = col0 + h * kStoreCols + cc * 8;
+              // N is a multiple of 8 here (ragged rows took the direct path): a chunk is all in or out.
+              if (m < p.M && n < p.N) *reinterpret_cast<uint4*>(c + static_cast<int64_t>(m) * p.ldc + n) = v;
+            }
+            // (the next round's barrier at the top orders these reads before its writes)
+            continue;
           }
           fence_proxy_async_smem();  // these writes before the TMA engine reads them
           named_barrier_sync(1 + cw, 128);
