@@ -282,10 +282,12 @@ int main(int argc, char** argv) {
       }
       const double total = sum[kernels::kProbeTotal];
       std::printf("%dx%dx%d NN, %s: plain %.1f TF/s, probe %.1f TF/s; %d CTAs, %.0f cycles each: full-stage waits "
-                  "%.1f%%, drain %.1f%%, epilogue %.1f%%, producer empty-stage waits %.1f%%\n",
+                  "%.1f%%, drain %.1f%%, epilogue %.1f%% (staging free: %.1f%%, staging writes: %.1f%%), producer "
+                  "empty-stage waits %.1f%%\n",
                   s.m, s.n, s.k, epi_name, tflops(s, plain_ms), tflops(s, probe_ms), ctas, total / std::max(ctas, 1),
                   100 * sum[kernels::kProbeFullWait] / total, 100 * sum[kernels::kProbeDrain] / total,
-                  100 * sum[kernels::kProbeEpilogue] / total, 100 * sum[kernels::kProbeEmptyWait] / total);
+                  100 * sum[kernels::kProbeEpilogue] / total, 100 * sum[kernels::kProbeEpiWait] / total,
+                  100 * sum[kernels::kProbeEpiWrite] / total, 100 * sum[kernels::kProbeEmptyWait] / total);
     };
     for (const Shape& s : {Shape{4096, 4096, 4096}, Shape{8192, 8192, 8192}, Shape{2048, 12288, 4096}}) {
       probe_one(s, std::integral_constant<int, kernels::kHopperEpiStaged>{}, "TMA store");

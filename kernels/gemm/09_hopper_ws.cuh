@@ -84,7 +84,12 @@ struct HopperTile {
   static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a block may have");
 };
 
-enum HopperProbe : int { kProbeTotal, kProbeFullWait, kProbeDrain, kProbeEpilogue, kProbeEmptyWait, kProbeSlots };
+enum HopperProbe : int {
+  kProbeTotal, kProbeFullWait, kProbeDrain, kProbeEpilogue,
+  kProbeEpiWait,   // in the epilogue: each round's wait for the staging tile to be free (+ barrier)
+  kProbeEpiWrite,  // in the epilogue: each round's writes of the staging tile (+ barrier)
+  kProbeEmptyWait, kProbeSlots
+};
 static __device__ long long hopper_probe[1024][kProbeSlots];  // per TU; the experiment's own copy
 
 struct HopperGemmArgs {
@@ -314,8 +319,11 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
         for (int h = 0; h < kBN / kStoreCols; ++h) {
           // The previous TMA store (or this warpgroup's copy-out) must have finished reading the
           // staging tile.
+          [[maybe_unused]] const long long t_wait = kProbe ? clock64() : 0;
           if (kEpi != kHopperEpiStagedCopy && t128 == 0) tma_store_wait_all<true>();
           named_barrier_sync(1 + cw, 128);
+          [[maybe_unused]] const long long t_write = kProbe ? clock64() : 0;
+          if constexpr (kProbe) probe[kProbeEpiWait] += t_write - t_wait;
 #pragma unroll
           for (int jj = 0; jj < kStoreCols / 8; ++jj) {
             const int j = h * (kStoreCols / 8) + jj;
@@ -343,6 +351,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
             // threads take consecutive chunks of a row: coalesced stores, and the 8 chunks of a
             // slab row that a quarter-warp reads lie in 8 different 16-byte bank groups).
             named_barrier_sync(1 + cw, 128);  // the staging tile is written
+            if constexpr (kProbe) probe[kProbeEpiWrite] += clock64() - t_write;
             constexpr int kRowChunks = kStoreCols / 8;
             T* c = static_cast<T*>(p.c);
 #pragma unroll
@@ -360,6 +369,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
           }
           fence_proxy_async_smem();  // these writes before the TMA engine reads them
           named_barrier_sync(1 + cw, 128);
+          if constexpr (kProbe) probe[kProbeEpiWrite] += clock64() - t_write;
           if (t128 == 0) {
             const int n0 = col0 + h * kStoreCols;
 #pragma unroll
