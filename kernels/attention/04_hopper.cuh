@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t q_full, k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
   // The 128B swizzle pattern repeats every 1024 bytes: tiles start on a 1024-byte boundary.
-  unsigned char* smem = align_smem<1024>(smem_raw);
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sq = smem;                           // Q (kBoxes x 128 rows), later O
   unsigned char* sk = sq + Tr::kQBytes;               // (kStages, kBoxes x kN rows)
   unsigned char* sv = sk + kStages * Tr::kKBytes;     // (kStages, kBoxes x kN rows; FP8: d rows of 128 keys)

@@ -203,7 +203,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
   // full[c][s]: stage s loaded for consumer c; empty[s]: stage s released by its consumer (both CTAs).
   __shared__ uint64_t full[2][kStages], empty[kStages];
   // The 128B swizzle pattern repeats every 1024 bytes: tiles start on a 1024-byte boundary.
-  unsigned char* smem = align_smem<1024>(smem_raw);
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sa = smem;                          // (kStages, 128 x 64)
   unsigned char* sb = sa + kStages * Tile::kABytes;  // (kStages, 128 x 64)
   unsigned char* sc = sb + kStages * Tile::kBBytes;  // (2 consumers, 64 x 128)

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
   __shared__ uint64_t kv_full, full[kStages], empty[kStages], ds_full[2], ds_empty[2];
   // 128B-swizzled tiles start on a 1024-byte boundary.
-  unsigned char* smem = align_smem<1024>(smem_raw);
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sk = smem;                         // K: kBoxes x 128 rows
   unsigned char* sv = sk + Tr::kKBytes;             // V
   unsigned char* sq = sv + Tr::kKBytes;             // (kStages, kBoxes x 64 rows)

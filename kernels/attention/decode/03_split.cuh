@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(DecodeSplitTraits<kHeadDim, static_cast<int>(s
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* const stages =  // TMA: the stages on a 1024-byte boundary, (e4m3: V's fp16 buffer,) Q after them
-      kTma ? align_smem<1024>(smem)
+      kTma ? reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t(1023))
            : smem + Tr::kRows * kRowElems * sizeof(TC);
   TC* sq = kTma ? reinterpret_cast<TC*>(stages + 2 * kStages * Tr::kTileKv * sizeof(KV) + (Tr::kFp8 ? Tr::kTileElems * 2 : 0))
               : reinterpret_cast<TC*>(smem);

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(DecodeWsTraits<kHeadDim>::kThreads, 1)
   constexpr float kLog2e = 1.4426950408889634f;
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // (see paged_decode_split_kernel)
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* const base = align_smem<1024>(smem);
+  unsigned char* const base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t(1023));
   T* const sk = reinterpret_cast<T*>(base);
   T* const sv = reinterpret_cast<T*>(base + kStages * Tr::kStageBytes);
   T* const sq = reinterpret_cast<T*>(base + 2 * kStages * Tr::kStageBytes);  // buffer i at i x kQBytes
