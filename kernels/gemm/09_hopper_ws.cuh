@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -67,7 +68,13 @@ static_assert(kHopperMmaInFlight == 0 || kHopperMmaInFlight == 1, "0 or 1 k-bloc
 //                          memory, no barrier)
 //   kHopperEpiStagedCopy   the staging tile as kHopperEpiStaged, copied out by the consumer's own
 //                          threads (16-byte shared loads and global stores) instead of a TMA store
-enum HopperEpi : int { kHopperEpiStaged = 0, kHopperEpiStagedWhole = 1, kHopperEpiRegisters = 2, kHopperEpiStagedCopy = 3 };
+//   kHopperEpiStagedHoisted  kHopperEpiStaged with the alpha / beta / bias test taken once per
+//                          128-column round instead of per pair of values (prepared 2026-11-26,
+//                          not measured yet)
+enum HopperEpi : int {
+  kHopperEpiStaged = 0, kHopperEpiStagedWhole = 1, kHopperEpiRegisters = 2, kHopperEpiStagedCopy = 3,
+  kHopperEpiStagedHoisted = 4
+};
 
 template <int kBN, int kEpi = kHopperEpiStaged>
 struct HopperTile {
@@ -324,27 +331,34 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kHopperThread
           named_barrier_sync(1 + cw, 128);
           [[maybe_unused]] const long long t_write = kProbe ? clock64() : 0;
           if constexpr (kProbe) probe[kProbeEpiWait] += t_write - t_wait;
+          // kMath: alpha / beta / bias applied (a run-time choice). kHopperEpiStagedHoisted takes
+          // that choice once per round, outside the loop; the others test it per pair of values,
+          // which compiles to a branch with its own convergence barrier around every store.
+          const auto write_part = [&](auto math) {
 #pragma unroll
-          for (int jj = 0; jj < kStoreCols / 8; ++jj) {
-            const int j = h * (kStoreCols / 8) + jj;
+            for (int jj = 0; jj < kStoreCols / 8; ++jj) {
+              const int j = h * (kStoreCols / 8) + jj;
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
-              const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
-              float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
-              const int m = row0 + r, n = col0 + h * kStoreCols + c;
-              if (epilogue_math) {
-                v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
-                v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+              for (int i = 0; i < 2; ++i) {
+                const int r = warp * 16 + lane / 4 + 8 * i;  // row in this consumer's 64
+                const int c = 8 * jj + 2 * (lane % 4);       // column in this 128-column part
+                float v0 = acc[4 * j + 2 * i], v1 = acc[4 * j + 2 * i + 1];
+                const int m = row0 + r, n = col0 + h * kStoreCols + c;
+                if (decltype(math)::value || (kEpi != kHopperEpiStagedHoisted && epilogue_math)) {
+                  v0 = m < p.M && n < p.N ? gemm_epilogue_value<T>(p, v0, m, n) : 0.f;
+                  v1 = m < p.M && n + 1 < p.N ? gemm_epilogue_value<T>(p, v1, m, n + 1) : 0.f;
+                }
+                // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
+                // index within a row is XORed with row % 8, so the 8 rows a warp writes at once
+                // hit 8 different chunks (all 32 banks).
+                const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
+                unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
+                *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
               }
-              // 128B-swizzled staging: 64-column slabs of 64 rows x 128 bytes; the 16-byte chunk
-              // index within a row is XORed with row % 8, so the 8 rows a warp writes at once hit
-              // 8 different chunks (all 32 banks).
-              const int slab = c / 64, chunk = (c % 64) / 8, byte = (c % 8) * 2;
-              unsigned char* dst = my_sc + slab * kHopperAtomBytes + r * kHopperSwizzleBytes + ((chunk ^ (r % 8)) * 16) + byte;
-              *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
             }
-          }
+          };
+          if (kEpi == kHopperEpiStagedHoisted && epilogue_math) write_part(std::true_type{});
+          else write_part(std::false_type{});
           if constexpr (kEpi == kHopperEpiStagedCopy) {
             // Every thread copies 16-byte chunks out: thread t takes chunks t, t + 128, ... of
             // the 64 rows x kStoreCols columns (a row is kStoreCols / 8 chunks; consecutive
