@@ -174,9 +174,12 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
   return (rows * headdim + 2 * rows_padded) * static_cast<int64_t>(sizeof(float));
 }
 
-void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                   const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
-                   cudaStream_t stream, int rung, const AttnBwdOptions& options) {
+namespace {
+
+// attention_bwd; main: nullptr (the rung's own main kernel) or a stand-in for rung 2's or 3's.
+void attention_bwd_impl(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                        cudaStream_t stream, int rung, const AttnBwdOptions& options, detail::AttnBwdMainLaunch main) {
   AttnBwdParams p = validated_params(q, k, v, out, dout, dq, dk, dv, rung, options, stream);
   detail::DeviceGuard guard(q.device.index);
   rung = resolved_rung(rung, q, k, v, dout, options);
@@ -188,9 +191,26 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
   p.dsum = ws + static_cast<int64_t>(p.batch) * p.seqlen_q * p.nheads * p.headdim;
   p.lse_log2 = p.dsum + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows;
   detail::launch_attn_bwd_preprocess(p, q.dtype, stream);
-  if (rung == 3) detail::launch_attn_bwd_hopper(p, q.dtype, stream);
+  if (main != nullptr) main(p, q.dtype, stream);
+  else if (rung == 3) detail::launch_attn_bwd_hopper(p, q.dtype, stream);
   else detail::launch_attn_bwd_flash2(p, q.dtype, stream);
   detail::launch_attn_bwd_dq_convert(p, q.dtype, stream);
+}
+
+}  // namespace
+
+void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                   const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                   cudaStream_t stream, int rung, const AttnBwdOptions& options) {
+  attention_bwd_impl(q, k, v, out, dout, dq, dk, dv, stream, rung, options, nullptr);
+}
+
+void detail::attention_bwd_with_main(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                                     const TensorView& dout, const TensorView& dq, const TensorView& dk,
+                                     const TensorView& dv, cudaStream_t stream, int rung, const AttnBwdOptions& options,
+                                     AttnBwdMainLaunch main) {
+  FLASHLAB_CHECK(rung == 2 || rung == 3, "attention_bwd_with_main: argument 'rung': expected 2 or 3, got ", rung);
+  attention_bwd_impl(q, k, v, out, dout, dq, dk, dv, stream, rung, options, main);
 }
 
 }  // namespace flashlab

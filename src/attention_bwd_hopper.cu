@@ -1,48 +1,11 @@
-// Backward rung 3's launcher (Hopper): the tensor maps of q, k, v and dout, the main kernel over
-// key blocks (the preprocess and the dq conversion are rung 2's, src/attention_bwd_flash2.cu).
-#include <climits>
-
-#include "kernels/attention/backward/03_hopper.cuh"
-#include "src/attention_hopper_hdim.cuh"
+// Backward rung 3's launcher (Hopper): the main kernel over key blocks (the preprocess and the dq
+// conversion are rung 2's, src/attention_bwd_flash2.cu); its variant's launch is
+// src/attention_bwd_hopper_launch.cuh.
+#include "src/attention_bwd_hopper_launch.cuh"
 #include "src/attention_launch.h"
-#include "src/core/launch.h"
 #include "src/core/static_switch.h"
-#include "src/core/tensor_map.h"
 
 namespace flashlab::detail {
-
-namespace {
-
-template <typename T, int kHeadDim, bool kScoreMod>
-void launch_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperBwdTraits<kHeadDim>;
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
-  kernels::HopperBwdArgs args{};
-  args.p = p;
-  args.q = attn_tensor_map(p.q, dtype, kHeadDim, p.total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-                           Tr::kBlockM);
-  args.dout = attn_tensor_map(p.dout, dtype, kHeadDim, p.total_q, p.nheads, batch, p.dout_row_stride, p.dout_head_stride,
-                              p.dout_batch_stride, Tr::kBlockM);
-  args.k = attn_tensor_map(p.k, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
-                           p.k_batch_stride, Tr::kBlockN);
-  args.v = attn_tensor_map(p.v, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
-                           p.v_batch_stride, Tr::kBlockN);
-  // dq_accum (fp32): row attn_dq_accum_row(b, i) of head h at (row nheads + h) d, as a 4-D view
-  // (head dim, heads, rows, 1); TMA coordinates are 32-bit.
-  const int64_t rows = varlen ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
-  FLASHLAB_CHECK(rows <= INT_MAX, "attention_bwd: argument 'q': expected at most 2^31 - 1 query rows in all for rung 3, got ",
-                 rows);
-  const int64_t dq_dims[4] = {kHeadDim, p.nheads, rows, 1};
-  const int64_t dq_strides[3] = {kHeadDim * 4, p.nheads * kHeadDim * 4, rows * p.nheads * kHeadDim * 4};
-  args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, 64, 1});
-  const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod>;
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
-  FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
-}
-
-}  // namespace
 
 void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   // No key rows (or no query rows) anywhere: nothing for a tensor map to describe; rung 2 writes
@@ -50,8 +13,8 @@ void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t st
   if (p.seqlen_k == 0 || p.total_k == 0 || p.total_q == 0) return launch_attn_bwd_flash2(p, dtype, stream);
   HALF_DTYPE_SWITCH(dtype, T, [&] {
     BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
-      if (p.headdim == 64) return launch_variant<T, 64, kScoreMod>(p, dtype, stream);
-      if (p.headdim == 128) return launch_variant<T, 128, kScoreMod>(p, dtype, stream);
+      if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod>(p, dtype, stream);
+      if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod>(p, dtype, stream);
       throw Error(concat("launch_attn_bwd_hopper: unsupported head dim ", p.headdim));
     });
   });

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "flashlab/attention.h"
 #include "flashlab/error.h"
 #include "flashlab/tensor.h"
 #include "kernels/attention/params.h"
@@ -57,5 +58,12 @@ void launch_attn_bwd_dq_convert(const AttnBwdParams& p, DType dtype, cudaStream_
 void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
 // Rung 3's (src/attention_bwd_hopper.cu): head dims 64 and 128, no dropout, sm_90a.
 void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
+// attention_bwd at rung 2 or 3 (validation, workspace, preprocess, dq conversion: the
+// library's) with `main` launched in place of that rung's main kernel: how
+// bench/experiments/attention_bwd_hopper_ablation.cu times other variants of rung 3.
+using AttnBwdMainLaunch = void (*)(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
+void attention_bwd_with_main(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                             const TensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                             cudaStream_t stream, int rung, const AttnBwdOptions& options, AttnBwdMainLaunch main);
 
 }  // namespace flashlab::detail

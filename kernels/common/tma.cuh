@@ -17,6 +17,17 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// `p` (a pointer into shared memory, e.g. the extern __shared__ array) rounded up to kAlign bytes
+// by pointer arithmetic, so the compiler still knows the result and everything derived from it
+// is shared memory (STS / LDS). Rounding through uintptr_t loses that: accesses through the
+// result compile to generic ST.E / LD.E, and a proxy fence after generic stores gets a
+// MEMBAR.ALL.CTA in front of it.
+template <uint32_t kAlign>
+__device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {
+  static_assert((kAlign & (kAlign - 1)) == 0, "a power of two");
+  return p + ((kAlign - (smem_u32(p) & (kAlign - 1))) & (kAlign - 1));
+}
+
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }

@@ -60,7 +60,9 @@
 
 namespace flashlab::kernels {
 
-template <int kHeadDim_>
+// kStages_: Q / dO / lse / D stages (bench/experiments/attention_bwd_hopper_ablation.cu measures
+// 3 at head dim 128, the most that fits).
+template <int kHeadDim_, int kStages_ = 2>
 struct HopperBwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // Query rows per step: 128 at head dim 64 (S^T and dP^T take 64 registers each next to 64 of
@@ -69,7 +71,7 @@ struct HopperBwdTraits {
   static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
   static constexpr int kBlockN = 128;             // keys per block: 64 per consumer warpgroup
   static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
-  static constexpr int kStages = 2;               // Q, dO, lse, D
+  static constexpr int kStages = kStages_;        // Q, dO, lse, D
   static constexpr int kBoxes = kHeadDim / 64;    // 64-column (128-byte) TMA boxes per row
   static constexpr int kKBytes = kBoxes * kBlockN * 128;  // K (and V): 128 keys
   static constexpr int kQBytes = kBoxes * kBlockM * 128;  // one stage of Q (and of dO)
@@ -99,19 +101,24 @@ struct HopperBwdArgs {
 
 // Grid (ceil(max_sk / 128), nheads_kv, batch), 384 threads, Tr::kSmemBytes dynamic shared memory.
 // dq_accum zeroed, dsum and lse_log2 written by attn_bwd_dsum_kernel first.
-template <typename T, int kHeadDim, bool kScoreMod>
+// kStages: HopperBwdTraits' kStages_. kSharedSpace: the tiles' base aligned by align_smem, so
+// the dS^T and dQ tile stores and the lse / D loads are STS / LDS; false: through uintptr_t,
+// generic ST.E / LD.E (both measured by bench/experiments/attention_bwd_hopper_ablation.cu).
+template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperBwdTraits<kHeadDim>;
+  using Tr = HopperBwdTraits<kHeadDim, kStages_>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
   extern __shared__ unsigned char smem_raw[];
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
   __shared__ uint64_t kv_full, full[kStages], empty[kStages], ds_full[2], ds_empty[2];
   // 128B-swizzled tiles start on a 1024-byte boundary.
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem =
+      kSharedSpace ? align_smem<1024>(smem_raw)
+                   : reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sk = smem;                         // K: kBoxes x 128 rows
   unsigned char* sv = sk + Tr::kKBytes;             // V
   unsigned char* sq = sv + Tr::kKBytes;             // (kStages, kBoxes x 64 rows)

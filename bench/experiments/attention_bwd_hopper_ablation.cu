@@ -1,0 +1,168 @@
+// Experiment (not a rung): variants of attention backward rung 3's main kernel against the
+// library's rung 3 in the same process — Q / dO stages (2, or 3 at head dim 128: the most that
+// fits) and how the shared tiles are addressed (kSharedSpace: STS / LDS, or generic ST.E / LD.E
+// through a uintptr_t-aligned base). Each variant runs inside the library's attention_bwd
+// (validation, workspace, preprocess, dq conversion: detail::attention_bwd_with_main), so the
+// times compare with the benchmark's attn_bwd rows. bf16, (batch, seqlen, heads, d) contiguous,
+// 16k tokens and model dim 2048 as in bench/cases_attention.cu. Built as
+// build/*/bench/experiment_attention_bwd_hopper_ablation; quoted in docs/ladder/attention.md.
+// Timing: the benchmark harness (warm-up, L2 flushed, median of CUDA events), variants in turn,
+// then again in reverse order (the card's clocks drift over a run). Correctness: dq, dk, dv of
+// each variant, poisoned with NaN before the launch, against the library's rung 3: within 2^-8
+// of max |ref| (dk, dv: the same products in the same order; dq: its fp32 adds land in L2 in a
+// varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
+// Usage: experiment_attention_bwd_hopper_ablation [out.json]
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "bench/cases.h"
+#include "bench/harness.h"
+#include "flashlab/attention.h"
+#include "src/attention_bwd_hopper_launch.cuh"
+#include "src/attention_launch.h"
+
+using namespace flashlab;
+
+namespace {
+
+struct Config {
+  int64_t seqlen, headdim;
+  bool causal;
+};
+
+std::vector<float> download_bf16(const void* p, int64_t n) {
+  std::vector<uint16_t> raw(n);
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
+    std::memcpy(&out[i], &bits, 4);
+  }
+  return out;
+}
+
+// Largest |got - want| over max |want|, and the NaNs in got.
+struct Diff {
+  double rel = 0;
+  int64_t nans = 0;
+};
+Diff compare(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0, max_ref = 0;
+  Diff d;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_ref = std::fmax(max_ref, std::fabs(want[i]));
+    if (std::isnan(got[i])) ++d.nans;
+    else worst = std::fmax(worst, std::fabs(got[i] - want[i]));
+  }
+  d.rel = max_ref > 0 ? worst / max_ref : worst;
+  return d;
+}
+
+struct Variant {
+  const char* name;
+  detail::AttnBwdMainLaunch main;  // nullptr: the library's rung 3
+};
+
+template <int kD, int kStages, bool kShared>
+void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
+  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared>(p, dtype, s);
+}
+
+template <int kD>
+std::vector<Variant> variants() {
+  std::vector<Variant> v = {{"rung3_library", nullptr},
+                            {"stages2_generic", main_variant<kD, 2, false>},
+                            {"stages2_shared", main_variant<kD, 2, true>}};
+  if constexpr (kD == 128) {
+    v.push_back({"stages3_generic", main_variant<kD, 3, false>});
+    v.push_back({"stages3_shared", main_variant<kD, 3, true>});
+  }
+  return v;
+}
+
+template <int kD>
+void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
+  const int64_t batch = 16384 / c.seqlen, heads = 2048 / c.headdim, n = batch * c.seqlen * heads * c.headdim;
+  bench::DeviceMem q(n * 2), k(n * 2), v(n * 2), out(n * 2), dout(n * 2), dq(n * 2), dk(n * 2), dv(n * 2),
+      lse(batch * heads * c.seqlen * 4);
+  bench::fill_random(q.p, n, 1, 91, h.stream());
+  bench::fill_random(k.p, n, 1, 92, h.stream());
+  bench::fill_random(v.p, n, 1, 93, h.stream());
+  bench::fill_random(dout.p, n, 1, 94, h.stream());
+  const std::vector<int64_t> shape = {batch, c.seqlen, heads, c.headdim};
+  const auto t = [&](void* p) { return bench::view(p, DType::kBF16, shape); };
+  const TensorView lse_v = bench::view(lse.p, DType::kF32, {batch, heads, c.seqlen});
+  AttnBwdOptions opt;
+  opt.causal = c.causal;
+  opt.softmax_lse = &lse_v;
+  attention_fwd(t(q.p), t(k.p), t(v.p), t(out.p), h.stream(), kAttnFwdRungAuto, opt);
+  const auto run = [&](const Variant& var) {
+    if (var.main == nullptr) attention_bwd(t(q.p), t(k.p), t(v.p), t(out.p), t(dout.p), t(dq.p), t(dk.p), t(dv.p), h.stream(), 3, opt);
+    else
+      detail::attention_bwd_with_main(t(q.p), t(k.p), t(v.p), t(out.p), t(dout.p), t(dq.p), t(dk.p), t(dv.p), h.stream(), 3,
+                                      opt, var.main);
+  };
+  const std::vector<Variant> vars = variants<kD>();
+  run(vars[0]);
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
+  const std::vector<float> want_q = download_bf16(dq.p, n), want_k = download_bf16(dk.p, n), want_v = download_bf16(dv.p, n);
+  const double flops = 2.5 * 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+  std::vector<std::vector<double>> ms(vars.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < vars.size(); ++i) {
+      const size_t j = pass == 0 ? i : vars.size() - 1 - i;
+      ms[j].push_back(h.time_ms([&] { run(vars[j]); }));
+    }
+  }
+  for (size_t j = 0; j < vars.size(); ++j) {
+    for (void* g : {dq.p, dk.p, dv.p}) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(g, 0xff, n * 2, h.stream()));  // NaN
+    run(vars[j]);
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
+    const Diff eq = compare(download_bf16(dq.p, n), want_q), ek = compare(download_bf16(dk.p, n), want_k),
+               ev = compare(download_bf16(dv.p, n), want_v);
+    const double rel = std::fmax(eq.rel, std::fmax(ek.rel, ev.rel));
+    const int64_t nans = eq.nans + ek.nans + ev.nans;
+    const bool ok = nans == 0 && rel <= 1.0 / 256;
+    all_ok &= ok;
+    const double best = std::fmin(ms[j][0], ms[j][1]);
+    std::printf("d %3lld seqlen %5lld causal %d  %-16s %8.4f / %8.4f ms  %6.1f TFLOP/s  max rel diff dq %.1e dk %.1e dv %.1e  NaN %lld  %s\n",
+                static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, vars[j].name, ms[j][0],
+                ms[j][1], flops / (best * 1e-3) / 1e12, eq.rel, ek.rel, ev.rel, static_cast<long long>(nans), ok ? "ok" : "FAIL");
+    bench::Row r;
+    r.op = "attn_bwd_ablation";
+    r.impl = vars[j].name;
+    r.dtype = "bf16";
+    r.shape = {{"batch", batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", heads}, {"nheads_kv", heads},
+               {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
+    r.ms = best;
+    r.flops = flops;
+    r.bytes = 8.0 * n * 2;
+    r.extra["ms_first_pass"] = ms[j][0];
+    r.extra["ms_second_pass"] = ms[j][1];
+    r.extra["max_rel_diff_vs_rung3"] = rel;
+    h.add(r);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Options opt;
+  opt.min_reps = 20;
+  if (argc > 1) opt.out = argv[1];
+  bench::Harness h(opt);
+  bool all_ok = true;
+  for (bool causal : {false, true}) {
+    for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
+    run_config<64>(h, {2048, 64, causal}, all_ok);
+  }
+  h.write_json();
+  std::printf(all_ok ? "all variants ok\n" : "FAIL: a variant differs from rung 3 or left NaN\n");
+  return all_ok ? 0 : 1;
+}
