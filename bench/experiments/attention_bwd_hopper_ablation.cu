@@ -11,7 +11,9 @@
 // each variant, poisoned with NaN before the launch, against the library's rung 3: within 2^-8
 // of max |ref| (dk, dv: the same products in the same order; dq: its fp32 adds land in L2 in a
 // varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
-// pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone.
+// pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone;
+// pre_post_plus_warp_per_row adds them once more in their one-warp-per-row form (before
+// 2026-11-26), whose cost is the difference.
 // Usage: experiment_attention_bwd_hopper_ablation [out.json]
 #include <cmath>
 #include <cstdint>
@@ -75,6 +77,16 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
+// No main kernel, but the preprocess and the conversion once more as they were before
+// 2026-11-26: one warp per row (kLanes = 32 at every head dim). Its time minus pre_post_only's
+// is theirs.
+void warp_per_row_pre_post(const AttnBwdParams& p, DType, cudaStream_t s) {
+  const dim3 pre(static_cast<unsigned>(p.dsum_rows / 4), p.nheads, p.batch);
+  FLASHLAB_LAUNCH((kernels::attn_bwd_dsum_kernel<__nv_bfloat16, 32>), pre, 128, 0, s, p);
+  const dim3 post(static_cast<unsigned>((p.seqlen_q + 3) / 4), p.nheads, p.batch);
+  FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_kernel<__nv_bfloat16, 32>), post, 128, 0, s, p);
+}
+
 template <int kD, int kStages, bool kShared>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
   detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared>(p, dtype, s);
@@ -90,6 +102,7 @@ std::vector<Variant> variants() {
     v.push_back({"stages3_shared", main_variant<kD, 3, true>});
   }
   v.push_back({"pre_post_only", no_main, false});
+  v.push_back({"pre_post_plus_warp_per_row", warp_per_row_pre_post, false});
   return v;
 }
 
