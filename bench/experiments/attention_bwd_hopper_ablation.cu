@@ -12,8 +12,8 @@
 // of max |ref| (dk, dv: the same products in the same order; dq: its fp32 adds land in L2 in a
 // varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
 // pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone;
-// pre_post_plus_warp_per_row adds them once more in their one-warp-per-row form (before
-// 2026-11-26), whose cost is the difference.
+// pre_post_plus_rows adds them once more in the prepared rows form (several rows per warp), whose
+// cost is the difference; rows_pre_then_main checks that form's preprocess.
 // Usage: experiment_attention_bwd_hopper_ablation [out.json]
 #include <cmath>
 #include <cstdint>
@@ -77,14 +77,34 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
-// No main kernel, but the preprocess and the conversion once more as they were before
-// 2026-11-26: one warp per row (kLanes = 32 at every head dim). Its time minus pre_post_only's
-// is theirs.
-void warp_per_row_pre_post(const AttnBwdParams& p, DType, cudaStream_t s) {
-  const dim3 pre(static_cast<unsigned>(p.dsum_rows / 4), p.nheads, p.batch);
-  FLASHLAB_LAUNCH((kernels::attn_bwd_dsum_kernel<__nv_bfloat16, 32>), pre, 128, 0, s, p);
-  const dim3 post(static_cast<unsigned>((p.seqlen_q + 3) / 4), p.nheads, p.batch);
-  FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_kernel<__nv_bfloat16, 32>), post, 128, 0, s, p);
+// The preprocess and the conversion with kernels::attn_bwd_row_lanes(d) lanes per row
+// (attn_bwd_dsum_rows_kernel, attn_bwd_dq_convert_rows_kernel; prepared, the library still runs a
+// warp per row).
+template <int kD>
+void launch_rows_pre(const AttnBwdParams& p, cudaStream_t s) {
+  constexpr int kLanes = kernels::attn_bwd_row_lanes(kD), kRows = 4 * (32 / kLanes);
+  const dim3 grid(static_cast<unsigned>(p.dsum_rows / kRows), p.nheads, p.batch);
+  FLASHLAB_LAUNCH((kernels::attn_bwd_dsum_rows_kernel<__nv_bfloat16, kLanes>), grid, 128, 0, s, p);
+}
+template <int kD>
+void launch_rows_post(const AttnBwdParams& p, cudaStream_t s) {
+  constexpr int kLanes = kernels::attn_bwd_row_lanes(kD), kRows = 4 * (32 / kLanes);
+  const dim3 grid(static_cast<unsigned>((p.seqlen_q + kRows - 1) / kRows), p.nheads, p.batch);
+  FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_rows_kernel<__nv_bfloat16, kLanes>), grid, 128, 0, s, p);
+}
+// Timing only: no main kernel, the rows form of both once more (its cost: the difference to
+// pre_post_only).
+template <int kD>
+void rows_pre_post_extra(const AttnBwdParams& p, DType, cudaStream_t s) {
+  launch_rows_pre<kD>(p, s);
+  launch_rows_post<kD>(p, s);
+}
+// Checked: the rows preprocess redone over the library's (D, lse log2(e), dq_accum zeroed: the
+// same values), then the library's main kernel: the gradients must not change.
+template <int kD>
+void rows_pre_then_main(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
+  launch_rows_pre<kD>(p, s);
+  detail::launch_attn_bwd_hopper(p, dtype, s);
 }
 
 template <int kD, int kStages, bool kShared>
@@ -102,7 +122,8 @@ std::vector<Variant> variants() {
     v.push_back({"stages3_shared", main_variant<kD, 3, true>});
   }
   v.push_back({"pre_post_only", no_main, false});
-  v.push_back({"pre_post_plus_warp_per_row", warp_per_row_pre_post, false});
+  v.push_back({"pre_post_plus_rows", rows_pre_post_extra<kD>, false});
+  v.push_back({"rows_pre_then_main", rows_pre_then_main<kD>});
   return v;
 }
 
