@@ -27,6 +27,7 @@
 #include "bench/cases.h"
 #include "bench/harness.h"
 #include "flashlab/attention.h"
+#include "bench/experiments/attention_experiment.h"
 #include "src/attention_bwd_hopper_launch.cuh"
 #include "src/attention_launch.h"
 
@@ -34,21 +35,8 @@ using namespace flashlab;
 
 namespace {
 
-struct Config {
-  int64_t seqlen, headdim;
-  bool causal;
-};
-
-std::vector<float> download_bf16(const void* p, int64_t n) {
-  std::vector<uint16_t> raw(n);
-  FLASHLAB_CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> out(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
-    std::memcpy(&out[i], &bits, 4);
-  }
-  return out;
-}
+using bench::attention_experiment::Config;
+using bench::attention_experiment::download_bf16;
 
 // Largest |got - want| over max |want|, and the NaNs in got.
 struct Diff {
@@ -129,7 +117,7 @@ std::vector<Variant> variants() {
 
 template <int kD>
 void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
-  const int64_t batch = 16384 / c.seqlen, heads = 2048 / c.headdim, n = batch * c.seqlen * heads * c.headdim;
+  const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
   bench::DeviceMem q(n * 2), k(n * 2), v(n * 2), out(n * 2), dout(n * 2), dq(n * 2), dk(n * 2), dv(n * 2),
       lse(batch * heads * c.seqlen * 4);
   bench::fill_random(q.p, n, 1, 91, h.stream());
@@ -175,15 +163,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
     std::printf("d %3lld seqlen %5lld causal %d  %-16s %8.4f / %8.4f ms  %6.1f TFLOP/s  max rel diff dq %.1e dk %.1e dv %.1e  NaN %lld  %s\n",
                 static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, vars[j].name, ms[j][0],
                 ms[j][1], flops / (best * 1e-3) / 1e12, eq.rel, ek.rel, ev.rel, static_cast<long long>(nans), !vars[j].checked ? "(timing only)" : ok ? "ok" : "FAIL");
-    bench::Row r;
-    r.op = "attn_bwd_ablation";
-    r.impl = vars[j].name;
-    r.dtype = "bf16";
-    r.shape = {{"batch", batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", heads}, {"nheads_kv", heads},
-               {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
-    r.ms = best;
-    r.flops = flops;
-    r.bytes = 8.0 * n * 2;
+    bench::Row r = bench::attention_experiment::variant_row("attn_bwd_ablation", vars[j].name, c, best, flops, 8.0 * n * 2);
     r.extra["ms_first_pass"] = ms[j][0];
     r.extra["ms_second_pass"] = ms[j][1];
     r.extra["max_rel_diff_vs_rung3"] = rel;

@@ -22,16 +22,15 @@
 #include "bench/cases.h"
 #include "bench/harness.h"
 #include "flashlab/attention.h"
+#include "bench/experiments/attention_experiment.h"
 #include "src/attention_hopper_hdim.cuh"
 
 using namespace flashlab;
 
 namespace {
 
-struct Config {
-  int64_t seqlen, headdim;
-  bool causal;
-};
+using bench::attention_experiment::Config;
+using bench::attention_experiment::download_bf16;
 
 // Kernel parameters for contiguous (batch, seqlen, heads, d) tensors, as attention_fwd builds them.
 AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, void* k, void* v, void* o) {
@@ -49,17 +48,6 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
   return p;
 }
 
-std::vector<float> download_bf16(const void* p, int64_t n) {
-  std::vector<uint16_t> raw(n);
-  FLASHLAB_CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> out(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
-    std::memcpy(&out[i], &bits, 4);
-  }
-  return out;
-}
-
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN>(p, DType::kBF16, s);
@@ -67,7 +55,7 @@ void launch(const AttnFwdParams& p, cudaStream_t s) {
 
 template <int kD>
 void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
-  const int64_t batch = 16384 / c.seqlen, heads = 2048 / c.headdim, n = batch * c.seqlen * heads * c.headdim;
+  const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
   bench::DeviceMem q(n * 2), k(n * 2), v(n * 2), out(n * 2), ref(n * 2);
   bench::fill_random(q.p, n, 1, 81, h.stream());
   bench::fill_random(k.p, n, 1, 82, h.stream());
@@ -128,15 +116,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
     std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
                 static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, var.name, ms,
                 flops / (ms * 1e-3) / 1e12, rel, static_cast<long long>(nans), ok ? "ok" : "FAIL");
-    bench::Row r;
-    r.op = "attn_fwd_ablation";
-    r.impl = var.name;
-    r.dtype = "bf16";
-    r.shape = {{"batch", batch}, {"seqlen_q", c.seqlen}, {"seqlen_k", c.seqlen}, {"nheads_q", heads}, {"nheads_kv", heads},
-               {"headdim", c.headdim}, {"causal", c.causal ? 1 : 0}};
-    r.ms = ms;
-    r.flops = flops;
-    r.bytes = 4.0 * n * 2;
+    bench::Row r = bench::attention_experiment::variant_row("attn_fwd_ablation", var.name, c, ms, flops, 4.0 * n * 2);
     r.extra["max_rel_diff_vs_rung4"] = rel;
     h.add(r);
   }
