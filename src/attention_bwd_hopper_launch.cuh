@@ -12,8 +12,8 @@
 
 namespace flashlab::detail {
 
-// kStages, kSharedSpace: attn_bwd_hopper_kernel's (kernels/attention/backward/03_hopper.cuh).
-template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false>
+// kStages, kSharedSpace, kDqFirst: attn_bwd_hopper_kernel's (kernels/attention/backward/03_hopper.cuh).
+template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false, bool kDqFirst = false>
 void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperBwdTraits<kHeadDim, kStages>;
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -36,7 +36,7 @@ void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStr
   const int64_t dq_dims[4] = {kHeadDim, p.nheads, rows, 1};
   const int64_t dq_strides[3] = {kHeadDim * 4, p.nheads * kHeadDim * 4, rows * p.nheads * kHeadDim * 4};
   args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, 64, 1});
-  const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace>;
+  const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

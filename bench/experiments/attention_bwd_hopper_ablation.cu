@@ -1,7 +1,8 @@
 // Experiment (not a rung): variants of attention backward rung 3's main kernel against the
 // library's rung 3 in the same process — Q / dO stages (2, or 3 at head dim 128: the most that
-// fits) and how the shared tiles are addressed (kSharedSpace: STS / LDS, or generic ST.E / LD.E
-// through a uintptr_t-aligned base). Each variant runs inside the library's attention_bwd
+// fits), how the shared tiles are addressed (kSharedSpace: STS / LDS, or generic ST.E / LD.E
+// through a uintptr_t-aligned base) and the previous step's dQ product issued before this step's
+// dK (kDqFirst). Each variant runs inside the library's attention_bwd
 // (validation, workspace, preprocess, dq conversion: detail::attention_bwd_with_main), so the
 // times compare with the benchmark's attn_bwd rows. bf16, (batch, seqlen, heads, d) contiguous,
 // 16k tokens and model dim 2048 as in bench/cases_attention.cu. Built as
@@ -95,9 +96,9 @@ void rows_pre_then_main(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
   detail::launch_attn_bwd_hopper(p, dtype, s);
 }
 
-template <int kD, int kStages, bool kShared>
+template <int kD, int kStages, bool kShared, bool kDqFirst = false>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared>(p, dtype, s);
+  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst>(p, dtype, s);
 }
 
 template <int kD>
@@ -109,6 +110,8 @@ std::vector<Variant> variants() {
     v.push_back({"stages3_generic", main_variant<kD, 3, false>});
     v.push_back({"stages3_shared", main_variant<kD, 3, true>});
   }
+  // dQ's product issued before dK's (kDqFirst), on the library's form of each head dim.
+  v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
   v.push_back({"pre_post_only", no_main, false});
   v.push_back({"pre_post_plus_rows", rows_pre_post_extra<kD>, false});
   v.push_back({"rows_pre_then_main", rows_pre_then_main<kD>});

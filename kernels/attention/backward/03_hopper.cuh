@@ -42,6 +42,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -104,7 +105,12 @@ struct HopperBwdArgs {
 // kStages: HopperBwdTraits' kStages_. kSharedSpace: the tiles' base aligned by align_smem, so
 // the dS^T and dQ tile stores and the lse / D loads are STS / LDS; false: through uintptr_t,
 // generic ST.E / LD.E (both measured by bench/experiments/attention_bwd_hopper_ablation.cu).
-template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false>
+// kDqFirst (prepared 2026-11-26, not yet measured): a step issues the previous step's dQ product
+// before its own dK product and waits only for dQ, so that dQ's tile stores, barriers and TMA
+// reduction run while dK is on the tensor cores (without it, the dQ step's wait drains dK and dQ
+// together and the consumer's tensor work stops for the whole dQ epilogue). The Q stage is
+// released after dK completes.
+template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -209,8 +215,11 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // reduction has finished reading it), and one thread adds the tile to dq_accum by TMA
   // (cp.reduce.async.bulk .add: the additions happen in L2, nothing comes back to the SM). Rows
   // past the sequence's end get dS = 0, so they add 0 to the rows after it. Waits for every
-  // wgmma in flight (this step's dV and dK too).
-  const auto dq_step = [&](int st) {
+  // wgmma in flight (this step's dV and dK too) except issue_behind's.
+  // issue_behind: nullptr, or (kDqFirst) the current step's dK product, issued right after dQ's;
+  // the wait then leaves it in flight.
+  const auto dq_step = [&](int st, auto&& issue_behind) {
+    constexpr bool kBehind = !std::is_same_v<std::decay_t<decltype(issue_behind)>, std::nullptr_t>;
     const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
     // A: this consumer's 64 rows of dS (by rows: the cw-th 64-row box of dS^T), B: its columns of K
     // (by columns: the cw-th half of each key's row, 64 or 32 columns).
@@ -226,10 +235,15 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_rows + kk * 16 * 128, kN * 128, 1024),
                                                 wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<0>();
+    if constexpr (kBehind) {
+      issue_behind();
+      wgmma_wait<1>();  // dV and dQ done; dK still running
+    } else {
+      wgmma_wait<0>();
+    }
     wgmma_fence_operands(dq);
     wgmma_fence_operands(dv);
-    wgmma_fence_operands(dk);
+    if constexpr (!kBehind) wgmma_fence_operands(dk);
     mbarrier_arrive(&ds_empty[st % 2]);
     unsigned char* dq_tile = sdq + cw * Tr::kDqBytes;
     if (t128 == 0) tma_store_wait_all<true>();
@@ -389,23 +403,32 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // dK += dS^T Q: A = this consumer's 64 keys of dS^T (K-major: 16 rows are 32 bytes along a
     // key's row of a 64-row box), B = Q (MN-major, as dO above).
     const uint32_t ds_base = smem_u32(ds_buf);
-    wgmma_fence_operands(dk);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kM / 16; ++kk)
-      Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cw * 64 * 128 + (kk % 4) * 32, 16, 1024),
-                                       wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024), 1);
-    wgmma_commit();
-    if (st > 0) {
-      dq_step(st - 1);
-    } else {
-      wgmma_wait<0>();
-      wgmma_fence_operands(dv);
+    const auto issue_dk = [&] {
       wgmma_fence_operands(dk);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kM / 16; ++kk)
+        Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cw * 64 * 128 + (kk % 4) * 32, 16, 1024),
+                                         wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024), 1);
+      wgmma_commit();
+    };
+    if (kDqFirst && st > 0) {
+      dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
+      wgmma_wait<0>();            // dK done: the Q stage may go
+      wgmma_fence_operands(dk);
+    } else {
+      issue_dk();
+      if (st > 0) {
+        dq_step(st - 1, nullptr);
+      } else {
+        wgmma_wait<0>();
+        wgmma_fence_operands(dv);
+        wgmma_fence_operands(dk);
+      }
     }
     mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
   }
-  if (n_steps > 0) dq_step(n_steps - 1);
+  if (n_steps > 0) dq_step(n_steps - 1, nullptr);
   if (t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's keys, written once (0 where no step ran).
