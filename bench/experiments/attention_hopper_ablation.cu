@@ -8,7 +8,9 @@
 // equal the library's rung 4 output within 2^-8 relative to max |out| (the overlap variants
 // change nothing but the order of issue; differences mean a bug; other key-block widths and rung
 // 3 sum in another order: 2^-6) and contain no NaN; else FAIL, exit 1. Also other key-block widths.
-// Usage: experiment_attention_hopper_ablation [out.json]
+// --block-widths: only the library and the other key-block widths at d 128, seqlen 1k..16k,
+// two timing passes each.
+// Usage: experiment_attention_hopper_ablation [--block-widths] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -53,8 +55,10 @@ void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN>(p, DType::kBF16, s);
 }
 
+// widths_only (--block-widths): the library and the other key-block widths only, each timed in two
+// passes (forward, then reverse order; the best of the two reported).
 template <int kD>
-void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
+void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool widths_only = false) {
   const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
   bench::DeviceMem q(n * 2), k(n * 2), v(n * 2), out(n * 2), ref(n * 2);
   bench::fill_random(q.p, n, 1, 81, h.stream());
@@ -94,7 +98,21 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
   }
   if constexpr (kD == 64) variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
   if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
-  for (const Variant& var : variants) {
+  if (widths_only) {
+    std::vector<Variant> kept;
+    for (const Variant& var : variants)
+      if (std::string(var.name) == "rung4_library" || std::string(var.name).rfind("kBlockN=", 0) == 0) kept.push_back(var);
+    variants = kept;
+  }
+  // Timings first (widths_only: a second pass in reverse order), then the checks.
+  std::vector<double> ms(variants.size(), 1e30);
+  for (int pass = 0; pass < (widths_only ? 2 : 1); ++pass)
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const size_t j = pass == 0 ? i : variants.size() - 1 - i;
+      ms[j] = std::fmin(ms[j], h.time_ms(variants[j].fn));
+    }
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    const Variant& var = variants[vi];
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
     var.fn();
     FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
@@ -112,11 +130,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
     const bool other_order = name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0;
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
-    const double ms = h.time_ms(var.fn);
     std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
-                static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, var.name, ms,
-                flops / (ms * 1e-3) / 1e12, rel, static_cast<long long>(nans), ok ? "ok" : "FAIL");
-    bench::Row r = bench::attention_experiment::variant_row("attn_fwd_ablation", var.name, c, ms, flops, 4.0 * n * 2);
+                static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, var.name, ms[vi],
+                flops / (ms[vi] * 1e-3) / 1e12, rel, static_cast<long long>(nans), ok ? "ok" : "FAIL");
+    bench::Row r = bench::attention_experiment::variant_row("attn_fwd_ablation", var.name, c, ms[vi], flops, 4.0 * n * 2);
     r.extra["max_rel_diff_vs_rung4"] = rel;
     h.add(r);
   }
@@ -127,13 +144,19 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
 int main(int argc, char** argv) {
   bench::Options opt;
   opt.min_reps = 20;
-  if (argc > 1) opt.out = argv[1];
+  const bool widths = argc > 1 && std::string(argv[1]) == "--block-widths";
+  if (argc > 1 + widths) opt.out = argv[1 + widths];
   bench::Harness h(opt);
   bool all_ok = true;
-  for (bool causal : {false, true}) {
-    for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
-    run_config<64>(h, {2048, 64, causal}, all_ok);
-    run_config<256>(h, {2048, 256, causal}, all_ok);
+  if (widths) {  // the key-block widths at d 128 over the benchmark's sequence lengths
+    for (bool causal : {false, true})
+      for (int64_t s : {1024, 2048, 4096, 8192, 16384}) run_config<128>(h, {s, 128, causal}, all_ok, true);
+  } else {
+    for (bool causal : {false, true}) {
+      for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
+      run_config<64>(h, {2048, 64, causal}, all_ok);
+      run_config<256>(h, {2048, 256, causal}, all_ok);
+    }
   }
   h.write_json();
   std::printf(all_ok ? "all variants ok\n" : "FAIL: a variant differs from rung 4 or left NaN\n");
