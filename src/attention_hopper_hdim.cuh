@@ -48,8 +48,10 @@ CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
   return make_tensor_map_4d(vt, DType::kE4M3, dims, strides, box);
 }
 
-template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false>
-void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+// The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8: V transposed into the
+// stream's workspace first.
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kPaged = false>
+kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T))>;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
@@ -94,6 +96,13 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
                              p.o_batch_stride, 64);
   }
   args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
+  return args;
+}
+
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false>
+void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T))>;
+  const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged>(p, dtype, stream);
   const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
   FLASHLAB_CHECK(ctas <= INT_MAX, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'",
                  ": expected at most 2^31 - 1 query blocks of 128 rows x heads x batches for rung 4, got ", ctas);

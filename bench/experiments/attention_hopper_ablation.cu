@@ -8,9 +8,10 @@
 // equal the library's rung 4 output within 2^-8 relative to max |out| (the overlap variants
 // change nothing but the order of issue; differences mean a bug; other key-block widths and rung
 // 3 sum in another order: 2^-6) and contain no NaN; else FAIL, exit 1. Also other key-block widths.
-// --block-widths: only the library and the other key-block widths at d 128, seqlen 1k..16k,
-// two timing passes each.
-// Usage: experiment_attention_hopper_ablation [--block-widths] [out.json]
+// Also the persistent kernel with a dynamic tile scheduler (04_hopper_persistent.cuh, prepared).
+// --sweep: only the library, the other key-block widths and the persistent kernel at d 128,
+// seqlen 1k..16k, two timing passes each.
+// Usage: experiment_attention_hopper_ablation [--sweep] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "flashlab/attention.h"
 #include "bench/experiments/attention_experiment.h"
 #include "src/attention_hopper_hdim.cuh"
+#include "src/attention_hopper_persistent_launch.cuh"
 
 using namespace flashlab;
 
@@ -55,10 +57,10 @@ void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN>(p, DType::kBF16, s);
 }
 
-// widths_only (--block-widths): the library and the other key-block widths only, each timed in two
-// passes (forward, then reverse order; the best of the two reported).
+// sweep (--sweep): the library, the other key-block widths and the persistent kernel only, each
+// timed in two passes (forward, then reverse order; the best of the two reported).
 template <int kD>
-void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool widths_only = false) {
+void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = false) {
   const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
   bench::DeviceMem q(n * 2), k(n * 2), v(n * 2), out(n * 2), ref(n * 2);
   bench::fill_random(q.p, n, 1, 81, h.stream());
@@ -98,15 +100,23 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool widths_on
   }
   if constexpr (kD == 64) variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
   if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
-  if (widths_only) {
+  // The persistent kernel with its dynamic tile scheduler (kernels/attention/04_hopper_persistent.cuh;
+  // head dims up to 128).
+  if constexpr (kD <= 128)
+    variants.push_back({"persistent", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream());
+                        }});
+  if (sweep) {
     std::vector<Variant> kept;
     for (const Variant& var : variants)
-      if (std::string(var.name) == "rung4_library" || std::string(var.name).rfind("kBlockN=", 0) == 0) kept.push_back(var);
+      if (std::string(var.name) == "rung4_library" || std::string(var.name) == "persistent" ||
+          std::string(var.name).rfind("kBlockN=", 0) == 0)
+        kept.push_back(var);
     variants = kept;
   }
-  // Timings first (widths_only: a second pass in reverse order), then the checks.
+  // Timings first (sweep: a second pass in reverse order), then the checks.
   std::vector<double> ms(variants.size(), 1e30);
-  for (int pass = 0; pass < (widths_only ? 2 : 1); ++pass)
+  for (int pass = 0; pass < (sweep ? 2 : 1); ++pass)
     for (size_t i = 0; i < variants.size(); ++i) {
       const size_t j = pass == 0 ? i : variants.size() - 1 - i;
       ms[j] = std::fmin(ms[j], h.time_ms(variants[j].fn));
@@ -144,11 +154,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool widths_on
 int main(int argc, char** argv) {
   bench::Options opt;
   opt.min_reps = 20;
-  const bool widths = argc > 1 && std::string(argv[1]) == "--block-widths";
-  if (argc > 1 + widths) opt.out = argv[1 + widths];
+  const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
+  if (argc > 1 + sweep) opt.out = argv[1 + sweep];
   bench::Harness h(opt);
   bool all_ok = true;
-  if (widths) {  // the key-block widths at d 128 over the benchmark's sequence lengths
+  if (sweep) {  // d 128 over the benchmark's sequence lengths
     for (bool causal : {false, true})
       for (int64_t s : {1024, 2048, 4096, 8192, 16384}) run_config<128>(h, {s, 128, causal}, all_ok, true);
   } else {
