@@ -41,7 +41,8 @@
 // producer loading whole key blocks as a TMA box per page (and V k-step-major at pages of 16),
 // the last block of a request by cp.async copies, zero-filled (HopperAttnArgs, below).
 // Limits: not persistent (one CTA per query block: a persistent version with static tile
-// striding measured slower, causal 16k 599 -> 417 TFLOP/s, a80b187); the producer loads Q per
+// striding measured slower, causal 16k 599 -> 417 TFLOP/s, a80b187; a dynamic one is prepared in
+// 04_hopper_persistent.cuh, not yet measured); the producer loads Q per
 // CTA; FP8 reaches 1.34x the bf16 rate at 8k (cf57815): its softmax is now the larger part.
 #pragma once
 
