@@ -123,8 +123,11 @@ __global__ void __launch_bounds__(384, 1)
         tile_of[qs] = -1;
         mbarrier_arrive(&q_full[qs]);
         // This CTA's last draw is done (the loop's exit depended on its value); the last CTA to
-        // get here leaves the counters zero for the next launch.
+        // get here leaves the counters zero for the next launch. The fences order each CTA's
+        // draws before its count, and every count before the reset (the atomics are relaxed).
+        __threadfence();
         if (atomicAdd(counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+          __threadfence();
           atomicExch(counters, 0);
           atomicExch(counters + 1, 0);
         }

@@ -98,7 +98,10 @@ void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind) {
       buf = Buffer{};
     }
     FLASHLAB_CUDA_CHECK(cudaMalloc(&buf.ptr, static_cast<size_t>(bytes)));
-    FLASHLAB_CUDA_CHECK(cudaMemset(buf.ptr, 0, static_cast<size_t>(bytes)));
+    // On the caller's stream: cudaMemset runs on the legacy default stream, which a non-blocking
+    // stream's next kernel does not wait for (a kernel reading kCounters could see the memset
+    // land halfway through).
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(buf.ptr, 0, static_cast<size_t>(bytes), stream));
     buf.bytes = bytes;
   }
   return buf.ptr;
