@@ -114,6 +114,12 @@ def _pct(value, peak) -> str:
     return f"{100 * value / peak:.1f}%" if value and peak else "–"
 
 
+def _pct_peak16(row: dict, peak) -> str:
+    """Share of the run's measured bf16 GEMM rate (peaks.gemm_bf16_TFLOPs) for 16-bit rows of a
+    compute-bound op; none for other dtypes (fp32 FMA and FP8 have other ceilings)."""
+    return _pct(common.row_TFLOPs(row), peak) if row.get("dtype") in ("bf16", "fp16") else "–"
+
+
 def _x(v) -> str:
     return f"{v:.2f}x" if v is not None else "–"
 
@@ -156,9 +162,10 @@ def results_table(doc: dict) -> str:
 
 def ladder_table(doc: dict, op: str) -> str:
     """Markdown for docs/ladder/<op>.md: the flashlab rungs of op, each case followed by its
-    peers, with speed-ups against rung 1 and against eager torch (compute-bound ops: TFLOP/s and
-    % of their baseline peer, e.g. cuBLAS, instead of TB/s, % copy peak and x vs torch)."""
-    copy_peak, _ = _peaks(doc)
+    peers, with speed-ups against rung 1 and against eager torch (compute-bound ops: TFLOP/s, %
+    of their baseline peer, e.g. cuBLAS, and, for 16-bit rows, % of the run's measured bf16 GEMM
+    peak, instead of TB/s, % copy peak and x vs torch)."""
+    copy_peak, gemm_peak = _peaks(doc)
     baseline_impl = COMPUTE_BASELINE.get(op)
     groups = {k: rs for k, rs in group_cases(doc.get("rows", [])).items()
               if k[0] == op and any(not common.is_peer(r) for r in rs)}
@@ -184,7 +191,8 @@ def ladder_table(doc: dict, op: str) -> str:
             if baseline_impl:
                 of_base = speedup(base_row, r)
                 cells += [fmt_ms(r["ms"]), fmt_num(common.row_TFLOPs(r)),
-                          f"{100 * of_base:.1f}%" if of_base is not None else "–", _x(speedup(rung1, r))]
+                          f"{100 * of_base:.1f}%" if of_base is not None else "–", _pct_peak16(r, gemm_peak),
+                          _x(speedup(rung1, r))]
                 out.append(cells)
                 continue
             cells += [fmt_ms(r["ms"]), fmt_num(common.row_TBps(r)),
@@ -195,7 +203,7 @@ def ladder_table(doc: dict, op: str) -> str:
                       _x(speedup(torch_row, r))]
             out.append(cells)
     header = ["rung", "name", "dtype"] + (["shape"] if many_shapes else []) + \
-             (["ms", "TFLOP/s", f"% of {baseline_impl}", "x vs rung 1"] if baseline_impl else
+             (["ms", "TFLOP/s", f"% of {baseline_impl}", "% of bf16 peak", "x vs rung 1"] if baseline_impl else
               ["ms", "TB/s", "% copy peak", "x vs rung 1", "x vs torch"])
     return _md_table(header, out, right_from=4 if many_shapes else 3)
 

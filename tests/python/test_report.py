@@ -147,6 +147,8 @@ def test_ladder_table_gemm_reads_as_share_of_cublas():
     assert [r[col["rung"]] for r in nn] == ["8", "9", "0"]  # rungs in order, then cuBLAS as rung 0
     top = _find(nn, "9")
     assert top[col["% of cublas"]] == "80.0%"
+    # share of the run's measured bf16 peak (750 TFLOP/s in _doc): 16-bit rows only
+    assert top[col["% of bf16 peak"]] == f"{100 * (2 * 4096 ** 3 / 0.25 / 1e9) / 750.0:.1f}%"
     assert top[col["TFLOP/s"]] == common.fmt_num(2 * 4096 ** 3 / 0.25 / 1e9)
     assert _find(nn, "cublas (peer)")[col["% of cublas"]] == "100.0%"
     nt = [r for r in rows if "layout=NT" in r[col["shape"]]]
