@@ -3,8 +3,8 @@
 // code in the same order, so out and lse must match bit for bit; out and lse are poisoned with
 // NaN before each launch. Cases the fixed-length experiment does not cover: varlen batches with
 // empty and short sequences (tiles skipped, tiles past a batch's rows), causal with seqlen_q !=
-// seqlen_k (tiles with no key), sliding windows, GQA and MQA, several tiles per CTA, fp16 and
-// bf16, head dims 64 and 128 (the kernel's reach: plain scores, 16-bit, d <= 128).
+// seqlen_k (tiles with no key), sliding windows, softcap, ALiBi, GQA and MQA, several tiles per
+// CTA, fp16 and bf16, head dims 64 and 128 (the kernel's reach: 16-bit, d <= 128).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,8 +33,10 @@ void run_persistent(const TensorView& q, const TensorView& k, const TensorView& 
   ASSERT_GT(p.total_q, 0);  // the launcher has no rung-3 fallback for empty packed tensors (yet)
   ASSERT_GT(p.total_k, 0);
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
-    if (p.headdim == 64) detail::launch_attn_hopper_persistent<T, 64, false>(p, q.dtype, nullptr);
-    else detail::launch_attn_hopper_persistent<T, 128, false>(p, q.dtype, nullptr);
+    BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+      if (p.headdim == 64) detail::launch_attn_hopper_persistent<T, 64, kScoreMod>(p, q.dtype, nullptr);
+      else detail::launch_attn_hopper_persistent<T, 128, kScoreMod>(p, q.dtype, nullptr);
+    });
   });
 }
 
@@ -54,7 +56,8 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng) {
   upload(dv.ptr, scatter(v, lk, c, cuk, c.hk));
   const int64_t lse_n = c.varlen ? c.h * total_q : c.batch * c.h * max_sq;
   DeviceBuffer lse4(lse_n * 4), lsep(lse_n * 4);
-  const CaseAux aux(c, cuq, cuk, {});
+  const std::vector<double> slopes = random_slopes(c, rng);
+  const CaseAux aux(c, cuq, cuk, slopes);
   const Device gpu{DeviceType::kCUDA, 0};
   const TensorView qv(dq.ptr, dt, lq.shape, lq.strides, gpu), kv(dk.ptr, dt, lk.shape, lk.strides, gpu),
       vv(dv.ptr, dt, lk.shape, lk.strides, gpu);
@@ -116,6 +119,15 @@ TEST(AttentionPersistent, SameAsRung4) {
       vl.batch = 5, vl.h = 4, vl.hk = 2, vl.d = d, vl.varlen = true, vl.causal = true;
       vl.lq = {300, 0, 1, 1000, 129};
       vl.lk = {300, 7, 0, 1000, 257};
+      check_same_as_rung4(dt, vl, rng);
+      // Softcap (causal) and ALiBi ((nheads,) slopes with a window; (batch, nheads) on varlen).
+      Case sc = fixed(2, 640, 640, 4, 4, d);
+      sc.causal = true, sc.softcap = 30.f;
+      check_same_as_rung4(dt, sc, rng);
+      Case al = fixed(2, 500, 800, 4, 2, d);
+      al.alibi = 1, al.wl = 300, al.wr = 0;
+      check_same_as_rung4(dt, al, rng);
+      vl.alibi = 2, vl.causal = false;
       check_same_as_rung4(dt, vl, rng);
     }
 }
