@@ -89,6 +89,8 @@ struct HopperAttnTraits {
   // One V block: like K (16-bit: wgmma reads it as an MN-major operand), or FP8 (8-bit wgmma has
   // no transposed operands) its transpose, head dims x 128 keys, K-major.
   static constexpr int kVBytes = kFp8 ? kHeadDim * 128 : kKBytes;
+  // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits) in Q K^T and in P V.
+  static constexpr int kQkSteps = kHeadDim * kElemBytes_ / 32, kPvSteps = kBlockN * kElemBytes_ / 32;
   static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;  // + alignment slack
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
   static_assert(!kFp8 || (kHeadDim == 128 && kBlockN == 128), "FP8: head dim 128 and key blocks of 128");
@@ -143,6 +145,146 @@ __device__ __forceinline__ uint32_t hopper_attn_step_swizzle(int row, int col) {
 __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int rows) {
   const int box = col / 64, chunk = (col % 64) / 8;
   return static_cast<uint32_t>(box * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2);
+}
+
+// A rung-4 consumer warpgroup's work on one key block, shared by attn_hopper_kernel and the
+// persistent kernel (04_hopper_persistent.cuh). Tr: HopperAttnTraits; T: the input element.
+
+// S = Q K^T into s (both operands K-major in shared memory: q_base, this warpgroup's 64 rows of
+// Q's boxes; k_base, the K block), one committed wgmma group.
+template <typename T, typename Tr>
+__device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2], uint32_t q_base, uint32_t k_base) {
+  wgmma_fence_operands(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Tr::kQkSteps; ++kk) {
+    // K-major operands: the next k-step is 32 bytes further along the 128-byte rows of a box.
+    const uint64_t da = wgmma_desc_sw128(q_base + (kk / 4) * Tr::kBlockM * 128 + (kk % 4) * 32, 16, 1024);
+    const uint64_t db = wgmma_desc_sw128(k_base + (kk / 4) * Tr::kBlockN * 128 + (kk % 4) * 32, 16, 1024);
+    Wgmma<T, Tr::kBlockN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// O += P V, P from registers (pa), V at v_base: k-steps v_step_bytes apart, 64-column boxes (LBO)
+// v_lbo apart; one committed wgmma group.
+template <typename T, typename Tr>
+__device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
+                                                    uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo) {
+  wgmma_fence_operands(o);
+  wgmma_fence_operands(pa);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
+    if constexpr (Tr::kFp8) {
+      // V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row.
+      WgmmaRs<T, Tr::kHeadDim>::template mma<0>(o, pa[kk], wgmma_desc_sw128(v_base + kk * 32, 16, 1024), 1);
+    } else {
+      // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
+      // bytes further; 64-column boxes (LBO) are v_lbo apart.
+      const uint64_t db = wgmma_desc_sw128(v_base + kk * v_step_bytes, v_lbo, 1024);
+      WgmmaRs<T, Tr::kHeadDim>::template mma<1>(o, pa[kk], db, 1);
+    }
+  }
+  wgmma_commit();
+}
+
+// The online softmax of block n: s becomes 2^(logit - max) in log2 units, rescale[r] the factor
+// for O and l of row r. Plain scores stay raw dot products until the exponent, where one FFMA
+// applies scale log2(e) and subtracts the max (the max of raw scores scaled is the scaled max:
+// scale > 0); softcap / ALiBi (kScoreMod) turn s into log2-unit logits first. The mask is a
+// separate pass, taken only by blocks that straddle its boundary or the sequence end.
+// Thread coordinates: rows row0, row0 + 8 (its warpgroup's from wg_row0), key columns 2t, 2t + 1
+// of each n8 tile; seqlen_k: the sequence's keys.
+template <typename Tr>
+__device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
+                                                    float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
+                                                    int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
+  const int k0 = n * Tr::kBlockN;
+  if constexpr (Tr::kScoreMod) {
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
+        s[4 * j + e] = attn_logit_log2(s[4 * j + e], i, key, mod, scale_log2, slope_log2);
+      }
+  }
+  const bool need_mask = k0 + Tr::kBlockN > seqlen_k ||
+                         (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
+                         (mod.window_right >= 0 && k0 + Tr::kBlockN - 1 > wg_row0 + mod.diag + mod.window_right);
+  if (need_mask) {
+    // Row i keeps keys [lo, hi] (attn_visible, clipped to the sequence), as offsets from this
+    // thread's first key k0 + 2t: each score is two integer compares with a constant and a select.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int d = row0 + 8 * r + mod.diag, base = k0 + 2 * t;
+      const int hi = min(seqlen_k - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
+      const int lo = (mod.window_left >= 0 ? d - mod.window_left : INT_MIN / 2) - base;
+#pragma unroll
+      for (int j = 0; j < Tr::kBlockN / 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int off = j * 8 + c;
+          s[4 * j + 2 * r + c] = off >= lo && off <= hi ? s[4 * j + 2 * r + c] : -INFINITY;
+        }
+    }
+  }
+  const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(row_max[r], mx * to_log2);
+    // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
+    const float off = mx == -INFINITY ? 0.f : mx;
+    rescale[r] = exp2_approx_ftz(row_max[r] - off);
+    row_max[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j) {
+      s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
+      s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
+      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    row_sum[r] = row_sum[r] * rescale[r] + sum;
+  }
+}
+
+// O's rows scaled by the softmax's rescale factors.
+template <typename Tr>
+__device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kHeadDim / 2], const float (&rescale)[2]) {
+#pragma unroll
+  for (int j = 0; j < Tr::kHeadDim / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[4 * j + e] *= rescale[e / 2];
+}
+
+// P's A fragments. 16-bit: columns 16 kk .. 16 kk + 15 are the accumulator's n8 tiles 2 kk and
+// 2 kk + 1. FP8: a register holds 4 consecutive k of one row, k 4t .. 4t + 3 (t = lane % 4), but
+// the thread's scores of a 16-key group are keys 2t, 2t + 1, 2t + 8, 2t + 9: it packs those,
+// and the transposed V tile holds its keys in the same order (attn_fp8_v_position), so P V
+// pairs each probability with its key's row of V without moving bytes between threads.
+template <typename T, typename Tr>
+__device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBlockN / 2], uint32_t (&pa)[Tr::kPvSteps][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
+    if constexpr (Tr::kFp8) {
+      const float* x = s + 16 * kk;  // keys 32 kk .. 32 kk + 31: n8 tiles 4 kk .. 4 kk + 3
+      pa[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);     // row g,     keys 0 .. 15 of the step
+      pa[kk][1] = pack4_e4m3(x[2], x[3], x[6], x[7]);     // row g + 8
+      pa[kk][2] = pack4_e4m3(x[8], x[9], x[12], x[13]);   // row g,     keys 16 .. 31
+      pa[kk][3] = pack4_e4m3(x[10], x[11], x[14], x[15]); // row g + 8
+    } else {
+      pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
 }
 
 // kPaged: K and V from a paged cache (p.kv_indptr). Blocks whose keys all lie in the request come
@@ -326,10 +468,8 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   float o[kHeadDim / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
 #pragma unroll
   for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
-  // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits).
-  constexpr int kQkSteps = kHeadDim * static_cast<int>(sizeof(T)) / 32, kPvSteps = kN * static_cast<int>(sizeof(T)) / 32;
   float s[kN / 2];               // S, then P in fp32, same layout with key columns
-  uint32_t pa[kPvSteps][4];      // P as the register A operand of P V, one k-step per entry
+  uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units; partial sums
 
   const uint32_t q_base = smem_u32(sq) + cw * 64 * 128;  // this warpgroup's 64 rows of each Q box
@@ -343,41 +483,13 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     if constexpr (kPingpong)
       if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
   };
-  const auto gemm_qk = [&](int stage) {
-    const uint32_t k_base = smem_u32(sk + stage * Tr::kKBytes);
-    wgmma_fence_operands(s);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kQkSteps; ++kk) {
-      // K-major operands: the next k-step is 32 bytes further along the 128-byte rows of a box.
-      const uint64_t da = wgmma_desc_sw128(q_base + (kk / 4) * kM * 128 + (kk % 4) * 32, 16, 1024);
-      const uint64_t db = wgmma_desc_sw128(k_base + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
-      Wgmma<T, kN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-  };
+  const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
   // V's k-steps of 16 keys and 64-column boxes (LBO): kN rows of 128 bytes per box, or k-step-major
   // (paged, pages of 16: HopperAttnArgs::v_step_major).
   const bool v_steps = kPaged && args.v_step_major != 0;
   const uint32_t v_step_bytes = v_steps ? Tr::kBoxes * 2048 : 16 * 128, v_lbo = v_steps ? 2048 : kN * 128;
   const auto gemm_pv = [&](int stage) {
-    const uint32_t v_base = smem_u32(sv + stage * Tr::kVBytes);
-    wgmma_fence_operands(o);
-    wgmma_fence_operands(pa);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk) {
-      if constexpr (kFp8) {
-        // V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row.
-        WgmmaRs<T, kHeadDim>::template mma<0>(o, pa[kk], wgmma_desc_sw128(v_base + kk * 32, 16, 1024), 1);
-      } else {
-        // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
-        // bytes further; 64-column boxes (LBO) are kN rows apart.
-        const uint64_t db = wgmma_desc_sw128(v_base + kk * v_step_bytes, v_lbo, 1024);
-        WgmmaRs<T, kHeadDim>::template mma<1>(o, pa[kk], db, 1);
-      }
-    }
-    wgmma_commit();
+    hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo);
   };
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
@@ -388,93 +500,11 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     mbarrier_wait(bar, parity);
     if constexpr (kPaged) fence_proxy_async_smem();
   };
-  // The online softmax of block n: s becomes 2^(logit - max) in log2 units, rescale[r] the factor
-  // for O and l of row r. Plain scores stay raw dot products until the exponent, where one FFMA
-  // applies scale log2(e) and subtracts the max (the max of raw scores scaled is the scaled max:
-  // scale > 0); softcap / ALiBi (kScoreMod) turn s into log2-unit logits first. The mask is a
-  // separate pass, taken only by blocks that straddle its boundary or the sequence end.
   const auto softmax = [&](int n, float (&rescale)[2]) {
-    const int k0 = n * kN;
-    if constexpr (kScoreMod) {
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
-          s[4 * j + e] = attn_logit_log2(s[4 * j + e], i, key, mod, scale_log2, slope_log2);
-        }
-    }
-    const bool need_mask = k0 + kN > sb.sk ||
-                           (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
-                           (mod.window_right >= 0 && k0 + kN - 1 > wg_row0 + mod.diag + mod.window_right);
-    if (need_mask) {
-      // Row i keeps keys [lo, hi] (attn_visible, clipped to the sequence), as offsets from this
-      // thread's first key k0 + 2t: each score is two integer compares with a constant and a select.
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int d = row0 + 8 * r + mod.diag, base = k0 + 2 * t;
-        const int hi = min(sb.sk - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
-        const int lo = (mod.window_left >= 0 ? d - mod.window_left : INT_MIN / 2) - base;
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int off = j * 8 + c;
-            s[4 * j + 2 * r + c] = off >= lo && off <= hi ? s[4 * j + 2 * r + c] : -INFINITY;
-          }
-      }
-    }
-    const float to_log2 = kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(row_max[r], mx * to_log2);
-      // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
-      const float off = mx == -INFINITY ? 0.f : mx;
-      rescale[r] = exp2_approx_ftz(row_max[r] - off);
-      row_max[r] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
-        s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
-        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * rescale[r] + sum;
-    }
+    hopper_attn_softmax<Tr>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
-  const auto rescale_o = [&](const float (&rescale)[2]) {
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * j + e] *= rescale[e / 2];
-  };
-  // P's A fragments. 16-bit: columns 16 kk .. 16 kk + 15 are the accumulator's n8 tiles 2 kk and
-  // 2 kk + 1. FP8: a register holds 4 consecutive k of one row, k 4t .. 4t + 3 (t = lane % 4), but
-  // the thread's scores of a 16-key group are keys 2t, 2t + 1, 2t + 8, 2t + 9: it packs those,
-  // and the transposed V tile holds its keys in the same order (attn_fp8_v_position), so P V
-  // pairs each probability with its key's row of V without moving bytes between threads.
-  const auto convert_p = [&] {
-#pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk) {
-      if constexpr (kFp8) {
-        const float* x = s + 16 * kk;  // keys 32 kk .. 32 kk + 31: n8 tiles 4 kk .. 4 kk + 3
-        pa[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);     // row g,     keys 0 .. 15 of the step
-        pa[kk][1] = pack4_e4m3(x[2], x[3], x[6], x[7]);     // row g + 8
-        pa[kk][2] = pack4_e4m3(x[8], x[9], x[12], x[13]);   // row g,     keys 16 .. 31
-        pa[kk][3] = pack4_e4m3(x[10], x[11], x[14], x[15]); // row g + 8
-      } else {
-        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-    }
-  };
+  const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr>(o, rescale); };
+  const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };
 
   if (n_blocks > 0) {
     if constexpr (kPingpong)

@@ -1,7 +1,8 @@
 // Rung 4 with a persistent, dynamic tile scheduler (prepared 2026-11-26, not yet run on a GPU;
-// measured against the library's rung 4 by bench/experiments/attention_hopper_ablation.cu
-// --persistent). The kernel of kernels/attention/04_hopper.cuh (16-bit, not paged: pingpong and
-// intra-warpgroup overlap on, the same helpers, copied) with one change of structure:
+// measured against the library's rung 4 by bench/experiments/attention_hopper_ablation.cu and
+// tests/gpu/test_attention_persistent.cu). The kernel of kernels/attention/04_hopper.cuh (16-bit,
+// not paged, pingpong and intra-warpgroup overlap on; the same block steps, hopper_attn_*) with
+// one change of structure:
 //   - One CTA per SM (grid = min(tiles, SMs)) walks tiles (128-row query block, head, batch) in
 //     the library's order (query blocks fastest, from the last: the longest causal rows first;
 //     then heads, then batches). CTA c starts with tile c; every next tile comes from a counter in
@@ -52,7 +53,6 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(kHeadDim <= 128, "head dims up to 128 (at 256 the consumers' tile state spilled at 240 registers)");
   using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
-  constexpr bool kFp8 = Tr::kFp8, kPaged = false, kPingpong = true;  // the copied helpers' switches (overlap: always)
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t q_full[kQStages], q_empty[kQStages], k_full[kStages], k_empty[kStages], v_full[kStages],
@@ -172,163 +172,20 @@ __global__ void __launch_bounds__(384, 1)
   const int warp = t128 / 32, lane = t128 % 32;
   const int g = lane / 4, t = lane % 4;
 
-  float o[kHeadDim / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
-#pragma unroll
-  for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
-  // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits).
-  constexpr int kQkSteps = kHeadDim * static_cast<int>(sizeof(T)) / 32, kPvSteps = kN * static_cast<int>(sizeof(T)) / 32;
+  float o[kHeadDim / 2];         // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
   float s[kN / 2];               // S, then P in fp32, same layout with key columns
-  uint32_t pa[kPvSteps][4];      // P as the register A operand of P V, one k-step per entry
-  float row_max[2], row_sum[2];  // log2 units; partial sums (set per tile)
-  // This tile's: score and mask parameters, key count, first row of the warpgroup, this thread's
-  // rows (row0, row0 + 8), scales, and this warpgroup's 64 rows of each box of its Q buffer.
-  AttnScoreMod mod{};
-  int seqlen_k = 0, wg_row0 = 0, row0 = 0;
-  float scale_log2 = 0.f, slope_log2 = 0.f;
-  uint32_t q_base = 0;
-  // Pingpong turns: warpgroup cw issues GEMMs after a sync on barrier 1 + cw, then lets the other
-  // go with an arrive on its barrier. The second warpgroup starts by letting the first go, and
-  // skips its final arrive (so every arrive is matched by a sync of the same barrier).
-  const auto turn_begin = [&] {
-    if constexpr (kPingpong) named_barrier_sync(1 + cw, 256);
-  };
+  uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
+  float row_max[2], row_sum[2];  // log2 units; partial sums
+  // Pingpong turns as in attn_hopper_kernel: warpgroup cw issues GEMMs after a sync on barrier
+  // 1 + cw, then lets the other go with an arrive on its barrier; per tile, the second warpgroup
+  // starts by letting the first go and skips its final arrive.
+  const auto turn_begin = [&] { named_barrier_sync(1 + cw, 256); };
   const auto turn_end = [&](bool last) {
-    if constexpr (kPingpong)
-      if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
-  };
-  const auto gemm_qk = [&](int stage) {
-    const uint32_t k_base = smem_u32(sk + stage * Tr::kKBytes);
-    wgmma_fence_operands(s);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kQkSteps; ++kk) {
-      // K-major operands: the next k-step is 32 bytes further along the 128-byte rows of a box.
-      const uint64_t da = wgmma_desc_sw128(q_base + (kk / 4) * kM * 128 + (kk % 4) * 32, 16, 1024);
-      const uint64_t db = wgmma_desc_sw128(k_base + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
-      Wgmma<T, kN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-  };
-  // V's k-steps of 16 keys and 64-column boxes (LBO): kN rows of 128 bytes per box, or k-step-major
-  // (paged, pages of 16: HopperAttnArgs::v_step_major).
-  const bool v_steps = kPaged && args.v_step_major != 0;
-  const uint32_t v_step_bytes = v_steps ? Tr::kBoxes * 2048 : 16 * 128, v_lbo = v_steps ? 2048 : kN * 128;
-  const auto gemm_pv = [&](int stage) {
-    const uint32_t v_base = smem_u32(sv + stage * Tr::kVBytes);
-    wgmma_fence_operands(o);
-    wgmma_fence_operands(pa);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk) {
-      if constexpr (kFp8) {
-        // V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row.
-        WgmmaRs<T, kHeadDim>::template mma<0>(o, pa[kk], wgmma_desc_sw128(v_base + kk * 32, 16, 1024), 1);
-      } else {
-        // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
-        // bytes further; 64-column boxes (LBO) are kN rows apart.
-        const uint64_t db = wgmma_desc_sw128(v_base + kk * v_step_bytes, v_lbo, 1024);
-        WgmmaRs<T, kHeadDim>::template mma<1>(o, pa[kk], db, 1);
-      }
-    }
-    wgmma_commit();
+    if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
   };
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
-  // A K or V buffer has landed. Paged: written by cp.async (generic proxy), read by wgmma (async
-  // proxy): a proxy fence between them.
-  const auto wait_full = [&](uint64_t* bar, uint32_t parity) {
-    mbarrier_wait(bar, parity);
-    if constexpr (kPaged) fence_proxy_async_smem();
-  };
-  // The online softmax of block n: s becomes 2^(logit - max) in log2 units, rescale[r] the factor
-  // for O and l of row r. Plain scores stay raw dot products until the exponent, where one FFMA
-  // applies scale log2(e) and subtracts the max (the max of raw scores scaled is the scaled max:
-  // scale > 0); softcap / ALiBi (kScoreMod) turn s into log2-unit logits first. The mask is a
-  // separate pass, taken only by blocks that straddle its boundary or the sequence end.
-  const auto softmax = [&](int n, float (&rescale)[2]) {
-    const int k0 = n * kN;
-    if constexpr (kScoreMod) {
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
-          s[4 * j + e] = attn_logit_log2(s[4 * j + e], i, key, mod, scale_log2, slope_log2);
-        }
-    }
-    const bool need_mask = k0 + kN > seqlen_k ||
-                           (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
-                           (mod.window_right >= 0 && k0 + kN - 1 > wg_row0 + mod.diag + mod.window_right);
-    if (need_mask) {
-      // Row i keeps keys [lo, hi] (attn_visible, clipped to the sequence), as offsets from this
-      // thread's first key k0 + 2t: each score is two integer compares with a constant and a select.
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int d = row0 + 8 * r + mod.diag, base = k0 + 2 * t;
-        const int hi = min(seqlen_k - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
-        const int lo = (mod.window_left >= 0 ? d - mod.window_left : INT_MIN / 2) - base;
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int off = j * 8 + c;
-            s[4 * j + 2 * r + c] = off >= lo && off <= hi ? s[4 * j + 2 * r + c] : -INFINITY;
-          }
-      }
-    }
-    const float to_log2 = kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(row_max[r], mx * to_log2);
-      // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
-      const float off = mx == -INFINITY ? 0.f : mx;
-      rescale[r] = exp2_approx_ftz(row_max[r] - off);
-      row_max[r] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
-        s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
-        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * rescale[r] + sum;
-    }
-  };
-  const auto rescale_o = [&](const float (&rescale)[2]) {
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * j + e] *= rescale[e / 2];
-  };
-  // P's A fragments. 16-bit: columns 16 kk .. 16 kk + 15 are the accumulator's n8 tiles 2 kk and
-  // 2 kk + 1. FP8: a register holds 4 consecutive k of one row, k 4t .. 4t + 3 (t = lane % 4), but
-  // the thread's scores of a 16-key group are keys 2t, 2t + 1, 2t + 8, 2t + 9: it packs those,
-  // and the transposed V tile holds its keys in the same order (attn_fp8_v_position), so P V
-  // pairs each probability with its key's row of V without moving bytes between threads.
-  const auto convert_p = [&] {
-#pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk) {
-      if constexpr (kFp8) {
-        const float* x = s + 16 * kk;  // keys 32 kk .. 32 kk + 31: n8 tiles 4 kk .. 4 kk + 3
-        pa[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);     // row g,     keys 0 .. 15 of the step
-        pa[kk][1] = pack4_e4m3(x[2], x[3], x[6], x[7]);     // row g + 8
-        pa[kk][2] = pack4_e4m3(x[8], x[9], x[12], x[13]);   // row g,     keys 16 .. 31
-        pa[kk][3] = pack4_e4m3(x[10], x[11], x[14], x[15]); // row g + 8
-      } else {
-        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-    }
-  };
-
 
   int qt = 0, it = 0;  // tiles and K/V blocks consumed so far
   while (true) {
@@ -340,24 +197,32 @@ __global__ void __launch_bounds__(384, 1)
     Tile w;
     tile_at(tile, w);  // a tile the producer handed out lies in its batch's rows
     const AttnBatch& sb = w.sb;
+    const AttnScoreMod& mod = w.mod;
     const int b = w.b, h = w.h, n_begin = w.n_begin, n_blocks = w.n_blocks;
-    mod = w.mod, seqlen_k = sb.sk;
-    wg_row0 = w.m0 + 64 * cw;
-    row0 = wg_row0 + warp * 16 + g;
-    scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
+    const int wg_row0 = w.m0 + 64 * cw;            // first query row of this warpgroup
+    const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
+    const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
     unsigned char* sq = sq_all + qs * Tr::kQBytes;
-    q_base = smem_u32(sq) + cw * 64 * 128;
+    const uint32_t q_base = smem_u32(sq) + cw * 64 * 128;  // this warpgroup's 64 rows of each Q box
+    // The block steps of attn_hopper_kernel (04_hopper.cuh) on this tile; V's k-steps of 16 rows,
+    // 64-column boxes kN rows apart.
+    const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
+    const auto gemm_pv = [&](int stage) {
+      hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128);
+    };
+    const auto softmax = [&](int n, float (&rescale)[2]) {
+      hopper_attn_softmax<Tr>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+    };
 #pragma unroll
     for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
 
     if (n_blocks > 0) {
-      if constexpr (kPingpong)
-        if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+      if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
       // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
-      wait_full(&k_full[it % kStages], (it / kStages) & 1);
+      mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
       turn_begin();
       gemm_qk(it % kStages);
       turn_end(false);
@@ -365,12 +230,12 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_fence_operands(s);
       release(&k_empty[it % kStages]);
       softmax(n_begin, rescale);
-      convert_p();
+      hopper_attn_convert_p<T, Tr>(s, pa);
       for (int i = 1; i < n_blocks; ++i) {
         const int cur = it + i, prv = it + i - 1;
         const int st = cur % kStages, prev = prv % kStages;
-        wait_full(&k_full[st], (cur / kStages) & 1);
-        wait_full(&v_full[prev], (prv / kStages) & 1);
+        mbarrier_wait(&k_full[st], (cur / kStages) & 1);
+        mbarrier_wait(&v_full[prev], (prv / kStages) & 1);
         turn_begin();
         gemm_qk(st);    // S_i = Q K_i^T
         gemm_pv(prev);  // O += P_{i-1} V_{i-1}
@@ -382,11 +247,11 @@ __global__ void __launch_bounds__(384, 1)
         wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
-        rescale_o(rescale);
-        convert_p();
+        hopper_attn_rescale_o<Tr>(o, rescale);
+        hopper_attn_convert_p<T, Tr>(s, pa);
       }
       const int lst = it + n_blocks - 1;
-      wait_full(&v_full[lst % kStages], (lst / kStages) & 1);
+      mbarrier_wait(&v_full[lst % kStages], (lst / kStages) & 1);
       turn_begin();
       gemm_pv(lst % kStages);
       turn_end(true);
