@@ -8,9 +8,14 @@
 // equal the library's rung 4 output within 2^-8 relative to max |out| (the overlap variants
 // change nothing but the order of issue; differences mean a bug; other key-block widths and rung
 // 3 sum in another order: 2^-6) and contain no NaN; else FAIL, exit 1. Also other key-block widths.
-// Also the persistent kernel with a dynamic tile scheduler (04_hopper_persistent.cuh, prepared).
-// --sweep: only the library, the other key-block widths and the persistent kernel at d 128,
-// seqlen 1k..16k, two timing passes each.
+// Also the persistent kernel with a dynamic tile scheduler (04_hopper_persistent.cuh).
+// Also the library kernel with the P V wait pinned after the softmax and not (wait_pinned,
+// wait_unpinned; kernels/common/wgmma.cuh wgmma_wait_after), with its wgmma descriptors rebuilt
+// at every k-step (desc_rebuilt), and with both as before 2026-11-26 (before_1126).
+// Every variant is timed in two passes (forward, then reverse order; the best of the two): one
+// pass put identical kernels up to 17% apart on an H100 (2026-11-26).
+// --sweep: only the library, wait_unpinned, desc_rebuilt, before_1126 and the persistent kernel at
+// d 128, seqlen 1k..16k.
 // Usage: experiment_attention_hopper_ablation [--sweep] [out.json]
 #include <cmath>
 #include <cstdint>
@@ -52,13 +57,13 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
   return p;
 }
 
-template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0>
+template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD > 64), bool kDescAdvance = true>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
-  detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN>(p, DType::kBF16, s);
+  detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance>(
+      p, DType::kBF16, s);
 }
 
-// sweep (--sweep): the library, the other key-block widths and the persistent kernel only, each
-// timed in two passes (forward, then reverse order; the best of the two reported).
+// sweep (--sweep): the library, wait_unpinned, desc_rebuilt, before_1126 and the persistent kernel only.
 template <int kD>
 void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = false) {
   const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
@@ -92,6 +97,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
       {"overlap_only", [&] { launch<kD, false, true>(p, h.stream()); }},
       {"pingpong_only", [&] { launch<kD, true, false>(p, h.stream()); }},
       {"neither", [&] { launch<kD, false, false>(p, h.stream()); }},
+      // The P V wait kept after the softmax (the library's choice for d > 64), or where ptxas puts
+      // it (the top of the softmax: nothing under the product; the library until 2026-11-26).
+      {"wait_pinned", [&] { launch<kD, true, true, 0, true>(p, h.stream()); }},
+      {"wait_unpinned", [&] { launch<kD, true, true, 0, false>(p, h.stream()); }},
+      // wgmma descriptors rebuilt from the address at every k-step (hopper_attn_gemm_qk).
+      {"desc_rebuilt", [&] { launch<kD, true, true, 0, (kD > 64), false>(p, h.stream()); }},
+      // The rung before 2026-11-26: both of the above.
+      {"before_1126", [&] { launch<kD, true, true, 0, false, false>(p, h.stream()); }},
   };
   // Other key-block widths (the library's: 128 for d <= 128, 96 for 192, 80 for 256).
   if constexpr (kD == 128) {
@@ -110,13 +123,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     std::vector<Variant> kept;
     for (const Variant& var : variants)
       if (std::string(var.name) == "rung4_library" || std::string(var.name) == "persistent" ||
-          std::string(var.name).rfind("kBlockN=", 0) == 0)
+          std::string(var.name) == "wait_unpinned" || std::string(var.name) == "desc_rebuilt" ||
+          std::string(var.name) == "before_1126")
         kept.push_back(var);
     variants = kept;
   }
-  // Timings first (sweep: a second pass in reverse order), then the checks.
+  // Timings first (a second pass in reverse order), then the checks.
   std::vector<double> ms(variants.size(), 1e30);
-  for (int pass = 0; pass < (sweep ? 2 : 1); ++pass)
+  for (int pass = 0; pass < 2; ++pass)
     for (size_t i = 0; i < variants.size(); ++i) {
       const size_t j = pass == 0 ? i : variants.size() - 1 - i;
       ms[j] = std::fmin(ms[j], h.time_ms(variants[j].fn));

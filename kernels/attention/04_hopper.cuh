@@ -18,6 +18,9 @@
 //   - Intra-warpgroup overlap (kOverlap): in step n a consumer issues S_n = Q K_n^T and
 //     O += P_{n-1} V_{n-1} together, waits only for S_n, runs the softmax of block n while the
 //     P V wgmma is still on the tensor cores, then waits for it, rescales O and converts P_n.
+//     The wait is pinned after the softmax (kPinWait, wgmma_wait_after): left alone, ptxas puts
+//     it at the top of the softmax and nothing runs under the P V product. Head dims > 64 only:
+//     at d 64 the unpinned wait measured 4-6% faster (docs/ladder/attention.md).
 //   - Pingpong (kPingpong): the two consumers take turns to issue their GEMMs (named barriers),
 //     so one warpgroup's softmax runs under the other's GEMMs.
 //   - Scheduling: one CTA per (128-row query block, head, batch) on a 1-D grid, query blocks
@@ -151,40 +154,44 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
 // persistent kernel (04_hopper_persistent.cuh). Tr: HopperAttnTraits; T: the input element.
 
 // S = Q K^T into s (both operands K-major in shared memory: q_base, this warpgroup's 64 rows of
-// Q's boxes; k_base, the K block), one committed wgmma group.
-template <typename T, typename Tr>
+// Q's boxes; k_base, the K block), one committed wgmma group. kDescAdvance: each k-step's
+// descriptors are the first ones advanced (wgmma_desc_advance); else rebuilt from the address
+// (the rung until 2026-11-26: about 60 more instructions per block, kept for the ablation).
+template <typename T, typename Tr, bool kDescAdvance = true>
 __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2], uint32_t q_base, uint32_t k_base) {
+  const uint64_t da0 = wgmma_desc_sw128(q_base, 16, 1024), db0 = wgmma_desc_sw128(k_base, 16, 1024);
   wgmma_fence_operands(s);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Tr::kQkSteps; ++kk) {
     // K-major operands: the next k-step is 32 bytes further along the 128-byte rows of a box.
-    const uint64_t da = wgmma_desc_sw128(q_base + (kk / 4) * Tr::kBlockM * 128 + (kk % 4) * 32, 16, 1024);
-    const uint64_t db = wgmma_desc_sw128(k_base + (kk / 4) * Tr::kBlockN * 128 + (kk % 4) * 32, 16, 1024);
+    const uint32_t a_off = (kk / 4) * Tr::kBlockM * 128 + (kk % 4) * 32, b_off = (kk / 4) * Tr::kBlockN * 128 + (kk % 4) * 32;
+    const uint64_t da = kDescAdvance ? wgmma_desc_advance(da0, a_off) : wgmma_desc_sw128(q_base + a_off, 16, 1024);
+    const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, b_off) : wgmma_desc_sw128(k_base + b_off, 16, 1024);
     Wgmma<T, Tr::kBlockN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }
 
 // O += P V, P from registers (pa), V at v_base: k-steps v_step_bytes apart, 64-column boxes (LBO)
-// v_lbo apart; one committed wgmma group.
-template <typename T, typename Tr>
+// v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk.
+template <typename T, typename Tr, bool kDescAdvance = true>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo) {
+  // FP8: V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row.
+  // 16-bit: V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
+  // bytes further (v_step_bytes); 64-column boxes (LBO) are v_lbo apart.
+  const uint64_t db0 = Tr::kFp8 ? wgmma_desc_sw128(v_base, 16, 1024) : wgmma_desc_sw128(v_base, v_lbo, 1024);
   wgmma_fence_operands(o);
   wgmma_fence_operands(pa);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
-    if constexpr (Tr::kFp8) {
-      // V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row.
-      WgmmaRs<T, Tr::kHeadDim>::template mma<0>(o, pa[kk], wgmma_desc_sw128(v_base + kk * 32, 16, 1024), 1);
-    } else {
-      // V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
-      // bytes further; 64-column boxes (LBO) are v_lbo apart.
-      const uint64_t db = wgmma_desc_sw128(v_base + kk * v_step_bytes, v_lbo, 1024);
-      WgmmaRs<T, Tr::kHeadDim>::template mma<1>(o, pa[kk], db, 1);
-    }
+    const uint32_t off = Tr::kFp8 ? kk * 32 : kk * v_step_bytes;
+    const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, off)
+                                     : wgmma_desc_sw128(v_base + off, Tr::kFp8 ? 16 : v_lbo, 1024);
+    if constexpr (Tr::kFp8) WgmmaRs<T, Tr::kHeadDim>::template mma<0>(o, pa[kk], db, 1);
+    else WgmmaRs<T, Tr::kHeadDim>::template mma<1>(o, pa[kk], db, 1);
   }
   wgmma_commit();
 }
@@ -292,7 +299,8 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // pages past its end, hold stale values: NaN there would meet P = 0 in P V) and page sizes TMA
 // cannot tile come by the producer warpgroup's cp.async copies (PagedRowCopy,
 // kernels/attention/paged.cuh), keys past the end zero-filled, into the same swizzled layout.
-template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false>
+template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
+          bool kPinWait = (kHeadDim > 64), bool kDescAdvance = true>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -483,13 +491,15 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     if constexpr (kPingpong)
       if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
   };
-  const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
+  const auto gemm_qk = [&](int stage) {
+    hopper_attn_gemm_qk<T, Tr, kDescAdvance>(s, q_base, smem_u32(sk + stage * Tr::kKBytes));
+  };
   // V's k-steps of 16 keys and 64-column boxes (LBO): kN rows of 128 bytes per box, or k-step-major
   // (paged, pages of 16: HopperAttnArgs::v_step_major).
   const bool v_steps = kPaged && args.v_step_major != 0;
   const uint32_t v_step_bytes = v_steps ? Tr::kBoxes * 2048 : 16 * 128, v_lbo = v_steps ? 2048 : kN * 128;
   const auto gemm_pv = [&](int stage) {
-    hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo);
+    hopper_attn_gemm_pv<T, Tr, kDescAdvance>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo);
   };
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
@@ -534,7 +544,9 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
         wgmma_fence_operands(s);
         release(&k_empty[st]);
         softmax(n_begin + i, rescale);
-        wgmma_wait<0>();
+        // P V done (kPinWait: only after the softmax; see wgmma_wait_after).
+        if constexpr (kPinWait) wgmma_wait_after<0>(row_sum[1]);
+        else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
         rescale_o(rescale);

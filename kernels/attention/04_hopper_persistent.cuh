@@ -244,7 +244,9 @@ __global__ void __launch_bounds__(384, 1)
         wgmma_fence_operands(s);
         release(&k_empty[st]);
         softmax(n_begin + i, rescale);
-        wgmma_wait<0>();
+        // P V done; the wait kept after the softmax where the library kernel keeps it (d > 64).
+        if constexpr (kHeadDim > 64) wgmma_wait_after<0>(row_sum[1]);
+        else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
         hopper_attn_rescale_o<Tr>(o, rescale);

@@ -26,11 +26,28 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr, uint32_
          (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+// desc moved `bytes` further in shared memory (a multiple of 16). The start address field is
+// bits 0-13 of (address >> 4); shared addresses stay below 2^18 bytes, so the add never carries
+// into the next field. One integer add per wgmma instead of rebuilding the descriptor from the
+// address (mask, shift, or: ptxas cannot fold those across k-steps).
+__device__ __forceinline__ uint64_t wgmma_desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// wgmma_wait, kept after the computation of `after`. ptxas places a wgmma.wait_group, which has
+// no register inputs, as early in its basic block as it may, and pulls it above math written
+// before it (rung 4's softmax, meant to run under the P V product: SASS showed the wait at the top
+// of the softmax). A branch on `after` ends the basic block once `after` is computed; the wait
+// starts the next one. The branch is never taken for a non-negative `after` (a row sum), and its
+// body does nothing, so the result does not depend on the value.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_after(float after) {
+  if (__float_as_uint(after) == 0x80000001u) asm volatile("nanosleep.u32 0;\n");
+  wgmma_wait<kPending>();
 }
 
 // A consumer thread of a warp-specialized block whose warpgroup 0 is the producer: consumer
