@@ -116,6 +116,37 @@ double Harness::time_ms(const std::function<void()>& fn) {
   return times[times.size() / 2];
 }
 
+std::vector<double> Harness::time_ms_interleaved(const std::vector<std::function<void()>>& fns) {
+  cudaEvent_t start, stop;
+  FLASHLAB_CUDA_CHECK(cudaEventCreate(&start));
+  FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop));
+  for (const auto& fn : fns)
+    for (int i = 0; i < 3; ++i) fn();  // warm-up
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const size_t n = fns.size();
+  std::vector<std::vector<float>> times(n);
+  for (int round = 0; round < opt_.min_reps; ++round)
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (k + static_cast<size_t>(round)) % n;
+      flush_l2();
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(start, stream_));
+      fns[i]();
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(stop, stream_));
+      FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      times[i].push_back(ms);
+    }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::vector<double> medians(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    medians[i] = times[i][times[i].size() / 2];
+  }
+  return medians;
+}
+
 void Harness::add(Row row) {
   const double tbps = row.bytes / (row.ms * 1e-3) / 1e12;
   std::printf("%-18s %-16s rung %d %-14s %-5s %10.4f ms %7.3f TB/s %6.1f%% copy", row.op.c_str(),

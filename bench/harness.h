@@ -44,6 +44,11 @@ class Harness {
 
   // Median time (ms) of fn() on stream(); fn must only enqueue work on stream().
   double time_ms(const std::function<void()>& fn);
+  // Medians of several functions timed round-robin (min_reps rounds, each function once per round,
+  // the order rotated every round, L2 flushed before each): for ablations, where timing variants
+  // one after another let the GPU's clock history favour whichever ran first after an idle spell
+  // (identical kernels up to 17% apart, H100, 2026-11-26).
+  std::vector<double> time_ms_interleaved(const std::vector<std::function<void()>>& fns);
 
   void add(Row row);
   void measure_peaks();  // copy bandwidth and cuBLAS bf16 GEMM rate

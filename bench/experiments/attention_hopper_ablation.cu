@@ -12,8 +12,9 @@
 // Also the library kernel with the P V wait pinned after the softmax and not (wait_pinned,
 // wait_unpinned; kernels/common/wgmma.cuh wgmma_wait_after), with its wgmma descriptors rebuilt
 // at every k-step (desc_rebuilt), and with both as before 2026-11-26 (before_1126).
-// Every variant is timed in two passes (forward, then reverse order; the best of the two): one
-// pass put identical kernels up to 17% apart on an H100 (2026-11-26).
+// The variants of a shape are timed round-robin (Harness::time_ms_interleaved; medians of 20
+// rounds): timed one after another, identical kernels came out up to 17% apart on an H100
+// (2026-11-26), the first after an idle spell fastest.
 // --sweep: only the library, wait_unpinned, desc_rebuilt, before_1126 and the persistent kernel at
 // d 128, seqlen 1k..16k.
 // Usage: experiment_attention_hopper_ablation [--sweep] [out.json]
@@ -128,13 +129,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
         kept.push_back(var);
     variants = kept;
   }
-  // Timings first (a second pass in reverse order), then the checks.
-  std::vector<double> ms(variants.size(), 1e30);
-  for (int pass = 0; pass < 2; ++pass)
-    for (size_t i = 0; i < variants.size(); ++i) {
-      const size_t j = pass == 0 ? i : variants.size() - 1 - i;
-      ms[j] = std::fmin(ms[j], h.time_ms(variants[j].fn));
-    }
+  // Timings first (round-robin: Harness::time_ms_interleaved), then the checks.
+  std::vector<std::function<void()>> fns;
+  for (const Variant& var : variants) fns.push_back(var.fn);
+  const std::vector<double> ms = h.time_ms_interleaved(fns);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const Variant& var = variants[vi];
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
