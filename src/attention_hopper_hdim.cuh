@@ -100,7 +100,7 @@ kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cu
 }
 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
-          bool kPinWait = (kHeadDim > 64), bool kDescAdvance = true>
+          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T))>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged>(p, dtype, stream);
@@ -112,6 +112,9 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
+
+// Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
+constexpr int kAttnHopperWideBlocksFrom = 8192;
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
@@ -126,7 +129,15 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   // there is nothing to write: the FA2 rung does that without tensor maps.
   if (p.total_q == 0 || p.total_k == 0) return launch_attn_flash2(p, dtype, stream);
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
-    HALF_DTYPE_SWITCH(dtype, T, [&] { launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream); });
+    HALF_DTYPE_SWITCH(dtype, T, [&] {
+      // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
+      // FlashAttention-3), 3-4% faster at 8k keys, 1-4% slower at 2k (interleaved timing, H100,
+      // 2026-11-26; docs/ladder/attention.md). Not with softcap / ALiBi (264 bytes spilled).
+      if constexpr (kHeadDim == 128 && !kScoreMod)
+        if (p.seqlen_k >= kAttnHopperWideBlocksFrom)
+          return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 176>(p, dtype, stream);
+      launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream);
+    });
   });
 }
 

@@ -18,9 +18,10 @@
 //   - Intra-warpgroup overlap (kOverlap): in step n a consumer issues S_n = Q K_n^T and
 //     O += P_{n-1} V_{n-1} together, waits only for S_n, runs the softmax of block n while the
 //     P V wgmma is still on the tensor cores, then waits for it, rescales O and converts P_n.
-//     The wait is pinned after the softmax (kPinWait, wgmma_wait_after): left alone, ptxas puts
-//     it at the top of the softmax and nothing runs under the P V product. Head dims > 64 only:
-//     at d 64 the unpinned wait measured 4-6% faster (docs/ladder/attention.md).
+//     The wait can be pinned after the softmax (kPinWait, wgmma_wait_after): left alone, ptxas
+//     puts it at the top of the softmax and nothing runs under the P V product. Pinned at head
+//     dim 128 only, where it measured 1-2% faster; at d 64 it was 6% slower, at d 256 1-3%
+//     (docs/ladder/attention.md).
 //   - Pingpong (kPingpong): the two consumers take turns to issue their GEMMs (named barriers),
 //     so one warpgroup's softmax runs under the other's GEMMs.
 //   - Scheduling: one CTA per (128-row query block, head, batch) on a 1-D grid, query blocks
@@ -79,8 +80,9 @@ struct HopperAttnTraits {
   static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
-  // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9): 160 / 176 at d 128
-  // faster at 8k, slower at 2k; 80 at d 256 3-5% faster than 64; 192 at d 64 2-5% slower.
+  // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9, 21aae5d): 176 at d 128
+  // 3-4% faster at 8k keys, 1-4% slower at 2k (the launcher takes it from 8k keys on); 80 at
+  // d 256 3-5% faster than 64; 192 at d 64 1-5% slower.
   // FP8: 128 keys, one 128-byte row of the transposed V tile.
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 || kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
   static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
@@ -300,7 +302,7 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // cannot tile come by the producer warpgroup's cp.async copies (PagedRowCopy,
 // kernels/attention/paged.cuh), keys past the end zero-filled, into the same swizzled layout.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
-          bool kPinWait = (kHeadDim > 64), bool kDescAdvance = true>
+          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there

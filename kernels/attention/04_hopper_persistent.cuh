@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(384, 1)
         wgmma_fence_operands(s);
         release(&k_empty[st]);
         softmax(n_begin + i, rescale);
-        // P V done; the wait kept after the softmax where the library kernel keeps it (d > 64).
-        if constexpr (kHeadDim > 64) wgmma_wait_after<0>(row_sum[1]);
+        // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
+        if constexpr (kHeadDim == 128) wgmma_wait_after<0>(row_sum[1]);
         else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);

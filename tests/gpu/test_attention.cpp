@@ -268,6 +268,28 @@ TEST(Attention, LongerSequencesEveryHeadDim) {
   }
 }
 
+// Head dim 128 over 8192 keys or more: rung 4 takes 176-key blocks (src/attention_hopper_hdim.cuh;
+// not with softcap / ALiBi), the last one partial; causal with seqlen_q < seqlen_k, a sliding
+// window, GQA, and varlen where only the longest sequence reaches 8192 keys.
+TEST(Attention, Rung4WideKeyBlocks) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(63);
+  for (bool causal : {false, true}) {
+    Case c = fixed(1, 200, 8192 + 37, 2, 1, 128);
+    c.causal = causal;
+    check_case(DType::kBF16, c, {3}, rng);
+  }
+  Case w = fixed(1, 300, 8192, 4, 1, 128);
+  w.wl = 700, w.wr = 50;
+  check_case(DType::kF16, w, {3}, rng);
+  Case v;
+  v.batch = 3, v.h = 2, v.hk = 1, v.d = 128, v.varlen = true;
+  v.lq = {64, 1, 150};
+  v.lk = {8200, 0, 333};
+  v.causal = true;
+  check_case(DType::kBF16, v, {3}, rng);
+}
+
 // Inputs rung 4's tensor maps must cope with: strides of size-1 dims as DLPack exporters write
 // them (1 or 0, unaligned), and varlen batches with no key rows at all (a tensor map cannot have
 // a zero dim: the launcher hands those to rung 3). Checked against rung 3 on the same inputs
