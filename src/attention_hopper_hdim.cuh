@@ -131,8 +131,8 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
     HALF_DTYPE_SWITCH(dtype, T, [&] {
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
-      // FlashAttention-3), 3-4% faster at 8k keys, 1-4% slower at 2k (interleaved timing, H100,
-      // 2026-11-26; docs/ladder/attention.md). Not with softcap / ALiBi (264 bytes spilled).
+      // FlashAttention-3), 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (interleaved timing,
+      // H100, 2026-11-26; docs/ladder/attention.md). Not with softcap / ALiBi (264 bytes spilled).
       if constexpr (kHeadDim == 128 && !kScoreMod)
         if (p.seqlen_k >= kAttnHopperWideBlocksFrom)
           return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 176>(p, dtype, stream);

@@ -20,7 +20,7 @@
 //     P V wgmma is still on the tensor cores, then waits for it, rescales O and converts P_n.
 //     The wait can be pinned after the softmax (kPinWait, wgmma_wait_after): left alone, ptxas
 //     puts it at the top of the softmax and nothing runs under the P V product. Pinned at head
-//     dim 128 only, where it measured 1-2% faster; at d 64 it was 6% slower, at d 256 1-3%
+//     dim 128 only, where it measured 1-2% faster; at d 64 it was 5% slower, at d 256 1%
 //     (docs/ladder/attention.md).
 //   - Pingpong (kPingpong): the two consumers take turns to issue their GEMMs (named barriers),
 //     so one warpgroup's softmax runs under the other's GEMMs.
@@ -80,9 +80,9 @@ struct HopperAttnTraits {
   static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
-  // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9, 21aae5d): 176 at d 128
-  // 3-4% faster at 8k keys, 1-4% slower at 2k (the launcher takes it from 8k keys on); 80 at
-  // d 256 3-5% faster than 64; 192 at d 64 1-5% slower.
+  // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9, 8773645): 176 at d 128
+  // 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (the launcher takes it from 8k keys on); 80
+  // at d 256 3-5% faster than 64; 192 at d 64 1-5% slower.
   // FP8: 128 keys, one 128-byte row of the transposed V tile.
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 || kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
   static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
