@@ -7,8 +7,9 @@
 // times compare with the benchmark's attn_bwd rows. bf16, (batch, seqlen, heads, d) contiguous,
 // 16k tokens and model dim 2048 as in bench/cases_attention.cu. Built as
 // build/*/bench/experiment_attention_bwd_hopper_ablation; quoted in docs/ladder/attention.md.
-// Timing: the benchmark harness (warm-up, L2 flushed, median of CUDA events), variants in turn,
-// then again in reverse order (the card's clocks drift over a run). Correctness: dq, dk, dv of
+// Timing: the variants of a shape round-robin (Harness::time_ms_interleaved: L2 flushed, medians of
+// 20 rounds, the order rotated every round; timed in turn, the card's clock history favoured the
+// first). Correctness: dq, dk, dv of
 // each variant, poisoned with NaN before the launch, against the library's rung 3: within 2^-8
 // of max |ref| (dk, dv: the same products in the same order; dq: its fp32 adds land in L2 in a
 // varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
@@ -145,13 +146,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
   FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
   const std::vector<float> want_q = download_bf16(dq.p, n), want_k = download_bf16(dk.p, n), want_v = download_bf16(dv.p, n);
   const double flops = 2.5 * 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-  std::vector<std::vector<double>> ms(vars.size());
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < vars.size(); ++i) {
-      const size_t j = pass == 0 ? i : vars.size() - 1 - i;
-      ms[j].push_back(h.time_ms([&] { run(vars[j]); }));
-    }
-  }
+  std::vector<std::function<void()>> fns;
+  for (size_t j = 0; j < vars.size(); ++j) fns.push_back([&, j] { run(vars[j]); });
+  const std::vector<double> ms = h.time_ms_interleaved(fns);
   for (size_t j = 0; j < vars.size(); ++j) {
     for (void* g : {dq.p, dk.p, dv.p}) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(g, 0xff, n * 2, h.stream()));  // NaN
     run(vars[j]);
@@ -162,13 +159,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
     const int64_t nans = eq.nans + ek.nans + ev.nans;
     const bool ok = !vars[j].checked || (nans == 0 && rel <= 1.0 / 256);
     all_ok &= ok;
-    const double best = std::fmin(ms[j][0], ms[j][1]);
-    std::printf("d %3lld seqlen %5lld causal %d  %-16s %8.4f / %8.4f ms  %6.1f TFLOP/s  max rel diff dq %.1e dk %.1e dv %.1e  NaN %lld  %s\n",
-                static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, vars[j].name, ms[j][0],
-                ms[j][1], flops / (best * 1e-3) / 1e12, eq.rel, ek.rel, ev.rel, static_cast<long long>(nans), !vars[j].checked ? "(timing only)" : ok ? "ok" : "FAIL");
-    bench::Row r = bench::attention_experiment::variant_row("attn_bwd_ablation", vars[j].name, c, best, flops, 8.0 * n * 2);
-    r.extra["ms_first_pass"] = ms[j][0];
-    r.extra["ms_second_pass"] = ms[j][1];
+    std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max rel diff dq %.1e dk %.1e dv %.1e  NaN %lld  %s\n",
+                static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, vars[j].name, ms[j],
+                flops / (ms[j] * 1e-3) / 1e12, eq.rel, ek.rel, ev.rel, static_cast<long long>(nans),
+                !vars[j].checked ? "(timing only)" : ok ? "ok" : "FAIL");
+    bench::Row r = bench::attention_experiment::variant_row("attn_bwd_ablation", vars[j].name, c, ms[j], flops, 8.0 * n * 2);
     r.extra["max_rel_diff_vs_rung3"] = rel;
     h.add(r);
   }

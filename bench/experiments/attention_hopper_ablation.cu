@@ -60,10 +60,11 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
   return p;
 }
 
-template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true>
+template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
+          bool kRescaleUnderQk = false>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
-  detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance>(
-      p, DType::kBF16, s);
+  detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
+                                     kRescaleUnderQk>(p, DType::kBF16, s);
 }
 
 // sweep (--sweep): the library, pingpong+overlap, kBlockN=176, before_1126 and the persistent kernel only.
@@ -108,6 +109,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
       {"desc_rebuilt", [&] { launch<kD, true, true, 0, (kD == 128), false>(p, h.stream()); }},
       // The rung before 2026-11-26: both of the above.
       {"before_1126", [&] { launch<kD, true, true, 0, false, false>(p, h.stream()); }},
+      // O rescaled under the next block's Q K^T product (kRescaleUnderQk), 128-key blocks.
+      {"rescale_under_qk", [&] { launch<kD, true, true, 0, (kD == 128), true, true>(p, h.stream()); }},
   };
   // Other key-block widths (the library's: 128 for d <= 128, 96 for 192, 80 for 256).
   if constexpr (kD == 128) {
@@ -127,7 +130,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     for (const Variant& var : variants)
       if (std::string(var.name) == "rung4_library" || std::string(var.name) == "persistent" ||
           std::string(var.name) == "pingpong+overlap" || std::string(var.name) == "kBlockN=176" ||
-          std::string(var.name) == "before_1126")
+          std::string(var.name) == "before_1126" || std::string(var.name) == "rescale_under_qk")
         kept.push_back(var);
     variants = kept;
   }

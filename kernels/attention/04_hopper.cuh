@@ -302,7 +302,7 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // cannot tile come by the producer warpgroup's cp.async copies (PagedRowCopy,
 // kernels/attention/paged.cuh), keys past the end zero-filled, into the same swizzled layout.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
-          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true>
+          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -539,7 +539,10 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
         wait_full(&k_full[st], (i / kStages) & 1);
         wait_full(&v_full[prev], ((i - 1) / kStages) & 1);
         turn_begin();
-        gemm_qk(st);    // S_i = Q K_i^T
+        gemm_qk(st);  // S_i = Q K_i^T
+        // kRescaleUnderQk: O takes block i-1's factor here, under S_i's product, instead of
+        // after P_{i-2} V_{i-2} (as FlashAttention-3 orders it).
+        if constexpr (kRescaleUnderQk) rescale_o(rescale);
         gemm_pv(prev);  // O += P_{i-1} V_{i-1}
         turn_end(false);
         wgmma_wait<1>();  // S_i done; P V still running
@@ -551,12 +554,13 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
         else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
-        rescale_o(rescale);
+        if constexpr (!kRescaleUnderQk) rescale_o(rescale);
         convert_p();
       }
       const int last = (n_blocks - 1) % kStages;
       wait_full(&v_full[last], ((n_blocks - 1) / kStages) & 1);
       turn_begin();
+      if constexpr (kRescaleUnderQk) rescale_o(rescale);
       gemm_pv(last);
       turn_end(true);
       wgmma_wait<0>();
