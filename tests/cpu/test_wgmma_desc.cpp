@@ -1,0 +1,41 @@
+// wgmma_desc_advance (kernels/common/wgmma_desc.h), which rung 4 of attention uses for every
+// k-step's shared-memory descriptor, against rebuilding the descriptor from the advanced address:
+// equal for every 16-byte-aligned address and offset that stay inside the shared memory a block
+// can have, and not equal once the address passes the 2^18-byte range of the descriptor's field
+// (the add carries into the reserved bits 14-15).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "kernels/common/wgmma_desc.h"
+
+namespace flashlab {
+namespace {
+
+using kernels::wgmma_desc_advance;
+using kernels::wgmma_desc_sw128;
+
+constexpr uint32_t kMaxSharedBytes = 227 * 1024 + 1024;  // a block's dynamic shared memory on sm_90, + static
+
+TEST(WgmmaDesc, AdvanceEqualsRebuild) {
+  // LBOs rung 4 uses: 16 (K-major), 64-column boxes of 128 and 176 rows (MN-major V), 2048 (paged).
+  for (uint32_t lbo : {16u, 128u * 128u, 176u * 128u, 2048u}) {
+    int64_t checked = 0, wrong = 0;
+    for (uint32_t addr = 0; addr < kMaxSharedBytes; addr += 16)
+      for (uint32_t off = 0; addr + off < kMaxSharedBytes && off < 64 * 1024; off += 16) {
+        ++checked;
+        wrong += wgmma_desc_advance(wgmma_desc_sw128(addr, lbo, 1024), off) != wgmma_desc_sw128(addr + off, lbo, 1024);
+      }
+    EXPECT_GT(checked, 100'000'000 / 16);
+    EXPECT_EQ(wrong, 0) << "lbo " << lbo;
+  }
+}
+
+TEST(WgmmaDesc, AdvancePastTheAddressFieldCarries) {
+  const uint64_t last = wgmma_desc_sw128(0x3FFF0, 16, 1024);  // the field's largest address
+  EXPECT_NE(wgmma_desc_advance(last, 16), wgmma_desc_sw128(0x40000, 16, 1024));
+  EXPECT_EQ(wgmma_desc_advance(last, 16) & 0xFFFFu, 0x4000u);  // the carry, in a reserved bit
+}
+
+}  // namespace
+}  // namespace flashlab
