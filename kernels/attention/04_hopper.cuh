@@ -301,6 +301,9 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // pages past its end, hold stale values: NaN there would meet P = 0 in P V) and page sizes TMA
 // cannot tile come by the producer warpgroup's cp.async copies (PagedRowCopy,
 // kernels/attention/paged.cuh), keys past the end zero-filled, into the same swizzled layout.
+// kPinWait, kDescAdvance, kRescaleUnderQk: instruction-order choices (the P V wait after the
+// softmax; descriptors by addition; O rescaled under the next Q K^T), defaults as measured,
+// switched by bench/experiments/attention_hopper_ablation.cu.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false>
 __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
