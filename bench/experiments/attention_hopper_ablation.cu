@@ -61,10 +61,10 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 }
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
-          bool kRescaleUnderQk = false>
+          bool kRescaleUnderQk = false, int kConsumers = 2>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
-                                     kRescaleUnderQk>(p, DType::kBF16, s);
+                                     kRescaleUnderQk, kConsumers>(p, DType::kBF16, s);
 }
 
 // sweep (--sweep): the library, pingpong+overlap, kBlockN=176, before_1126 and the persistent kernel only.
@@ -117,7 +117,13 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     variants.push_back({"kBlockN=176", [&] { launch<kD, true, true, 176>(p, h.stream()); }});
     variants.push_back({"kBlockN=160", [&] { launch<kD, true, true, 160>(p, h.stream()); }});
   }
-  if constexpr (kD == 64) variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
+  if constexpr (kD == 64) {
+    variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
+    // Three consumer warpgroups, 192-row tiles (FlashAttention-3's d 64 shape; same key blocks and
+    // per-row sums as the library: its output should match to the bit).
+    variants.push_back({"3_consumers", [&] { launch<kD, true, true, 0, false, true, false, 3>(p, h.stream()); }});
+    variants.push_back({"3_consumers_no_pingpong", [&] { launch<kD, false, true, 0, false, true, false, 3>(p, h.stream()); }});
+  }
   if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
   // The persistent kernel with its dynamic tile scheduler (kernels/attention/04_hopper_persistent.cuh;
   // head dims up to 128).

@@ -72,12 +72,21 @@ namespace flashlab::kernels {
 
 // kBlockN_ = 0: the default key block for the head dim (the experiments try others).
 // kElemBytes_: bytes of an input element, 2 (fp16 / bf16) or 1 (FP8 e4m3).
-template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2>
+// kConsumers_: consumer warpgroups, 2, or 3 (an experiment for head dim 64, FlashAttention-3's
+// 192-row tile: a third warp per scheduler to hide the softmax's latencies; prepared 2026-11-26,
+// not yet run on a GPU).
+template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2, int kConsumers_ = 2>
 struct HopperAttnTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kScoreMod = kScoreMod_;
   static constexpr bool kFp8 = kElemBytes_ == 1;
-  static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
+  // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three.
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64 && kElemBytes_ == 2),
+                "two consumer warpgroups, or three at head dim 64 (16-bit)");
+  static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
   // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9, 8773645): 176 at d 128
@@ -86,7 +95,7 @@ struct HopperAttnTraits {
   // FP8: 128 keys, one 128-byte row of the transposed V tile.
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 || kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
   static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
-  static constexpr int kThreads = 384;            // producer + 2 consumer warpgroups
+  static constexpr int kThreads = 128 * (kConsumers + 1);  // producer + consumer warpgroups
   static constexpr int kBoxCols = 128 / kElemBytes_;  // columns of a 128-byte (swizzle-row) TMA box
   static constexpr int kBoxes = (kHeadDim + kBoxCols - 1) / kBoxCols;  // TMA boxes per row
   static constexpr int kQBytes = kBoxes * kBlockM * 128;
@@ -303,14 +312,15 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // kernels/attention/paged.cuh), keys past the end zero-filled, into the same swizzled layout.
 // kPinWait, kDescAdvance, kRescaleUnderQk: instruction-order choices (the P V wait after the
 // softmax; descriptors by addition; O rescaled under the next Q K^T), defaults as measured,
-// switched by bench/experiments/attention_hopper_ablation.cu.
+// switched by bench/experiments/attention_hopper_ablation.cu. kConsumers: HopperAttnTraits.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
-          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false>
-__global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
+          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2>
+__global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T))>;
+  using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T)), kConsumers>;
+  static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   using To = HopperAttnOut<T>;  // output element
@@ -354,8 +364,8 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
       // The producer's arrive + the TMA bytes; paged: an arrive per producer thread when its copies land.
       mbarrier_init(&k_full[s], kPaged ? 128 : 1);
       mbarrier_init(&v_full[s], kPaged ? 128 : 1);
-      mbarrier_init(&k_empty[s], 8);  // one arrive per consumer warp
-      mbarrier_init(&v_empty[s], 8);
+      mbarrier_init(&k_empty[s], 4 * kConsumers);  // one arrive per consumer warp
+      mbarrier_init(&v_empty[s], 4 * kConsumers);
     }
     fence_barrier_init();
   }
@@ -468,8 +478,8 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     return;
   }
 
-  // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64).
-  setmaxnreg_inc<240>();
+  // Consumers: warpgroup cw = 0 .. kConsumers - 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64).
+  setmaxnreg_inc<Tr::kConsumerRegs>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;
@@ -486,15 +496,15 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units; partial sums
 
   const uint32_t q_base = smem_u32(sq) + cw * 64 * 128;  // this warpgroup's 64 rows of each Q box
-  // Pingpong turns: warpgroup cw issues GEMMs after a sync on barrier 1 + cw, then lets the other
-  // go with an arrive on its barrier. The second warpgroup starts by letting the first go, and
-  // skips its final arrive (so every arrive is matched by a sync of the same barrier).
+  // Pingpong turns: warpgroup cw issues GEMMs after a sync on barrier 1 + cw, then lets the next
+  // one (cyclically) go with an arrive on its barrier. The last warpgroup starts by letting the
+  // first go, and skips its final arrive (so every arrive is matched by a sync of the same barrier).
   const auto turn_begin = [&] {
     if constexpr (kPingpong) named_barrier_sync(1 + cw, 256);
   };
   const auto turn_end = [&](bool last) {
     if constexpr (kPingpong)
-      if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
+      if (!(last && cw == kConsumers - 1)) named_barrier_arrive(1 + (cw + 1) % kConsumers, 256);
   };
   const auto gemm_qk = [&](int stage) {
     hopper_attn_gemm_qk<T, Tr, kDescAdvance>(s, q_base, smem_u32(sk + stage * Tr::kKBytes));
@@ -523,7 +533,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
 
   if (n_blocks > 0) {
     if constexpr (kPingpong)
-      if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+      if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
     mbarrier_wait(&q_full, 0);
     float rescale[2];
     if constexpr (kOverlap) {
@@ -605,7 +615,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float inv = l > 0.f ? v_descale / l : 0.f;  // a row that saw no key: O = 0
-    const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the CTA's 128
+    const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the CTA's kM
     const int i = row0 + 8 * r;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; ++j) {
@@ -621,7 +631,7 @@ __global__ void __launch_bounds__(384, 1) attn_hopper_kernel(const __grid_consta
   }
   if constexpr (kFp8) return;
   fence_proxy_async_smem();  // the writes above before the TMA engine reads them
-  named_barrier_sync(3 + cw, 128);
+  named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
   if (wg_row0 >= sb.sq) return;
   if (!varlen) {
     if (t128 == 0) {
