@@ -504,7 +504,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
   };
   const auto turn_end = [&](bool last) {
     if constexpr (kPingpong)
-      if (!(last && cw == kConsumers - 1)) named_barrier_arrive(1 + (cw + 1) % kConsumers, 256);
+      if (!(last && cw == kConsumers - 1)) named_barrier_arrive(kConsumers == 2 ? 2 - cw : 1 + (cw + 1) % kConsumers, 256);
   };
   const auto gemm_qk = [&](int stage) {
     hopper_attn_gemm_qk<T, Tr, kDescAdvance>(s, q_base, smem_u32(sk + stage * Tr::kKBytes));
