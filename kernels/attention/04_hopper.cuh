@@ -305,6 +305,67 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
   }
 }
 
+// The epilogue, first half: l over the row's 4 threads, O / l (times o_scale: FP8's V descale)
+// rounded to To into this warpgroup's rows of the staging tile sq (swizzled like a TMA box; the
+// warpgroup's own wgmmas, the only readers of those rows, have completed) or, FP8 (a bf16 O is
+// twice Q's tile), straight to out_rows; LSE from registers. kLseRowStride: attn_lse_offset's.
+// Thread coordinates as hopper_attn_softmax, plus cw, warp, g (its warpgroup, warp, lane / 4).
+template <typename Tr, typename To, bool kLseRowStride = false>
+__device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
+                                                        const float (&row_max)[2], float o_scale, unsigned char* sq,
+                                                        To* out_rows, const AttnFwdParams& p, int b, int h,
+                                                        const AttnBatch& sb, int cw, int warp, int g, int t, int row0) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? o_scale / l : 0.f;  // a row that saw no key: O = 0
+    const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the tile's kBlockM
+    const int i = row0 + 8 * r;
+#pragma unroll
+    for (int j = 0; j < Tr::kHeadDim / 8; ++j) {
+      const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+      if constexpr (Tr::kFp8) {
+        if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
+      } else {
+        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, Tr::kBlockM)) = pair;
+      }
+    }
+    if (t == 0 && p.lse != nullptr && i < sb.sq)
+      p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] =
+          l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+  }
+}
+
+// The epilogue, second half (16-bit): this warpgroup's 64 rows of the staging tile out, from
+// query row wg_row0 of (head h, batch b): by TMA store (fixed lengths, clipped at seqlen_q by the
+// copy engine; thread 0 of the warpgroup waits until the copy has read the tile) or, varlen, row
+// by row, 16 bytes at a time, up to the sequence's sq rows (the rows past it belong to the next
+// sequence). t128: the thread's index in its warpgroup.
+template <typename Tr, typename T>
+__device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, const unsigned char* sq, T* out_rows,
+                                                    int64_t o_row_stride, bool varlen, int wg_row0, int sq_rows, int h,
+                                                    int b, int cw, int t128) {
+  if (!varlen) {
+    if (t128 == 0) {
+#pragma unroll
+      for (int x = 0; x < Tr::kBoxes; ++x) tma_store_4d(o_map, sq + x * Tr::kBlockM * 128 + cw * 64 * 128, x * 64, wg_row0, h, b);
+      tma_store_commit();
+      tma_store_wait_all<true>();  // shared memory must outlive the copy's reads
+    }
+  } else {
+    constexpr int kChunks = Tr::kHeadDim / 8;
+    for (int e = t128; e < 64 * kChunks; e += 128) {
+      const int r = e / kChunks, c = e % kChunks;
+      const int i = wg_row0 + r;
+      if (i >= sq_rows) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, Tr::kBlockM));
+      *reinterpret_cast<uint4*>(out_rows + static_cast<int64_t>(i) * o_row_stride + 8 * c) = v;
+    }
+  }
+}
+
 // kPaged: K and V from a paged cache (p.kv_indptr). Blocks whose keys all lie in the request come
 // by TMA, a box per page (args.page_box_rows); a request's last block (whose last page's tail, and
 // pages past its end, hold stale values: NaN there would meet P = 0 in P V) and page sizes TMA
@@ -605,52 +666,14 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
     }
   }
 
-  // Epilogue: l over the row's 4 threads, O / l into this warpgroup's rows of Q's shared memory
-  // (its own wgmmas, the only readers of those rows, have completed), LSE from registers. FP8:
-  // the bf16 O is twice the size of Q's tile; each thread stores its pairs of columns directly.
+  // Epilogue: O / l and LSE (hopper_attn_normalize_o), then the TMA store or the varlen copy.
   To* out_rows = static_cast<To*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? v_descale / l : 0.f;  // a row that saw no key: O = 0
-    const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the CTA's kM
-    const int i = row0 + 8 * r;
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) {
-      const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      if constexpr (kFp8) {
-        if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
-      } else {
-        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kM)) = pair;
-      }
-    }
-    if (t == 0 && p.lse != nullptr && i < sb.sq)
-      p.lse[attn_lse_offset<kPaged>(p, b, h, sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-  }
+  hopper_attn_normalize_o<Tr, To, kPaged>(o, row_sum, row_max, v_descale, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
   if constexpr (kFp8) return;
   fence_proxy_async_smem();  // the writes above before the TMA engine reads them
   named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
   if (wg_row0 >= sb.sq) return;
-  if (!varlen) {
-    if (t128 == 0) {
-#pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x) tma_store_4d(&args.o, sq + x * kM * 128 + cw * 64 * 128, x * 64, wg_row0, h, b);
-      tma_store_commit();
-      tma_store_wait_all<true>();  // shared memory must outlive the copy's reads
-    }
-  } else {
-    // Rows past this sequence belong to the next one: copy row by row, 16 bytes at a time.
-    constexpr int kChunks = kHeadDim / 8;
-    for (int e = t128; e < 64 * kChunks; e += 128) {
-      const int r = e / kChunks, c = e % kChunks;
-      const int i = wg_row0 + r;
-      if (i >= sb.sq) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, kM));
-      *reinterpret_cast<uint4*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * c) = v;
-    }
-  }
+  hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, sb.sq, h, b, cw, t128);
 #endif
 }
 

@@ -264,47 +264,15 @@ __global__ void __launch_bounds__(384, 1)
       it += n_blocks;
     }
 
-    // Epilogue (the library kernel's): l over the row's 4 threads, O / l into this warpgroup's rows
-    // of the tile's Q buffer (its own wgmmas, the only readers of those rows, have completed), LSE
-    // from registers; then the TMA store (or the varlen copy) and the buffer's release.
+    // Epilogue (the library kernel's): O / l and LSE into the tile's Q buffer, the TMA store or the
+    // varlen copy, then the buffer's release.
     T* out_rows = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = row_sum[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
-      const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the tile's 128
-      const int i = row0 + 8 * r;
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j)
-        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kM)) =
-            pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      if (t == 0 && p.lse != nullptr && i < sb.sq)
-        p.lse[attn_lse_offset(p, b, h, sb, i)] = l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-    }
+    hopper_attn_normalize_o<Tr, T>(o, row_sum, row_max, 1.f, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
     named_barrier_sync(3 + cw, 128);
     if (wg_row0 < sb.sq) {
-      if (!varlen) {
-        if (t128 == 0) {
-#pragma unroll
-          for (int x = 0; x < Tr::kBoxes; ++x) tma_store_4d(&args.o, sq + x * kM * 128 + cw * 64 * 128, x * 64, wg_row0, h, b);
-          tma_store_commit();
-          tma_store_wait_all<true>();  // the copy has read the buffer
-        }
-      } else {
-        // Rows past this sequence belong to the next one: copy row by row, 16 bytes at a time.
-        constexpr int kChunks = kHeadDim / 8;
-        for (int e = t128; e < 64 * kChunks; e += 128) {
-          const int r = e / kChunks, c = e % kChunks;
-          const int i = wg_row0 + r;
-          if (i >= sb.sq) continue;
-          const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, kM));
-          *reinterpret_cast<uint4*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * c) = v;
-        }
-        named_barrier_sync(3 + cw, 128);  // every thread's reads of the buffer done
-      }
+      hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, sb.sq, h, b, cw, t128);
+      if (varlen) named_barrier_sync(3 + cw, 128);  // every thread's reads of the buffer done
     }
     if (t128 == 0) mbarrier_arrive(&q_empty[qs]);
   }
