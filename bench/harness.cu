@@ -52,6 +52,12 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
+// The median of times (sorted in place).
+double median(std::vector<float>& times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 }  // namespace
 
 void fill_random(void* p, int64_t n, int dtype_code, uint64_t seed, cudaStream_t s) {
@@ -88,6 +94,17 @@ bool Harness::selected(const std::string& name) const {
 
 void Harness::flush_l2() { FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush_buf_, 0, flush_bytes_, stream_)); }
 
+float Harness::time_once(const std::function<void()>& fn, cudaEvent_t start, cudaEvent_t stop) {
+  flush_l2();
+  FLASHLAB_CUDA_CHECK(cudaEventRecord(start, stream_));
+  fn();
+  FLASHLAB_CUDA_CHECK(cudaEventRecord(stop, stream_));
+  FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return ms;
+}
+
 double Harness::time_ms(const std::function<void()>& fn) {
   cudaEvent_t start, stop;
   FLASHLAB_CUDA_CHECK(cudaEventCreate(&start));
@@ -100,20 +117,12 @@ double Harness::time_ms(const std::function<void()>& fn) {
   const int max_reps = opt_.quick ? std::min(opt_.max_reps, 20) : opt_.max_reps;
   while (static_cast<int>(times.size()) < max_reps &&
          (static_cast<int>(times.size()) < opt_.min_reps || spent < opt_.budget_ms)) {
-    flush_l2();
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(start, stream_));
-    fn();
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(stop, stream_));
-    FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-    spent += ms;
+    times.push_back(time_once(fn, start, stop));
+    spent += times.back();
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(times);
 }
 
 std::vector<double> Harness::time_ms_interleaved(const std::vector<std::function<void()>>& fns) {
@@ -128,22 +137,12 @@ std::vector<double> Harness::time_ms_interleaved(const std::vector<std::function
   for (int round = 0; round < opt_.min_reps; ++round)
     for (size_t k = 0; k < n; ++k) {
       const size_t i = (k + static_cast<size_t>(round)) % n;
-      flush_l2();
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(start, stream_));
-      fns[i]();
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(stop, stream_));
-      FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      times[i].push_back(ms);
+      times[i].push_back(time_once(fns[i], start, stop));
     }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::vector<double> medians(n);
-  for (size_t i = 0; i < n; ++i) {
-    std::sort(times[i].begin(), times[i].end());
-    medians[i] = times[i][times[i].size() / 2];
-  }
+  for (size_t i = 0; i < n; ++i) medians[i] = median(times[i]);
   return medians;
 }
 

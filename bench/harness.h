@@ -57,6 +57,8 @@ class Harness {
 
  private:
   void flush_l2();
+  // ms of one fn() on stream(), after an L2 flush, between the caller's two events.
+  float time_once(const std::function<void()>& fn, cudaEvent_t start, cudaEvent_t stop);
   Options opt_;
   cudaStream_t stream_ = nullptr;
   void* flush_buf_ = nullptr;
