@@ -136,6 +136,11 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       if constexpr (kHeadDim == 128 && !kScoreMod)
         if (p.seqlen_k >= kAttnHopperWideBlocksFrom)
           return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 176>(p, dtype, stream);
+      // Head dim 64: three consumer warpgroups on 192-row tiles (as FlashAttention-3), 7-24%
+      // faster than two at 2k-8k keys (interleaved timing, H100, 2026-11-26; docs/ladder/attention.md).
+      // Not with softcap / ALiBi: 280 bytes spilled in 160 registers.
+      if constexpr (kHeadDim == 64 && !kScoreMod)
+        return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 0, false, false, true, false, 3>(p, dtype, stream);
       launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream);
     });
   });

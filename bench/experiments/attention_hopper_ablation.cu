@@ -16,10 +16,13 @@
 // The variants of a shape are timed round-robin (Harness::time_ms_interleaved; medians of 20
 // rounds): timed one after another, identical kernels came out up to 17% apart on an H100
 // (2026-11-26), the first after an idle spell fastest.
-// "pingpong+overlap" is the library's kernel with 128-key blocks (at d 128 the library takes 176
-// from 8k keys on). --sweep: only the library, pingpong+overlap, kBlockN=176, before_1126 and the
-// persistent kernel at d 128, seqlen 1k..16k.
-// Usage: experiment_attention_hopper_ablation [--sweep] [out.json]
+// "pingpong+overlap" is the kernel with two consumer warpgroups and 128-key blocks: the library's
+// at d 128 below 8k keys (176-key blocks from 8k on) and at d 256 (80-key blocks there); at d 64 the
+// library has three consumer warpgroups (3_consumers) since 2026-11-26.
+// --sweep: only the library, pingpong+overlap, kBlockN=176, 3_consumers_n64 / _n80 and the
+// persistent kernel at d 128, seqlen 512..16k. --sweep64: the library, pingpong+overlap,
+// 3_consumers_no_pingpong and the persistent kernel at d 64, seqlen 512..16k.
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -67,7 +70,7 @@ void launch(const AttnFwdParams& p, cudaStream_t s) {
                                      kRescaleUnderQk, kConsumers>(p, DType::kBF16, s);
 }
 
-// sweep (--sweep): the library, pingpong+overlap, kBlockN=176, before_1126 and the persistent kernel only.
+// sweep (--sweep, --sweep64): the variants of the header's list only.
 template <int kD>
 void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = false) {
   const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
@@ -116,6 +119,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
   if constexpr (kD == 128) {
     variants.push_back({"kBlockN=176", [&] { launch<kD, true, true, 176>(p, h.stream()); }});
     variants.push_back({"kBlockN=160", [&] { launch<kD, true, true, 160>(p, h.stream()); }});
+    // Three consumer warpgroups (192-row tiles) on narrower key blocks: S and P of 64 / 80 keys
+    // leave room for O in 160 registers (96 keys spill).
+    variants.push_back({"3_consumers_n64", [&] { launch<kD, true, true, 64, false, true, false, 3>(p, h.stream()); }});
+    variants.push_back({"3_consumers_n80", [&] { launch<kD, true, true, 80, false, true, false, 3>(p, h.stream()); }});
   }
   if constexpr (kD == 64) {
     variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
@@ -132,12 +139,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream());
                         }});
   if (sweep) {
+    const std::vector<std::string> names =
+        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers_no_pingpong", "persistent"}
+                 : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n64",
+                                            "3_consumers_n80", "persistent"};
     std::vector<Variant> kept;
     for (const Variant& var : variants)
-      if (std::string(var.name) == "rung4_library" || std::string(var.name) == "persistent" ||
-          std::string(var.name) == "pingpong+overlap" || std::string(var.name) == "kBlockN=176" ||
-          std::string(var.name) == "before_1126" || std::string(var.name) == "rescale_under_qk")
-        kept.push_back(var);
+      for (const std::string& name : names)
+        if (var.name == name) kept.push_back(var);
     variants = kept;
   }
   // Timings first (round-robin: Harness::time_ms_interleaved), then the checks.
@@ -161,7 +170,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     // them, 2^-8 for the variants of the same blocks.
     const std::string name = var.name;
     const bool other_order =
-        name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || (kD == 128 && name == "rung4_library");
+        name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
+        (kD == 128 && name == "rung4_library");
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
     std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
@@ -179,16 +189,20 @@ int main(int argc, char** argv) {
   bench::Options opt;
   opt.min_reps = 20;
   const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
-  if (argc > 1 + sweep) opt.out = argv[1 + sweep];
+  const bool sweep64 = argc > 1 && std::string(argv[1]) == "--sweep64";
+  if (argc > 1 + (sweep || sweep64)) opt.out = argv[1 + (sweep || sweep64)];
   bench::Harness h(opt);
   bool all_ok = true;
   if (sweep) {  // d 128 over the benchmark's sequence lengths
     for (bool causal : {false, true})
-      for (int64_t s : {1024, 2048, 4096, 8192, 16384}) run_config<128>(h, {s, 128, causal}, all_ok, true);
+      for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<128>(h, {s, 128, causal}, all_ok, true);
+  } else if (sweep64) {  // d 64, 512..16k
+    for (bool causal : {false, true})
+      for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<64>(h, {s, 64, causal}, all_ok, true);
   } else {
     for (bool causal : {false, true}) {
       for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
-      run_config<64>(h, {2048, 64, causal}, all_ok);
+      for (int64_t s : {2048, 8192}) run_config<64>(h, {s, 64, causal}, all_ok);
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   }

