@@ -7,6 +7,7 @@
 
 #include "kernels/attention/04_hopper.cuh"
 #include "kernels/attention/04_hopper_fp8_v.cuh"
+#include "kernels/attention/04_hopper_persistent.cuh"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
 #include "src/core/static_switch.h"
@@ -113,8 +114,30 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 
+// Rung 4's persistent form (kernels/attention/04_hopper_persistent.cuh): the arguments of rung 4,
+// its two counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
+// min(tiles, SMs) CTAs.
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0>
+void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN>;
+  const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN>(p, dtype, stream);
+  const int64_t tiles = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
+  FLASHLAB_CHECK(tiles <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 query blocks "
+                 "of 128 rows x heads x batches for rung 4, got ", tiles);
+  if (tiles == 0) return;
+  auto* counters = static_cast<int*>(workspace(stream, 2 * sizeof(int), Workspace::kCounters));
+  const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN>;
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
+  FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(tiles));
+}
+
 // Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
 constexpr int kAttnHopperWideBlocksFrom = 8192;
+// Keys (seqlen_k, varlen: the longest) up to which head dims 64 and 128 take the persistent
+// kernel: causal (window_right 0) and not.
+constexpr int kAttnHopperPersistentUpToCausal = 1024;
+constexpr int kAttnHopperPersistentUpTo = 512;
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
@@ -130,6 +153,14 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   if (p.total_q == 0 || p.total_k == 0) return launch_attn_flash2(p, dtype, stream);
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
     HALF_DTYPE_SWITCH(dtype, T, [&] {
+      // Short key sequences at head dims 64 and 128: the persistent kernel, whose producer loads the
+      // next tile's Q and first K/V blocks under this tile's math and epilogue. At 16k tokens
+      // (interleaved timing, H100, 2026-11-26; docs/ladder/attention.md): 512 keys +3% / +10% (d
+      // 64 / 128) without a mask, +21% / +13% causal; 1k keys causal +13% / +6%; 1k keys without a
+      // mask -5% / +1%, and 4-25% slower from 2k on (hence the thresholds).
+      if constexpr (kHeadDim == 64 || kHeadDim == 128)
+        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal : kAttnHopperPersistentUpTo))
+          return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
       // FlashAttention-3), 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (interleaved timing,
       // H100, 2026-11-26; docs/ladder/attention.md). Not with softcap / ALiBi (264 bytes spilled).

@@ -38,7 +38,6 @@
 #include "flashlab/attention.h"
 #include "bench/experiments/attention_experiment.h"
 #include "src/attention_hopper_hdim.cuh"
-#include "src/attention_hopper_persistent_launch.cuh"
 
 using namespace flashlab;
 

@@ -1,7 +1,8 @@
-// Rung 4 with a persistent, dynamic tile scheduler: an experiment, not in the library. Measured
-// against the library's rung 4 by bench/experiments/attention_hopper_ablation.cu (H100,
-// 2026-11-26, 8773645: +5% at d 128 1k causal, 4-16% slower at 2k-16k) and held to it bit for bit
-// by tests/gpu/test_attention_persistent.cu. The kernel of kernels/attention/04_hopper.cuh (16-bit,
+// Rung 4 with a persistent, dynamic tile scheduler: the library's rung 4 for short key sequences
+// at head dims 64 and 128 (src/attention_hopper_hdim.cuh: up to 512 keys, 1k causal). Measured
+// against the one-CTA-per-tile kernel by bench/experiments/attention_hopper_ablation.cu --sweep /
+// --sweep64 (H100, 2026-11-26, ce4acf0: +3-21% at 512 keys, +6-13% at 1k causal, 4-25% slower
+// from 2k on) and held to it bit for bit by tests/gpu/test_attention_persistent.cu. The kernel of kernels/attention/04_hopper.cuh (16-bit,
 // not paged, pingpong and intra-warpgroup overlap on; the same block steps, hopper_attn_*) with
 // one change of structure:
 //   - One CTA per SM (grid = min(tiles, SMs)) walks tiles (128-row query block, head, batch) in

@@ -1,10 +1,11 @@
-// The prepared persistent rung-4 kernel (kernels/attention/04_hopper_persistent.cuh, not yet a
-// library path) against the library's rung 4 on the same inputs: the per-tile math is the same
-// code in the same order, so out and lse must match bit for bit; out and lse are poisoned with
-// NaN before each launch. Cases the fixed-length experiment does not cover: varlen batches with
-// empty and short sequences (tiles skipped, tiles past a batch's rows), causal with seqlen_q !=
-// seqlen_k (tiles with no key), sliding windows, softcap, ALiBi, GQA and MQA, several tiles per
-// CTA, fp16 and bf16, head dims 64 and 128 (the kernel's reach: 16-bit, d <= 128).
+// The persistent rung-4 kernel (kernels/attention/04_hopper_persistent.cuh; the library's for
+// short key sequences at head dims 64 and 128) against the one-CTA-per-tile rung-4 kernel on the
+// same inputs: the per-tile math is the same code in the same order, so out and lse must match bit
+// for bit; out and lse are poisoned with NaN before each launch. Cases the fixed-length experiment
+// does not cover: varlen batches with empty and short sequences (tiles skipped, tiles past a
+// batch's rows), causal with seqlen_q != seqlen_k (tiles with no key), sliding windows, softcap,
+// ALiBi, GQA and MQA, several tiles per CTA, fp16 and bf16, head dims 64 and 128 (the kernel's
+// reach: 16-bit, d <= 128).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "flashlab/attention.h"
-#include "src/attention_hopper_persistent_launch.cuh"
+#include "src/attention_hopper_hdim.cuh"
 #include "src/attention_validate.h"
 #include "src/core/static_switch.h"
 #include "tests/common/attention_cases.h"
@@ -26,16 +27,24 @@ namespace {
 
 using namespace flashlab::testing;
 
-// attention_fwd's parameters for these views (its validation), then the persistent kernel.
-void run_persistent(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                    const AttnFwdOptions& opt) {
+// attention_fwd's parameters for these views (its validation), then the persistent kernel, or
+// the one-CTA-per-tile kernel of rung 4 (two consumer warpgroups, 128-key blocks: the per-tile
+// math of the persistent kernel). attention_fwd itself takes the persistent kernel for short key
+// sequences, so the reference is launched directly.
+void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const AttnFwdOptions& opt, bool persistent) {
   const AttnFwdParams p = detail::attention_validated_params("attention_fwd", q, k, v, out, 4, opt, nullptr);
-  ASSERT_GT(p.total_q, 0);  // the launcher has no rung-3 fallback for empty packed tensors (yet)
+  ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
-      if (p.headdim == 64) detail::launch_attn_hopper_persistent<T, 64, kScoreMod>(p, q.dtype, nullptr);
-      else detail::launch_attn_hopper_persistent<T, 128, kScoreMod>(p, q.dtype, nullptr);
+      if (persistent) {
+        if (p.headdim == 64) detail::launch_attn_hopper_persistent<T, 64, kScoreMod>(p, q.dtype, nullptr);
+        else detail::launch_attn_hopper_persistent<T, 128, kScoreMod>(p, q.dtype, nullptr);
+      } else {
+        if (p.headdim == 64) detail::launch_attn_hopper_variant<T, 64, kScoreMod, true, true>(p, q.dtype, nullptr);
+        else detail::launch_attn_hopper_variant<T, 128, kScoreMod, true, true>(p, q.dtype, nullptr);
+      }
     });
   });
 }
@@ -69,9 +78,9 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng) {
   for (const DeviceBuffer* b : {&out4, &outp, &lse4, &lsep}) b->poison();
   AttnFwdOptions opt;
   set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse4_v, max_sq, max_sk);
-  attention_fwd(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), nullptr, 4, opt);
+  run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false);
   opt.softmax_lse = &lsep_v;
-  run_persistent(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt);
+  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   // Compared where the output lives (gather: the packed rows), bit for bit.
   const std::vector<double> a = gather(decode(dt, download(out4.ptr, out4.bytes)), lq, c, cuq, c.h),
