@@ -21,11 +21,13 @@
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
 // --sweep: only the library, pingpong+overlap, kBlockN=176, 3_consumers_n64 / _n80 and the
 // persistent kernel at d 128, seqlen 512..16k. --sweep64: the library, pingpong+overlap,
-// 3_consumers_no_pingpong and the persistent kernel at d 64, seqlen 512..16k.
+// 3_consumers and the persistent kernel at d 64, seqlen 512..16k. FLASHLAB_ROUNDS=n: n rounds
+// (default 20; 200 gave the same ratios, H100 2026-11-26).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -137,9 +139,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     variants.push_back({"persistent", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream());
                         }});
+
   if (sweep) {
     const std::vector<std::string> names =
-        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers_no_pingpong", "persistent"}
+        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent"}
                  : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n64",
                                             "3_consumers_n80", "persistent"};
     std::vector<Variant> kept;
@@ -187,6 +190,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
 int main(int argc, char** argv) {
   bench::Options opt;
   opt.min_reps = 20;
+  // FLASHLAB_ROUNDS=n: n rounds of the round-robin instead of 20 (a longer, sustained run).
+  if (const char* rounds = std::getenv("FLASHLAB_ROUNDS")) opt.min_reps = std::atoi(rounds);
   const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
   const bool sweep64 = argc > 1 && std::string(argv[1]) == "--sweep64";
   if (argc > 1 + (sweep || sweep64)) opt.out = argv[1 + (sweep || sweep64)];

@@ -1,0 +1,144 @@
+"""Experiment: flashlab's attention forward (flash_attn_func, the library's automatic rung) against
+torch SDPA's cuDNN and flash backends, timed round-robin in one process.
+
+Why: bench/flashlab_bench times our kernels and bench/peers.py times SDPA one after the other,
+each in its own ~0.5 s window; on an H100 at its 700 W cap the SM clock moves between about 1.5
+and 1.98 GHz with the load of the moment (nvidia-smi dmon, 2026-11-26), so a ratio of two such
+windows carries the difference of their clocks: two runs of the same binary differed by up to
+7% on one shape. Here every repetition of every implementation of a shape is timed in rotation
+(a, b, c; b, c, a; ...), each after the same L2 flush and the same GPU-side pause, so all of them
+see the same clocks, and the ratios are those of the kernels.
+
+Shapes as bench/cases_attention.cu: bf16, 16k tokens, model dim 2048 (batch = 16384 / seqlen,
+nheads = 2048 / headdim), head dim 128 at seqlen 512..16k, 64 and 256 at 512..2k, causal and not;
+our layout (batch, seqlen, heads, d), SDPA's native (batch, heads, seqlen, d), each contiguous.
+At head dim 128 also flashlab's FP8 forward (e4m3 q, k, v from the same normals, bf16 out; no
+peer has it). Timing per repetition: 256 MiB write (L2 flush), ~0.5 ms GPU sleep (the Python
+launch cost of the next call is paid under it), CUDA events around the call; median of ROUNDS
+(default 30) rounds after 5 warm-up calls each. Every implementation's output is checked against
+SDPA's cuDNN output of the same shape (bf16: max |diff| <= 2^-6 max |ref|; FP8: the e4m3 inputs'
+own reference is not computed here, only finiteness) before timing.
+
+Usage (GPU machine; flashlab's Python package importable, FLASHLAB_LIB_DIR set):
+    python3 bench/experiments/attention_vs_sdpa.py OUT.json [--quick]
+Writes the rows in the results-file format (bench/common.py), with "timing": "round-robin".
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from flashlab import flash_attn_func
+
+FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+
+def shapes(quick: bool):
+    out = []
+    for causal in (False, True):
+        for s in ((1024, 4096) if quick else (512, 1024, 2048, 4096, 8192, 16384)):
+            out.append((s, 128, causal))
+        for d in (64, 256):
+            for s in ((2048,) if quick else (512, 1024, 2048)):
+                out.append((s, d, causal))
+    return out
+
+
+def time_round_robin(fns: dict, rounds: int) -> dict:
+    names = list(fns)
+    for name in names:
+        for _ in range(5):
+            fns[name]()
+    torch.cuda.synchronize()
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        events = []
+        for name in order:
+            FLUSH.zero_()
+            torch.cuda._sleep(1_000_000)  # cycles (~0.5 ms): the CPU queues the call meanwhile
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            events.append((name, start, end))
+        torch.cuda.synchronize()
+        for name, start, end in events:
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    rounds = int(os.environ.get("ROUNDS", "30"))
+    rows, failures = [], []
+    for s, d, causal in shapes(args.quick):
+        b, h = 16384 // s, 2048 // d
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # SDPA's (b, h, s, d)
+
+        def ours():
+            return flash_attn_func(q, k, v, causal=causal)
+
+        def backend(bk):
+            def run():
+                with sdpa_kernel(bk):
+                    return sdpa(qt, kt, vt, is_causal=causal)
+            return run
+
+        fns = {"flashlab": ours, "torch-sdpa-cudnn": backend(SDPBackend.CUDNN_ATTENTION),
+               "torch-sdpa-flash": backend(SDPBackend.FLASH_ATTENTION)}
+        if d == 128:
+            q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+            fns["flashlab-e4m3"] = lambda: flash_attn_func(q8, k8, v8, causal=causal)
+        ref = fns["torch-sdpa-cudnn"]().transpose(1, 2).float()
+        scale = ref.abs().max().item()
+        for name, fn in list(fns.items()):
+            out = fn().float()
+            if name != "flashlab-e4m3" and name != "torch-sdpa-cudnn":
+                out = out if name == "flashlab" else out.transpose(1, 2)
+                err = (out - ref).abs().max().item() / scale
+                ok = err <= 2.0 ** -6
+            else:
+                err, ok = 0.0, bool(torch.isfinite(out).all().item())
+            if not ok:
+                failures.append(f"d {d} seqlen {s} causal {int(causal)} {name}: max|diff|/max|ref| {err:.2e}")
+                print("FAIL:", failures[-1])
+                del fns[name]
+        ms = time_round_robin(fns, rounds)
+        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        line = [f"d {d:3d} seqlen {s:5d} causal {int(causal)}"]
+        for name, t in ms.items():
+            dtype = "e4m3" if name == "flashlab-e4m3" else "bf16"
+            rows.append({"op": "attn_fwd", "impl": name, "dtype": dtype, "timing": "round-robin",
+                         "shape": {"batch": b, "seqlen_q": s, "seqlen_k": s, "nheads_q": h, "nheads_kv": h,
+                                   "headdim": d, "causal": int(causal)},
+                         "ms": t, "flops": flops, "TFLOPs": flops / t / 1e9, "reps": rounds})
+            line.append(f"{name} {flops / t / 1e9:6.1f}")
+        line.append(f"flashlab/cudnn {ms['torch-sdpa-cudnn'] / ms['flashlab']:.3f}" if "flashlab" in ms else "")
+        print("  ".join(line), flush=True)
+        del q, k, v, qt, kt, vt, fns
+        torch.cuda.empty_cache()
+    doc = {"device": torch.cuda.get_device_name(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "commit": os.environ.get("FLASHLAB_COMMIT", "unknown"), "torch": torch.__version__,
+           "experiment": "attention_vs_sdpa (round-robin timing)", "rows": rows, "failures": failures}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"wrote {args.out} ({len(rows)} rows, {len(failures)} failures)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
