@@ -19,8 +19,14 @@ launch cost of the next call is paid under it), CUDA events around the call; med
 SDPA's cuDNN output of the same shape (bf16: max |diff| <= 2^-6 max |ref|; FP8: the e4m3 inputs'
 own reference is not computed here, only finiteness) before timing.
 
+--bwd: the backward instead (op "attn_bwd", 2.5x the forward's FLOPs as the harness counts):
+the forward once with its graph kept, then torch.autograd.grad of the same dout timed (flashlab:
+its automatic backward rung; SDPA: the backend's backward), the same shapes; the gradients
+checked against cuDNN's with the same bound; no FP8. A shape where any call raises is reported in
+"failures" and skipped.
+
 Usage (GPU machine; flashlab's Python package importable, FLASHLAB_LIB_DIR set):
-    python3 bench/experiments/attention_vs_sdpa.py OUT.json [--quick]
+    python3 bench/experiments/attention_vs_sdpa.py OUT.json [--quick] [--bwd]
 Writes the rows in the results-file format (bench/common.py), with "timing": "round-robin".
 """
 from __future__ import annotations
@@ -76,10 +82,101 @@ def time_round_robin(fns: dict, rounds: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def fwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
+    """The forward of one shape: rows and failures."""
+    rows, failures = [], []
+
+    def ours():
+        return flash_attn_func(q, k, v, causal=causal)
+
+    def backend(bk):
+        def run():
+            with sdpa_kernel(bk):
+                return sdpa(qt, kt, vt, is_causal=causal)
+        return run
+
+    fns = {"flashlab": ours, "torch-sdpa-cudnn": backend(SDPBackend.CUDNN_ATTENTION),
+           "torch-sdpa-flash": backend(SDPBackend.FLASH_ATTENTION)}
+    if d == 128:
+        q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+        fns["flashlab-e4m3"] = lambda: flash_attn_func(q8, k8, v8, causal=causal)
+    ref = fns["torch-sdpa-cudnn"]().transpose(1, 2).float()
+    scale = ref.abs().max().item()
+    for name, fn in list(fns.items()):
+        out = fn().float()
+        if name != "flashlab-e4m3" and name != "torch-sdpa-cudnn":
+            out = out if name == "flashlab" else out.transpose(1, 2)
+            err = (out - ref).abs().max().item() / scale
+            ok = err <= 2.0 ** -6
+        else:
+            err, ok = 0.0, bool(torch.isfinite(out).all().item())
+        if not ok:
+            failures.append(f"d {d} seqlen {s} causal {int(causal)} {name}: max|diff|/max|ref| {err:.2e}")
+            print("FAIL:", failures[-1])
+            del fns[name]
+    ms = time_round_robin(fns, rounds)
+    flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    line = [f"d {d:3d} seqlen {s:5d} causal {int(causal)}"]
+    for name, t in ms.items():
+        dtype = "e4m3" if name == "flashlab-e4m3" else "bf16"
+        rows.append({"op": "attn_fwd", "impl": name, "dtype": dtype, "timing": "round-robin",
+                     "shape": {"batch": b, "seqlen_q": s, "seqlen_k": s, "nheads_q": h, "nheads_kv": h,
+                               "headdim": d, "causal": int(causal)},
+                     "ms": t, "flops": flops, "TFLOPs": flops / t / 1e9, "reps": rounds})
+        line.append(f"{name} {flops / t / 1e9:6.1f}")
+    line.append(f"flashlab/cudnn {ms['torch-sdpa-cudnn'] / ms['flashlab']:.3f}" if "flashlab" in ms else "")
+    print("  ".join(line), flush=True)
+    return rows, failures
+
+
+def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
+    """The backward of one shape: rows and failures."""
+    dout = torch.randn_like(q)
+    dout_t = dout.transpose(1, 2).contiguous()
+
+    def grads(fwd, inputs, g):
+        leaves = [x.detach().requires_grad_(True) for x in inputs]
+        out = fwd(*leaves)
+        return lambda: torch.autograd.grad(out, leaves, g, retain_graph=True)
+
+    def sdpa_fwd(bk):
+        def run(a, b_, c):
+            with sdpa_kernel(bk):
+                return sdpa(a, b_, c, is_causal=causal)
+        return run
+
+    fns = {"flashlab": grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout),
+           "torch-sdpa-cudnn": grads(sdpa_fwd(SDPBackend.CUDNN_ATTENTION), (qt, kt, vt), dout_t),
+           "torch-sdpa-flash": grads(sdpa_fwd(SDPBackend.FLASH_ATTENTION), (qt, kt, vt), dout_t)}
+    failures = []
+    ref = [g.transpose(1, 2).float() for g in fns["torch-sdpa-cudnn"]()]
+    for name in ("flashlab", "torch-sdpa-flash"):
+        got = [g.float() if name == "flashlab" else g.transpose(1, 2).float() for g in fns[name]()]
+        err = max((a - r).abs().max().item() / r.abs().max().item() for a, r in zip(got, ref))
+        if not err <= 2.0 ** -6:
+            failures.append(f"bwd d {d} seqlen {s} causal {int(causal)} {name}: max|diff|/max|ref| {err:.2e}")
+            print("FAIL:", failures[-1])
+            del fns[name]
+    ms = time_round_robin(fns, rounds)
+    flops = 2.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    rows, line = [], [f"bwd d {d:3d} seqlen {s:5d} causal {int(causal)}"]
+    for name, t in ms.items():
+        rows.append({"op": "attn_bwd", "impl": name, "dtype": "bf16", "timing": "round-robin",
+                     "shape": {"batch": b, "seqlen_q": s, "seqlen_k": s, "nheads_q": h, "nheads_kv": h,
+                               "headdim": d, "causal": int(causal)},
+                     "ms": t, "flops": flops, "TFLOPs": flops / t / 1e9, "reps": rounds})
+        line.append(f"{name} {flops / t / 1e9:6.1f}")
+    if "flashlab" in ms:
+        line.append(f"flashlab/cudnn {ms['torch-sdpa-cudnn'] / ms['flashlab']:.3f}")
+    print("  ".join(line), flush=True)
+    return rows, failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--bwd", action="store_true")
     args = ap.parse_args()
     rounds = int(os.environ.get("ROUNDS", "30"))
     rows, failures = [], []
@@ -87,48 +184,16 @@ def main() -> int:
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # SDPA's (b, h, s, d)
-
-        def ours():
-            return flash_attn_func(q, k, v, causal=causal)
-
-        def backend(bk):
-            def run():
-                with sdpa_kernel(bk):
-                    return sdpa(qt, kt, vt, is_causal=causal)
-            return run
-
-        fns = {"flashlab": ours, "torch-sdpa-cudnn": backend(SDPBackend.CUDNN_ATTENTION),
-               "torch-sdpa-flash": backend(SDPBackend.FLASH_ATTENTION)}
-        if d == 128:
-            q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
-            fns["flashlab-e4m3"] = lambda: flash_attn_func(q8, k8, v8, causal=causal)
-        ref = fns["torch-sdpa-cudnn"]().transpose(1, 2).float()
-        scale = ref.abs().max().item()
-        for name, fn in list(fns.items()):
-            out = fn().float()
-            if name != "flashlab-e4m3" and name != "torch-sdpa-cudnn":
-                out = out if name == "flashlab" else out.transpose(1, 2)
-                err = (out - ref).abs().max().item() / scale
-                ok = err <= 2.0 ** -6
-            else:
-                err, ok = 0.0, bool(torch.isfinite(out).all().item())
-            if not ok:
-                failures.append(f"d {d} seqlen {s} causal {int(causal)} {name}: max|diff|/max|ref| {err:.2e}")
-                print("FAIL:", failures[-1])
-                del fns[name]
-        ms = time_round_robin(fns, rounds)
-        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-        line = [f"d {d:3d} seqlen {s:5d} causal {int(causal)}"]
-        for name, t in ms.items():
-            dtype = "e4m3" if name == "flashlab-e4m3" else "bf16"
-            rows.append({"op": "attn_fwd", "impl": name, "dtype": dtype, "timing": "round-robin",
-                         "shape": {"batch": b, "seqlen_q": s, "seqlen_k": s, "nheads_q": h, "nheads_kv": h,
-                                   "headdim": d, "causal": int(causal)},
-                         "ms": t, "flops": flops, "TFLOPs": flops / t / 1e9, "reps": rounds})
-            line.append(f"{name} {flops / t / 1e9:6.1f}")
-        line.append(f"flashlab/cudnn {ms['torch-sdpa-cudnn'] / ms['flashlab']:.3f}" if "flashlab" in ms else "")
-        print("  ".join(line), flush=True)
-        del q, k, v, qt, kt, vt, fns
+        try:
+            case = bwd_case if args.bwd else fwd_case
+            rows_c, fail_c = case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds)
+        except Exception as e:  # noqa: BLE001  (a backend refusing a shape: reported, the run goes on)
+            rows_c, fail_c = [], [f"{'bwd' if args.bwd else 'fwd'} d {d} seqlen {s} causal {int(causal)}: "
+                                  f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"]
+            print("FAIL:", fail_c[0])
+        rows += rows_c
+        failures += fail_c
+        del q, k, v, qt, kt, vt
         torch.cuda.empty_cache()
     doc = {"device": torch.cuda.get_device_name(),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
