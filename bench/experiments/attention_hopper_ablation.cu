@@ -139,12 +139,17 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     variants.push_back({"persistent", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream());
                         }});
+  // ... with the pingpong turns restarted at each tile (the persistent kernel before 2026-11-26 noon).
+  if constexpr (kD <= 128)
+    variants.push_back({"persistent_restart", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, false>(p, DType::kBF16, h.stream());
+                        }});
 
   if (sweep) {
     const std::vector<std::string> names =
-        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent"}
+        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent", "persistent_restart"}
                  : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n64",
-                                            "3_consumers_n80", "persistent"};
+                                            "3_consumers_n80", "persistent", "persistent_restart"};
     std::vector<Variant> kept;
     for (const Variant& var : variants)
       for (const std::string& name : names)

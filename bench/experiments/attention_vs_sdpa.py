@@ -14,7 +14,7 @@ nheads = 2048 / headdim), head dim 128 at seqlen 512..16k, 64 and 256 at 512..2k
 our layout (batch, seqlen, heads, d), SDPA's native (batch, heads, seqlen, d), each contiguous.
 At head dim 128 also flashlab's FP8 forward (e4m3 q, k, v from the same normals, bf16 out; no
 peer has it). Timing per repetition: 256 MiB write (L2 flush), ~0.5 ms GPU sleep (the Python
-launch cost of the next call is paid under it), CUDA events around the call; median of ROUNDS
+launch cost of the next call is paid under it; SLEEP_CYCLES, below), CUDA events around the call; median of ROUNDS
 (default 30) rounds after 5 warm-up calls each. Every implementation's output is checked against
 SDPA's cuDNN output of the same shape (bf16: max |diff| <= 2^-6 max |ref|; FP8: the e4m3 inputs'
 own reference is not computed here, only finiteness) before timing.
@@ -45,6 +45,9 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 from flashlab import flash_attn_func
 
 FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+# SLEEP_CYCLES=0: no pause between repetitions (the GPU kept busier, clocks lower at the power cap;
+# the Python launch of short calls may then show in their times).
+SLEEP_CYCLES = int(os.environ.get("SLEEP_CYCLES", "1000000"))
 
 
 def shapes(quick: bool):
@@ -70,7 +73,8 @@ def time_round_robin(fns: dict, rounds: int) -> dict:
         events = []
         for name in order:
             FLUSH.zero_()
-            torch.cuda._sleep(1_000_000)  # cycles (~0.5 ms): the CPU queues the call meanwhile
+            if SLEEP_CYCLES > 0:
+                torch.cuda._sleep(SLEEP_CYCLES)  # ~0.5 ms by default: the CPU queues the call meanwhile
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fns[name]()

@@ -45,7 +45,11 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 // Grid: min(tiles, SMs) CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic shared memory;
 // tiles = m_blocks x nheads x batch; counters[0] (the next tile - gridDim.x) and counters[1] (CTAs
 // done) zero at launch, and left zero.
-template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0>
+// kCarryTurns: the pingpong turns run on across tiles (the second warpgroup's last GEMM of a tile
+// lets the first start its next tile, whose Q and first K block are already loaded, under the
+// second's epilogue); false: they restart at each tile (the first warpgroup's next tile waits
+// for the second's epilogue).
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true>
 __global__ void __launch_bounds__(384, 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -179,12 +183,17 @@ __global__ void __launch_bounds__(384, 1)
   uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
   float row_max[2], row_sum[2];  // log2 units; partial sums
   // Pingpong turns as in attn_hopper_kernel: warpgroup cw issues GEMMs after a sync on barrier
-  // 1 + cw, then lets the other go with an arrive on its barrier; per tile, the second warpgroup
-  // starts by letting the first go and skips its final arrive.
+  // 1 + cw, then lets the other go with an arrive on its barrier. Both warpgroups take
+  // n_blocks + 1 turns per tile, so the turns alternate across tiles too. kCarryTurns: the second
+  // warpgroup lets the first go once, at the start of the walk, and its last arrive (the walk's
+  // last turn) is matched by the first warpgroup's sync when the walk ends. Else per tile: the
+  // second starts by letting the first go and skips its final arrive.
   const auto turn_begin = [&] { named_barrier_sync(1 + cw, 256); };
   const auto turn_end = [&](bool last) {
-    if (!(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
+    if (kCarryTurns || !(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
   };
+  if constexpr (kCarryTurns)
+    if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
@@ -195,7 +204,12 @@ __global__ void __launch_bounds__(384, 1)
     mbarrier_wait(&q_full[qs], (qt / kQStages) & 1);
     ++qt;
     const int tile = *static_cast<volatile int*>(&tile_of[qs]);
-    if (tile < 0) break;
+    if (tile < 0) {
+      // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
+      if constexpr (kCarryTurns)
+        if (cw == 0) named_barrier_sync(1, 256);
+      break;
+    }
     Tile w;
     tile_at(tile, w);  // a tile the producer handed out lies in its batch's rows
     const AttnBatch& sb = w.sb;
@@ -221,7 +235,7 @@ __global__ void __launch_bounds__(384, 1)
     row_sum[0] = row_sum[1] = 0.f;
 
     if (n_blocks > 0) {
-      if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+      if (!kCarryTurns && cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
       // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
       mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
