@@ -117,7 +117,8 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
 // Rung 4's persistent form (kernels/attention/04_hopper_persistent.cuh): the arguments of rung 4,
 // its two counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
 // min(tiles, SMs) CTAs.
-template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true>
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
+          bool kSharedTile = (kHeadDim < 128 || !kScoreMod)>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN>(p, dtype, stream);
@@ -126,7 +127,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
                  "of 128 rows x heads x batches for rung 4, got ", tiles);
   if (tiles == 0) return;
   auto* counters = static_cast<int*>(workspace(stream, 2 * sizeof(int), Workspace::kCounters));
-  const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns>;
+  const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(tiles));

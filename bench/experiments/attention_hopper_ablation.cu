@@ -19,9 +19,9 @@
 // "pingpong+overlap" is the kernel with two consumer warpgroups and 128-key blocks: the library's
 // at d 128 below 8k keys (176-key blocks from 8k on) and at d 256 (80-key blocks there); at d 64 the
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
-// --sweep: only the library, pingpong+overlap, kBlockN=176, 3_consumers_n64 / _n80 and the
-// persistent kernel at d 128, seqlen 512..16k. --sweep64: the library, pingpong+overlap,
-// 3_consumers and the persistent kernel at d 64, seqlen 512..16k. FLASHLAB_ROUNDS=n: n rounds
+// --sweep: only the library, pingpong+overlap, kBlockN=176 and the persistent kernel's variants
+// at d 128, seqlen 512..16k. --sweep64: the library, pingpong+overlap, 3_consumers and the
+// persistent kernel's variants at d 64, seqlen 512..16k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64] [out.json]
 #include <cmath>
@@ -139,6 +139,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     variants.push_back({"persistent", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream());
                         }});
+  // ... with every consumer warp computing each tile's coordinates itself (kSharedTile off).
+  if constexpr (kD <= 128)
+    variants.push_back({"persistent_recompute", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, false>(p, DType::kBF16, h.stream());
+                        }});
   // ... with the pingpong turns restarted at each tile (the persistent kernel before 2026-11-26 noon).
   if constexpr (kD <= 128)
     variants.push_back({"persistent_restart", [&] {
@@ -147,9 +152,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
 
   if (sweep) {
     const std::vector<std::string> names =
-        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent", "persistent_restart"}
-                 : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n64",
-                                            "3_consumers_n80", "persistent", "persistent_restart"};
+        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent",
+                                            "persistent_recompute", "persistent_restart"}
+                 : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent",
+                                            "persistent_recompute", "persistent_restart"};
     std::vector<Variant> kept;
     for (const Variant& var : variants)
       for (const std::string& name : names)

@@ -49,7 +49,13 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 // lets the first start its next tile, whose Q and first K block are already loaded, under the
 // second's epilogue); false: they restart at each tile (the first warpgroup's next tile waits
 // for the second's epilogue).
-template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true>
+// kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
+// shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
+// index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
+// warp and tile, 10% of a tile's instructions at 512 keys). Off at d 128 with softcap / ALiBi,
+// where the consumers' 224 registers (the producer then needs 48) spilled 44 bytes.
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
+          bool kSharedTile = (kHeadDim < 128 || !kScoreMod)>
 __global__ void __launch_bounds__(384, 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -63,7 +69,6 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t q_full[kQStages], q_empty[kQStages], k_full[kStages], k_empty[kStages], v_full[kStages],
       v_empty[kStages];
-  __shared__ int tile_of[kQStages];  // the tile whose Q buffer this is (-1: no more tiles)
   unsigned char* smem = align_smem<1024>(smem_raw);
   unsigned char* sq_all = smem;                        // (kQStages, kBoxes x 128 rows): Q, later O
   unsigned char* sk = sq_all + kQStages * Tr::kQBytes; // (kStages, kBoxes x kN rows)
@@ -78,6 +83,8 @@ __global__ void __launch_bounds__(384, 1)
     AttnBatch sb;
     AttnScoreMod mod;
   };
+  __shared__ int tile_of[kQStages];  // the tile whose Q buffer this is (-1: no more tiles)
+  __shared__ Tile tile_info[kQStages];  // kSharedTile: that tile (tile_at's result)
   const auto tile_at = [&](int tile, Tile& w) {
     const int hb = tile / args.m_blocks;
     w.h = hb % p.nheads, w.b = hb / p.nheads;
@@ -110,9 +117,10 @@ __global__ void __launch_bounds__(384, 1)
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {  // producer: one thread hands out tiles and loads their Q, K and V
-    // 40 registers (the library's producer has 24; the tile walk's state spilled at 24 and 32),
-    // the consumers 232: 40 x 128 + 232 x 256 = 64,512 of the 65,536-register file.
-    setmaxnreg_dec<40>();
+    // 40 registers (the library's producer has 24; the tile walk's state spilled at 24 and 32;
+    // with kSharedTile's stores 48), the consumers the rest: 40 x 128 + 232 x 256 = 64,512 or
+    // 48 x 128 + 224 x 256 = 63,488 of the 65,536-register file.
+    setmaxnreg_dec<kSharedTile ? 48 : 40>();
     if (threadIdx.x != 0) return;
     prefetch_tensor_map(&args.q);
     prefetch_tensor_map(&args.k);
@@ -140,6 +148,7 @@ __global__ void __launch_bounds__(384, 1)
         break;
       }
       tile_of[qs] = tile;  // published by the arrive (release) below
+      if constexpr (kSharedTile) tile_info[qs] = w;
       const int qb = varlen ? 0 : w.b;  // batch coordinate (varlen: rows are packed, batch 1)
       if (w.n_blocks > 0) {
         unsigned char* sq = sq_all + qs * Tr::kQBytes;
@@ -172,7 +181,7 @@ __global__ void __launch_bounds__(384, 1)
   }
 
   // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64) of each tile.
-  setmaxnreg_inc<232>();
+  setmaxnreg_inc<kSharedTile ? 224 : 232>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;
@@ -211,7 +220,8 @@ __global__ void __launch_bounds__(384, 1)
       break;
     }
     Tile w;
-    tile_at(tile, w);  // a tile the producer handed out lies in its batch's rows
+    if constexpr (kSharedTile) w = tile_info[qs];
+    else tile_at(tile, w);  // a tile the producer handed out lies in its batch's rows
     const AttnBatch& sb = w.sb;
     const AttnScoreMod& mod = w.mod;
     const int b = w.b, h = w.h, n_begin = w.n_begin, n_blocks = w.n_blocks;
