@@ -136,9 +136,10 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 // Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
 constexpr int kAttnHopperWideBlocksFrom = 8192;
 // Keys (seqlen_k, varlen: the longest) up to which head dims 64 and 128 take the persistent
-// kernel: causal (window_right 0) and not.
+// kernel, without a mask and causal (window_right 0).
+template <int kHeadDim>
+constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 1024 : 512;
 constexpr int kAttnHopperPersistentUpToCausal = 1024;
-constexpr int kAttnHopperPersistentUpTo = 512;
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
@@ -155,12 +156,13 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
     HALF_DTYPE_SWITCH(dtype, T, [&] {
       // Short key sequences at head dims 64 and 128: the persistent kernel, whose producer loads the
-      // next tile's Q and first K/V blocks under this tile's math and epilogue. At 16k tokens
-      // (interleaved timing, H100, 2026-11-26; docs/ladder/attention.md): 512 keys +3% / +10% (d
-      // 64 / 128) without a mask, +21% / +13% causal; 1k keys causal +13% / +6%; 1k keys without a
-      // mask -5% / +1%, and 4-25% slower from 2k on (hence the thresholds).
+      // next tile's Q and first K/V blocks under this tile's math and epilogue. Against the
+      // one-CTA kernels (interleaved timing, H100, 2026-11-26, ebd20bd; docs/ladder/attention.md):
+      // d 128 +14% / +3% at 512 / 1k keys, causal +20% / +9%; d 64 (against three consumer
+      // warpgroups) +8% at 512 keys, equal at 1k, causal +31% / +19%; from 2k keys 1-13% slower
+      // but d 128 causal (+1%) (hence the thresholds).
       if constexpr (kHeadDim == 64 || kHeadDim == 128)
-        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal : kAttnHopperPersistentUpTo))
+        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal : kAttnHopperPersistentUpTo<kHeadDim>))
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
       // FlashAttention-3), 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (interleaved timing,
