@@ -234,26 +234,20 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
                          (mod.window_right >= 0 && k0 + Tr::kBlockN - 1 > wg_row0 + mod.diag + mod.window_right);
   if (need_mask) {
     // Row i keeps keys [lo, hi] (attn_visible, clipped to the sequence), as offsets from this
-    // thread's first key k0 + 2t: each score is two integer compares with a constant and a select,
-    // one compare without a left window (causal, the sequence's end).
-    const auto mask = [&](auto left_window) {
+    // thread's first key k0 + 2t: each score is two integer compares with a constant and a select.
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int d = row0 + 8 * r + mod.diag, base = k0 + 2 * t;
-        const int hi = min(seqlen_k - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
-        const int lo = d - mod.window_left - base;
+    for (int r = 0; r < 2; ++r) {
+      const int d = row0 + 8 * r + mod.diag, base = k0 + 2 * t;
+      const int hi = min(seqlen_k - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
+      const int lo = (mod.window_left >= 0 ? d - mod.window_left : INT_MIN / 2) - base;
 #pragma unroll
-        for (int j = 0; j < Tr::kBlockN / 8; ++j)
+      for (int j = 0; j < Tr::kBlockN / 8; ++j)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int off = j * 8 + c;
-            const bool keep = decltype(left_window)::value ? off >= lo && off <= hi : off <= hi;
-            s[4 * j + 2 * r + c] = keep ? s[4 * j + 2 * r + c] : -INFINITY;
-          }
-      }
-    };
-    if (mod.window_left >= 0) mask(std::true_type{});
-    else mask(std::false_type{});
+        for (int c = 0; c < 2; ++c) {
+          const int off = j * 8 + c;
+          s[4 * j + 2 * r + c] = off >= lo && off <= hi ? s[4 * j + 2 * r + c] : -INFINITY;
+        }
+    }
   }
   const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
 #pragma unroll
