@@ -1,5 +1,7 @@
 // The tiled backward rungs' launchers: the preprocess (D, lse log2(e), dq_accum zeroed) and the
 // dq conversion they share, and rung 2's main kernel (FlashAttention-2 style) over key blocks.
+#include <type_traits>
+
 #include "kernels/attention/backward/02_flash2.cuh"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
@@ -7,16 +9,41 @@
 
 namespace flashlab::detail {
 
+namespace {
+
+// f(std::integral_constant<int, kLanes>) with kLanes = kernels::attn_bwd_row_lanes(headdim).
+template <typename F>
+void row_lanes_switch(int headdim, F&& f) {
+  switch (kernels::attn_bwd_row_lanes(headdim)) {
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 16: return f(std::integral_constant<int, 16>{});
+    default: return f(std::integral_constant<int, 32>{});
+  }
+}
+
+}  // namespace
+
 void launch_attn_bwd_preprocess(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   if (p.seqlen_q == 0) return;
-  const dim3 padded_rows_grid(static_cast<unsigned>(p.dsum_rows / 4), p.nheads, p.batch);
-  HALF_DTYPE_SWITCH(dtype, T, [&] { FLASHLAB_LAUNCH(kernels::attn_bwd_dsum_kernel<T>, padded_rows_grid, 128, 0, stream, p); });
+  HALF_DTYPE_SWITCH(dtype, T, [&] {
+    row_lanes_switch(p.headdim, [&](auto lanes) {
+      constexpr int kLanes = decltype(lanes)::value, kRows = 4 * (32 / kLanes);  // rows per 128-thread block
+      const dim3 grid(static_cast<unsigned>(p.dsum_rows / kRows), p.nheads, p.batch);  // dsum_rows: a multiple of 128
+      FLASHLAB_LAUNCH((kernels::attn_bwd_dsum_rows_kernel<T, kLanes>), grid, 128, 0, stream, p);
+    });
+  });
 }
 
 void launch_attn_bwd_dq_convert(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   if (p.seqlen_q == 0) return;
-  const dim3 rows_grid(static_cast<unsigned>(ceil_div(p.seqlen_q, 4)), p.nheads, p.batch);
-  HALF_DTYPE_SWITCH(dtype, T, [&] { FLASHLAB_LAUNCH(kernels::attn_bwd_dq_convert_kernel<T>, rows_grid, 128, 0, stream, p); });
+  HALF_DTYPE_SWITCH(dtype, T, [&] {
+    row_lanes_switch(p.headdim, [&](auto lanes) {
+      constexpr int kLanes = decltype(lanes)::value, kRows = 4 * (32 / kLanes);
+      const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, kRows)), p.nheads, p.batch);
+      FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_rows_kernel<T, kLanes>), grid, 128, 0, stream, p);
+    });
+  });
 }
 
 void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {

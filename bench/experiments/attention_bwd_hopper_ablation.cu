@@ -13,9 +13,8 @@
 // each variant, poisoned with NaN before the launch, against the library's rung 3: within 2^-8
 // of max |ref| (dk, dv: the same products in the same order; dq: its fp32 adds land in L2 in a
 // varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
-// pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone;
-// pre_post_plus_rows adds them once more in the prepared rows form (several rows per warp), whose
-// cost is the difference; rows_pre_then_main checks that form's preprocess.
+// pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone
+// (several rows per warp since 2026-11-26; the warp-per-row form and its timing: bb6e0f4).
 // Usage: experiment_attention_bwd_hopper_ablation [out.json]
 #include <cmath>
 #include <cstdint>
@@ -67,36 +66,6 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
-// The preprocess and the conversion with kernels::attn_bwd_row_lanes(d) lanes per row
-// (attn_bwd_dsum_rows_kernel, attn_bwd_dq_convert_rows_kernel; prepared, the library still runs a
-// warp per row).
-template <int kD>
-void launch_rows_pre(const AttnBwdParams& p, cudaStream_t s) {
-  constexpr int kLanes = kernels::attn_bwd_row_lanes(kD), kRows = 4 * (32 / kLanes);
-  const dim3 grid(static_cast<unsigned>(p.dsum_rows / kRows), p.nheads, p.batch);
-  FLASHLAB_LAUNCH((kernels::attn_bwd_dsum_rows_kernel<__nv_bfloat16, kLanes>), grid, 128, 0, s, p);
-}
-template <int kD>
-void launch_rows_post(const AttnBwdParams& p, cudaStream_t s) {
-  constexpr int kLanes = kernels::attn_bwd_row_lanes(kD), kRows = 4 * (32 / kLanes);
-  const dim3 grid(static_cast<unsigned>((p.seqlen_q + kRows - 1) / kRows), p.nheads, p.batch);
-  FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_rows_kernel<__nv_bfloat16, kLanes>), grid, 128, 0, s, p);
-}
-// Timing only: no main kernel, the rows form of both once more (its cost: the difference to
-// pre_post_only).
-template <int kD>
-void rows_pre_post_extra(const AttnBwdParams& p, DType, cudaStream_t s) {
-  launch_rows_pre<kD>(p, s);
-  launch_rows_post<kD>(p, s);
-}
-// Checked: the rows preprocess redone over the library's (D, lse log2(e), dq_accum zeroed: the
-// same values), then the library's main kernel: the gradients must not change.
-template <int kD>
-void rows_pre_then_main(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  launch_rows_pre<kD>(p, s);
-  detail::launch_attn_bwd_hopper(p, dtype, s);
-}
-
 template <int kD, int kStages, bool kShared, bool kDqFirst = false>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
   detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst>(p, dtype, s);
@@ -114,8 +83,6 @@ std::vector<Variant> variants() {
   // dQ's product issued before dK's (kDqFirst), on the library's form of each head dim.
   v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
   v.push_back({"pre_post_only", no_main, false});
-  v.push_back({"pre_post_plus_rows", rows_pre_post_extra<kD>, false});
-  v.push_back({"rows_pre_then_main", rows_pre_then_main<kD>});
   return v;
 }
 

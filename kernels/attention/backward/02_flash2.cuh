@@ -93,65 +93,12 @@ __device__ __forceinline__ int64_t attn_dq_accum_row(const AttnBwdParams& p, int
   return p.cu_seqlens_q != nullptr ? sb.q_row0 + i : static_cast<int64_t>(b) * p.seqlen_q + i;
 }
 
-// Preprocess: D_i = dO_i . O_i (fp32), lse_i log2(e) (+inf for a row that sees no key), the
-// row's dq_accum zeroed; rows from the batch's end to dsum_rows get D = 0, lse +inf. A warp per
-// (batch, head, row), lane c on 16-byte chunk c of the head dim (d / 8 <= 32 chunks). Grid
-// (dsum_rows / 4, nheads, batch), 128 threads.
-template <typename T>
-__global__ void attn_bwd_dsum_kernel(const __grid_constant__ AttnBwdParams p) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
-  const AttnBatch sb = attn_batch(p, b);
-  const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + i;
-  if (i >= sb.sq) {
-    if (lane == 0) p.dsum[at] = 0.f, p.lse_log2[at] = INFINITY;
-    return;
-  }
-  const int chunks = p.headdim / 8;
-  float acc = 0.f;
-  if (lane < chunks) {
-    const T* o = static_cast<const T*>(p.o) + attn_offset(p, b, sb.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-    const T* dout = static_cast<const T*>(p.dout) +
-                    attn_offset(p, b, sb.q_row0, i, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
-    const uint4 ov = *reinterpret_cast<const uint4*>(o + lane * 8), dv = *reinterpret_cast<const uint4*>(dout + lane * 8);
-    const T* oe = reinterpret_cast<const T*>(&ov);
-    const T* de = reinterpret_cast<const T*>(&dv);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc += to_float(oe[e]) * to_float(de[e]);
-    float4* accum = reinterpret_cast<float4*>(p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim + lane * 8);
-    accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) {
-    const float lse = p.lse[attn_lse_offset(p, b, h, sb, i)];
-    p.dsum[at] = acc;
-    p.lse_log2[at] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-  }
-}
-
-// Postprocess: dq = dq_accum in dq's dtype. Grid (ceil(max_sq / 4), nheads, batch), 128 threads.
-template <typename T>
-__global__ void attn_bwd_dq_convert_kernel(const __grid_constant__ AttnBwdParams p) {
-  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
-  const AttnBatch sb = attn_batch(p, b);
-  if (i >= sb.sq || lane >= p.headdim / 8) return;
-  const float4* accum =
-      reinterpret_cast<const float4*>(p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim + lane * 8);
-  const float4 a = accum[0], c = accum[1];
-  const uint4 out = make_uint4(pack2<T>(a.x, a.y), pack2<T>(a.z, a.w), pack2<T>(c.x, c.y), pack2<T>(c.z, c.w));
-  T* dq = static_cast<T*>(p.dq) + attn_offset(p, b, sb.q_row0, i, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-  *reinterpret_cast<uint4*>(dq + lane * 8) = out;
-}
-
-// Prepared 2026-11-26, not yet run on a GPU (the library still launches the two kernels above;
-// bench/experiments/attention_bwd_hopper_ablation.cu times these beside them): the preprocess and
-// the dq conversion with kLanes lanes per row, one 16-byte chunk (8 values of 16 bits, or of the
-// fp32 accumulator 2 x 16 bytes) per lane, head dim / 8 chunks rounded up to a power of two (32:
-// 4 lanes, 64: 8, 96 and 128: 16, 192 and 256: 32), 32 / kLanes rows per warp. A warp per row
-// leaves 24 of 32 lanes idle at head dim 64 and 16 at 128; on an H200 the two took 0.215 ms at
-// d 64 against 0.131 at d 128 for the same bytes (attention_bwd_hopper_ablation_858deac_h200.txt).
-// With kLanes = 32 they are the kernels above. Once measured and tested, they replace them.
+// The preprocess and the dq conversion give kLanes lanes to a row, one 16-byte chunk (8 values of
+// 16 bits, or of the fp32 accumulator 2 x 16 bytes) per lane: head dim / 8 chunks rounded up to a
+// power of two (32: 4 lanes, 64: 8, 96 and 128: 16, 192 and 256: 32), 32 / kLanes rows per warp.
+// A warp per row (their form until 2026-11-26) left 24 of 32 lanes idle at head dim 64 and 16 at
+// 128: on an H100 the pair took 0.218 ms at d 64 and 0.170 at d 128 (16k tokens x 2048), this
+// form 0.170 and 0.167 (bench/experiments/attention_bwd_hopper_ablation.cu, bb6e0f4).
 __host__ __device__ constexpr int attn_bwd_row_lanes(int headdim) {
   return headdim <= 32 ? 4 : headdim <= 64 ? 8 : headdim <= 128 ? 16 : 32;
 }
@@ -231,7 +178,7 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, floa
 }
 
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
-// shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_kernel first.
+// shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_rows_kernel first.
 // kScoreMod: softcap and/or ALiBi (the generic element-wise path); without them P and dS take
 // one FFMA, one MUFU.EX2, one FFMA and one FMUL per element. kDropout (generic path only): the
 // forward's mask regenerated per (row, key pair): dP = (dO V^T) z, and P z into shared memory for

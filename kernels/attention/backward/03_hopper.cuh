@@ -101,7 +101,7 @@ struct HopperBwdArgs {
 };
 
 // Grid (ceil(max_sk / 128), nheads_kv, batch), 384 threads, Tr::kSmemBytes dynamic shared memory.
-// dq_accum zeroed, dsum and lse_log2 written by attn_bwd_dsum_kernel first.
+// dq_accum zeroed, dsum and lse_log2 written by attn_bwd_dsum_rows_kernel first.
 // kStages: HopperBwdTraits' kStages_. kSharedSpace: the tiles' base aligned by align_smem, so
 // the dS^T and dQ tile stores and the lse / D loads are STS / LDS; false: through uintptr_t,
 // generic ST.E / LD.E (both measured by bench/experiments/attention_bwd_hopper_ablation.cu).
