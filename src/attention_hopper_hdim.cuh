@@ -135,6 +135,8 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 
 // Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
 constexpr int kAttnHopperWideBlocksFrom = 8192;
+// Keys (seqlen_k) up to which head dim 256 takes 64-key blocks.
+constexpr int kAttnHopperNarrowBlocksUpTo = 512;
 // Keys (seqlen_k, varlen: the longest) up to which head dims 64 and 128 take the persistent
 // kernel, without a mask and causal (window_right 0).
 template <int kHeadDim>
@@ -170,6 +172,12 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       if constexpr (kHeadDim == 128 && !kScoreMod)
         if (p.seqlen_k >= kAttnHopperWideBlocksFrom)
           return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 176>(p, dtype, stream);
+      // Head dim 256 up to 512 keys: 64-key blocks (8 whole blocks at 512 keys where 80-key blocks
+      // take 7, the last 40% empty): +1.7% / +2.5% at 512 keys (no mask / causal), 1-6% slower
+      // from 1k on (interleaved timing, H100, 2026-11-26; docs/ladder/attention.md).
+      if constexpr (kHeadDim == 256)
+        if (p.seqlen_k <= kAttnHopperNarrowBlocksUpTo)
+          return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 64>(p, dtype, stream);
       // Head dim 64: three consumer warpgroups on 192-row tiles (as FlashAttention-3), 7-24%
       // faster than two at 2k-8k keys (interleaved timing, H100, 2026-11-26; docs/ladder/attention.md).
       // Not with softcap / ALiBi: 280 bytes spilled in 160 registers.

@@ -8,7 +8,8 @@
 // equal the output of the library's kernel with its default (128 at d <= 128) key blocks within
 // 2^-8 relative to max |out| (the overlap variants change nothing but the order of issue;
 // differences mean a bug; other key-block widths, the library's own call at d 128 (176 from 8k
-// keys) and rung 3 sum in another order: 2^-6) and contain no NaN; else FAIL, exit 1.
+// keys) and d 256 (64 up to 512 keys) and rung 3 sum in another order: 2^-6) and contain no NaN;
+// else FAIL, exit 1.
 // Also the persistent kernel with a dynamic tile scheduler (04_hopper_persistent.cuh).
 // Also the library kernel with the P V wait pinned after the softmax and not (wait_pinned,
 // wait_unpinned; kernels/common/wgmma.cuh wgmma_wait_after), with its wgmma descriptors rebuilt
@@ -21,9 +22,10 @@
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
 // --sweep: only the library, pingpong+overlap, kBlockN=176 and the persistent kernel's variants
 // at d 128, seqlen 512..16k. --sweep64: the library, pingpong+overlap, 3_consumers and the
-// persistent kernel's variants at d 64, seqlen 512..16k. FLASHLAB_ROUNDS=n: n rounds
+// persistent kernel's variants at d 64, seqlen 512..16k. --sweep256: the library (80-key
+// blocks) and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26).
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64] [out.json]
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -152,8 +154,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
 
   if (sweep) {
     const std::vector<std::string> names =
-        kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent",
-                                            "persistent_recompute", "persistent_restart"}
+        kD == 256 ? std::vector<std::string>{"rung4_library", "kBlockN=64"}
+        : kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent",
+                                              "persistent_recompute", "persistent_restart"}
                  : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent",
                                             "persistent_recompute", "persistent_restart"};
     std::vector<Variant> kept;
@@ -184,7 +187,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        (kD == 128 && name == "rung4_library");
+        ((kD == 128 || kD == 256) && name == "rung4_library");
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
     std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
@@ -205,12 +208,16 @@ int main(int argc, char** argv) {
   if (const char* rounds = std::getenv("FLASHLAB_ROUNDS")) opt.min_reps = std::atoi(rounds);
   const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
   const bool sweep64 = argc > 1 && std::string(argv[1]) == "--sweep64";
-  if (argc > 1 + (sweep || sweep64)) opt.out = argv[1 + (sweep || sweep64)];
+  const bool sweep256 = argc > 1 && std::string(argv[1]) == "--sweep256";
+  if (argc > 1 + (sweep || sweep64 || sweep256)) opt.out = argv[1 + (sweep || sweep64 || sweep256)];
   bench::Harness h(opt);
   bool all_ok = true;
   if (sweep) {  // d 128 over the benchmark's sequence lengths
     for (bool causal : {false, true})
       for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<128>(h, {s, 128, causal}, all_ok, true);
+  } else if (sweep256) {  // d 256, 512..2k: 80- against 64-key blocks
+    for (bool causal : {false, true})
+      for (int64_t s : {512, 1024, 2048}) run_config<256>(h, {s, 256, causal}, all_ok, true);
   } else if (sweep64) {  // d 64, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<64>(h, {s, 64, causal}, all_ok, true);
