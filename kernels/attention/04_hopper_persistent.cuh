@@ -1,9 +1,12 @@
 // Rung 4 with a persistent, dynamic tile scheduler: the library's rung 4 for short key sequences
-// at head dims 64 and 128 (src/attention_hopper_hdim.cuh: up to 512 keys, 1k causal). Measured
-// against the one-CTA-per-tile kernel by bench/experiments/attention_hopper_ablation.cu --sweep /
-// --sweep64 (H100, 2026-11-26, ce4acf0: +3-21% at 512 keys, +6-13% at 1k causal, 4-25% slower
-// from 2k on) and held to it bit for bit by tests/gpu/test_attention_persistent.cu. The kernel of kernels/attention/04_hopper.cuh (16-bit,
-// not paged, pingpong and intra-warpgroup overlap on; the same block steps, hopper_attn_*) with
+// at head dims 64 and 128 (src/attention_hopper_hdim.cuh: up to 512 keys at d 64 and 1k at d 128,
+// 1k causal). Measured against the one-CTA-per-tile kernels by
+// bench/experiments/attention_hopper_ablation.cu --sweep / --sweep64 (H100, 2026-11-26, ebd20bd: d
+// 128 +14% / +20% at 512 keys without a mask / causal, +3% / +9% at 1k; d 64 against three
+// consumer warpgroups +8% / +31% at 512, equal / +19% at 1k; 1-13% slower from 2k on) and held
+// to it bit for bit by tests/gpu/test_attention_persistent.cu. The kernel of
+// kernels/attention/04_hopper.cuh (16-bit, not paged, two consumer warpgroups, pingpong and
+// intra-warpgroup overlap on; the same block steps, hopper_attn_*) with
 // one change of structure:
 //   - One CTA per SM (grid = min(tiles, SMs)) walks tiles (128-row query block, head, batch) in
 //     the library's order (query blocks fastest, from the last: the longest causal rows first;
@@ -14,7 +17,8 @@
 //     count of CTAs done live in the library's zero-filled counters workspace; the last CTA to
 //     finish its walk zeroes both for the next launch.
 //   - The producer runs ahead across tiles: it hands each tile to the consumers through a Q
-//     buffer (the tile index in tile_of[], Q's bytes on q_full), two Q buffers where they fit
+//     buffer (the tile index in tile_of[] and, kSharedTile, its coordinates in tile_info[]; Q's
+//     bytes on q_full), two Q buffers where they fit
 //     (head dims <= 128), so the next tile's Q and first K/V blocks load while this tile computes
 //     and stores its output; with one, the next Q waits for this tile's epilogue. A tile index of
 //     -1 ends the walk. The K/V ring's stage and phase counters run on across tiles.
