@@ -163,8 +163,11 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       // d 128 +14% / +3% at 512 / 1k keys, causal +20% / +9%; d 64 (against three consumer
       // warpgroups) +8% at 512 keys, equal at 1k, causal +31% / +19%; from 2k keys 1-13% slower
       // but d 128 causal (+1%) (hence the thresholds).
+      // Under CUDA-graph capture only if its counters exist on this stream already (capture allows
+      // no cudaMalloc): a first call captured on a fresh stream takes the one-CTA kernel.
       if constexpr (kHeadDim == 64 || kHeadDim == 128)
-        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal : kAttnHopperPersistentUpTo<kHeadDim>))
+        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal : kAttnHopperPersistentUpTo<kHeadDim>) &&
+            (!capturing(stream) || workspace_if_ready(stream, 2 * sizeof(int), Workspace::kCounters) != nullptr))
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
       // FlashAttention-3), 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (interleaved timing,

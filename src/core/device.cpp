@@ -80,22 +80,42 @@ int resident_clusters(const void* kernel, int cluster, int threads, int smem_byt
   return clusters;
 }
 
-void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind) {
-  struct Buffer {
-    void* ptr = nullptr;
-    int64_t bytes = 0;
-  };
+namespace {
+
+struct WorkspaceBuffer {
+  void* ptr = nullptr;
+  int64_t bytes = 0;
+};
+
+std::mutex& workspace_mutex() {
   static std::mutex mu;
-  static std::map<std::tuple<int, cudaStream_t, Workspace>, Buffer> cache;
+  return mu;
+}
+
+// Guarded by workspace_mutex().
+WorkspaceBuffer& workspace_buffer(cudaStream_t stream, Workspace kind) {
+  static std::map<std::tuple<int, cudaStream_t, Workspace>, WorkspaceBuffer> cache;
   int dev = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  Buffer& buf = cache[{dev, stream, kind}];
+  return cache[{dev, stream, kind}];
+}
+
+}  // namespace
+
+void* workspace_if_ready(cudaStream_t stream, int64_t bytes, Workspace kind) {
+  std::lock_guard<std::mutex> lock(workspace_mutex());
+  const WorkspaceBuffer& buf = workspace_buffer(stream, kind);
+  return buf.bytes >= bytes ? buf.ptr : nullptr;
+}
+
+void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind) {
+  std::lock_guard<std::mutex> lock(workspace_mutex());
+  WorkspaceBuffer& buf = workspace_buffer(stream, kind);
   if (buf.bytes < bytes) {
     if (buf.ptr != nullptr) {
       FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
       FLASHLAB_CUDA_CHECK(cudaFree(buf.ptr));
-      buf = Buffer{};
+      buf = WorkspaceBuffer{};
     }
     FLASHLAB_CUDA_CHECK(cudaMalloc(&buf.ptr, static_cast<size_t>(bytes)));
     // On the caller's stream: cudaMemset runs on the legacy default stream, which a non-blocking

@@ -55,6 +55,10 @@ int resident_clusters(const void* kernel, int cluster, int threads, int smem_byt
 //   kCounters: zero-filled when allocated; every kernel that uses it must leave it zero.
 enum class Workspace { kScratch, kCounters };
 void* workspace(cudaStream_t stream, int64_t bytes, Workspace kind = Workspace::kScratch);
+// The buffer workspace() would return, if it already holds `bytes`; nullptr otherwise (nothing is
+// allocated: usable while `stream` is being captured, when cudaMalloc and the synchronization of a
+// growing buffer are not allowed).
+void* workspace_if_ready(cudaStream_t stream, int64_t bytes, Workspace kind);
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

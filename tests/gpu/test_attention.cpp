@@ -530,6 +530,47 @@ TEST(Attention, Deterministic) {
   }
 }
 
+// The automatic rung inside a CUDA graph (global capture, as torch.cuda.graph) at a length that
+// takes rung 4's persistent kernel: captured on a fresh stream (no counters workspace yet, and
+// capture allows no cudaMalloc) it falls back to the one-CTA kernel; captured again once an
+// eager call has set the workspace up, the graph holds the persistent kernel. Every replay's
+// output equals the eager call's, bit for bit (both kernels sum in the same order).
+TEST(Attention, Rung4UnderGraphCapture) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(61);
+  for (int64_t d : {64, 128})
+    for (bool causal : {false, true}) {
+      const SelfAttention sa(rng, 2, 300, 4, d);
+      const TensorView qv = device_view(sa.q.ptr, DType::kBF16, sa.shape);
+      const TensorView ov = device_view(sa.out.ptr, DType::kBF16, sa.shape);
+      AttnFwdOptions opt;
+      opt.causal = causal;
+      Stream stream;
+      const auto call = [&] { attention_fwd(qv, qv, qv, ov, stream.s, kAttnFwdRungAuto, opt); };
+      const auto poison = [&] {
+        sa.out.poison();  // cudaMemset: the legacy stream, which stream.s does not wait for
+        FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+      };
+      const auto replayed = [&](const Graph& g) {
+        poison();
+        g.replay(stream.s);
+        return download(sa.out.ptr, sa.out.bytes);
+      };
+      Graph first;  // before any eager call on this stream
+      first.capture(stream.s, call);
+      poison();
+      call();
+      FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+      const std::vector<uint8_t> eager = download(sa.out.ptr, sa.out.bytes);
+      EXPECT_EQ(replayed(first), eager) << "d " << d << " causal " << causal << " (captured first)";
+      Graph second;  // the counters workspace exists now
+      second.capture(stream.s, call);
+      EXPECT_EQ(replayed(second), eager) << "d " << d << " causal " << causal << " (captured after an eager call)";
+      EXPECT_EQ(replayed(second), eager) << "d " << d << " causal " << causal << " (second replay)";
+    }
+}
+
 // Dropout (rungs 1 and 3, and the automatic choice, rung 3): out and lse against the reference
 // under the mask regenerated on the host from the seed and offset (the same Philox functions),
 // and probs whose signs must be that mask, so the kernel's mask is the host's entry by entry
