@@ -40,8 +40,13 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   char* at(size_t offset) const { return static_cast<char*>(ptr) + offset; }
-  // All bits set: NaN in fp32 and bf16.
-  void poison() const { FLASHLAB_CUDA_CHECK(cudaMemset(ptr, 0xff, bytes)); }
+  // All bits set: NaN in fp32 and bf16. Finished before return: cudaMemset runs on the legacy
+  // default stream, which a non-blocking stream's work does not wait for (the memset could land
+  // after it: StreamsPipeline saw such a race on a busy GPU, 2026-11-26).
+  void poison() const {
+    FLASHLAB_CUDA_CHECK(cudaMemset(ptr, 0xff, bytes));
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 };
 
 inline void upload(void* dst, const std::vector<uint8_t>& src) {
