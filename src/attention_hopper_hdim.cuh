@@ -100,37 +100,48 @@ kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cu
   return args;
 }
 
+// Query blocks (of Tr::kBlockM rows) x heads x batches of rung 4 for p: the one-CTA kernel's
+// CTAs, the persistent kernel's tiles; checked to fit an int. args_named: the op and arguments
+// that set them, for the message.
+template <typename Tr>
+int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& p, const char* args_named) {
+  const int64_t tiles = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
+  FLASHLAB_CHECK(tiles <= INT_MAX, args_named, ": expected at most 2^31 - 1 query blocks of ", Tr::kBlockM,
+                 " rows x heads x batches for rung 4, got ", tiles);
+  return static_cast<int>(tiles);
+}
+
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers>(p, dtype, stream);
-  const int64_t ctas = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
-  FLASHLAB_CHECK(ctas <= INT_MAX, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'",
-                 ": expected at most 2^31 - 1 query blocks of ", Tr::kBlockM, " rows x heads x batches for rung 4, got ", ctas);
+  const int ctas = attn_hopper_tiles<Tr>(
+      args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 
+// The persistent kernel's two counters (next tile, CTAs done), in the stream's counters workspace.
+constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
+
 // Rung 4's persistent form (kernels/attention/04_hopper_persistent.cuh): the arguments of rung 4,
-// its two counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
+// its counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
 // min(tiles, SMs) CTAs.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod)>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN>(p, dtype, stream);
-  const int64_t tiles = static_cast<int64_t>(args.m_blocks) * p.nheads * p.batch;
-  FLASHLAB_CHECK(tiles <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 query blocks "
-                 "of 128 rows x heads x batches for rung 4, got ", tiles);
+  const int tiles = attn_hopper_tiles<Tr>(args, p, "attention_fwd: arguments 'q', 'max_seqlen_q'");
   if (tiles == 0) return;
-  auto* counters = static_cast<int*>(workspace(stream, 2 * sizeof(int), Workspace::kCounters));
+  auto* counters = static_cast<int*>(workspace(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
-  FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(tiles));
+  FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, tiles);
 }
 
 // Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
@@ -167,7 +178,8 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       // no cudaMalloc): a first call captured on a fresh stream takes the one-CTA kernel.
       if constexpr (kHeadDim == 64 || kHeadDim == 128)
         if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal : kAttnHopperPersistentUpTo<kHeadDim>) &&
-            (!capturing(stream) || workspace_if_ready(stream, 2 * sizeof(int), Workspace::kCounters) != nullptr))
+            (!capturing(stream) ||
+             workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr))
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
       // FlashAttention-3), 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (interleaved timing,

@@ -206,27 +206,28 @@ int main(int argc, char** argv) {
   opt.min_reps = 20;
   // FLASHLAB_ROUNDS=n: n rounds of the round-robin instead of 20 (a longer, sustained run).
   if (const char* rounds = std::getenv("FLASHLAB_ROUNDS")) opt.min_reps = std::atoi(rounds);
-  const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
-  const bool sweep64 = argc > 1 && std::string(argv[1]) == "--sweep64";
-  const bool sweep256 = argc > 1 && std::string(argv[1]) == "--sweep256";
-  if (argc > 1 + (sweep || sweep64 || sweep256)) opt.out = argv[1 + (sweep || sweep64 || sweep256)];
+  const std::string mode = argc > 1 && std::string(argv[1]).rfind("--", 0) == 0 ? argv[1] : "";
+  if (argc > 1 + !mode.empty()) opt.out = argv[1 + !mode.empty()];
   bench::Harness h(opt);
   bool all_ok = true;
-  if (sweep) {  // d 128 over the benchmark's sequence lengths
+  if (mode == "--sweep") {  // d 128 over the benchmark's sequence lengths
     for (bool causal : {false, true})
       for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<128>(h, {s, 128, causal}, all_ok, true);
-  } else if (sweep256) {  // d 256, 512..2k: 80- against 64-key blocks
+  } else if (mode == "--sweep256") {  // d 256, 512..2k: 80- against 64-key blocks
     for (bool causal : {false, true})
       for (int64_t s : {512, 1024, 2048}) run_config<256>(h, {s, 256, causal}, all_ok, true);
-  } else if (sweep64) {  // d 64, 512..16k
+  } else if (mode == "--sweep64") {  // d 64, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<64>(h, {s, 64, causal}, all_ok, true);
-  } else {
+  } else if (mode.empty()) {
     for (bool causal : {false, true}) {
       for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
       for (int64_t s : {2048, 8192}) run_config<64>(h, {s, 64, causal}, all_ok);
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
+  } else {
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256)\n", mode.c_str());
+    return 2;
   }
   h.write_json();
   std::printf(all_ok ? "all variants ok\n" : "FAIL: a variant differs from rung 4 or left NaN\n");
