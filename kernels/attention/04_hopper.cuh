@@ -433,7 +433,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
   }
   __syncthreads();
 
-  const int wg = threadIdx.x / 128;
+  const int wg = warpgroup_index();
   if constexpr (kPaged) {
     if (wg == 0) {  // producer: Q by TMA (thread 0), then K and V gathered by the whole warpgroup
       setmaxnreg_dec<24>();

@@ -228,12 +228,13 @@ __global__ void __launch_bounds__(384, 1)
     else tile_at(tile, w);  // a tile the producer handed out lies in its batch's rows
     const AttnBatch& sb = w.sb;
     const AttnScoreMod& mod = w.mod;
-    const int b = w.b, h = w.h, n_begin = w.n_begin, n_blocks = w.n_blocks;
+    const int b = w.b, h = w.h, n_begin = w.n_begin;
+    const int n_blocks = __shfl_sync(0xffffffffu, w.n_blocks, 0);
     const int wg_row0 = w.m0 + 64 * cw;            // first query row of this warpgroup
     const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
     unsigned char* sq = sq_all + qs * Tr::kQBytes;
-    const uint32_t q_base = smem_u32(sq) + cw * 64 * 128;  // this warpgroup's 64 rows of each Q box
+    const uint32_t q_base = __shfl_sync(0xffffffffu, smem_u32(sq) + cw * 64 * 128, 0);  // this warpgroup's 64 rows of each Q box
     // The block steps of attn_hopper_kernel (04_hopper.cuh) on this tile; V's k-steps of 16 rows,
     // 64-column boxes kN rows apart.
     const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };

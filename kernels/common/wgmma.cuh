@@ -42,6 +42,13 @@ __device__ __forceinline__ void wgmma_wait_after(float after) {
 struct ConsumerThread {
   int cw, t128, warp, lane, g, t;
 };
+// The warpgroup index, known warp-uniform to the compiler (a lane-0 broadcast): values derived
+// from it (a warpgroup's shared-memory tile addresses, hence its wgmma descriptors) then live in
+// uniform registers. From threadIdx.x / 128 alone each descriptor is built in ordinary registers
+// and moved over by R2UR before its wgmma (rung-4 forward block loop: 758 -> 716 instructions,
+// 16 R2UR -> 0; SASS, 2026-11-26).
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0); }
+
 __device__ __forceinline__ ConsumerThread consumer_thread() {
   const int wg = threadIdx.x / 128;
   const int t128 = threadIdx.x - 128 * wg;

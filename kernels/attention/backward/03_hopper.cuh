@@ -204,7 +204,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 #pragma unroll
   for (int e = 0; e < kD / 2; ++e) dk[e] = dv[e] = 0.f;
 
-  const uint32_t k_wg = smem_u32(sk) + cw * 64 * 128, v_wg = smem_u32(sv) + cw * 64 * 128;  // this consumer's 64 keys
+  const int cwu = warpgroup_index() - 1;  // cw, warp-uniform: the descriptors below in uniform registers
+  const uint32_t k_wg = smem_u32(sk) + cwu * 64 * 128, v_wg = smem_u32(sv) + cwu * 64 * 128;  // this consumer's 64 keys
   constexpr int kDSteps = kD / 16;  // k16 steps over the head dim
   const int diag = sb.sk - sb.sq;
   // dQ of step st, one step late (so that a consumer does not wait for the other's dS^T half
@@ -223,11 +224,11 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
     // A: this consumer's 64 rows of dS (by rows: the cw-th 64-row box of dS^T), B: its columns of K
     // (by columns: the cw-th half of each key's row, 64 or 32 columns).
-    const uint32_t ds_rows = smem_u32(sds + (st % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cw * kN * 128 : 0);
+    const uint32_t ds_rows = smem_u32(sds + (st % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cwu * kN * 128 : 0);
     mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
     float dq[Tr::kDqCols / 2];
     constexpr int kColBytes = Tr::kDqByRows ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
-    const uint32_t k_cols = smem_u32(sk) + (cw * kColBytes / 128) * kN * 128 + (cw * kColBytes) % 128;
+    const uint32_t k_cols = smem_u32(sk) + (cwu * kColBytes / 128) * kN * 128 + (cwu * kColBytes) % 128;
     wgmma_fence_operands(dq);
     wgmma_fence();
 #pragma unroll
@@ -408,7 +409,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kM / 16; ++kk)
-        Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cw * 64 * 128 + (kk % 4) * 32, 16, 1024),
+        Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cwu * 64 * 128 + (kk % 4) * 32, 16, 1024),
                                          wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024), 1);
       wgmma_commit();
     };
