@@ -20,11 +20,11 @@
 // "pingpong+overlap" is the kernel with two consumer warpgroups and 128-key blocks: the library's
 // at d 128 below 8k keys (176-key blocks from 8k on) and at d 256 (80-key blocks there); at d 64 the
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
-// --sweep: only the library, pingpong+overlap, kBlockN=176 and the persistent kernel's variants
+// --sweep: only the library, pingpong+overlap, kBlockN=176, persistent and persistent_3stages
 // at d 128, seqlen 512..16k. --sweep64: the library, pingpong+overlap, 3_consumers and the
 // persistent kernel's variants at d 64, seqlen 512..16k. --sweep256: the library (80-key
 // blocks) and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
-// (default 20; 200 gave the same ratios, H100 2026-11-26).
+// (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256] [out.json]
 #include <cmath>
 #include <cstdint>
@@ -151,14 +151,23 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     variants.push_back({"persistent_restart", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, false>(p, DType::kBF16, h.stream());
                         }});
+  // ... with a deeper K/V ring: 3 stages (d 128: then one Q buffer), 4 at d 64.
+  if constexpr (kD <= 128)
+    variants.push_back({"persistent_3stages", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 3>(p, DType::kBF16, h.stream());
+                        }});
+  if constexpr (kD == 64)
+    variants.push_back({"persistent_4stages", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 4>(p, DType::kBF16, h.stream());
+                        }});
 
   if (sweep) {
     const std::vector<std::string> names =
         kD == 256 ? std::vector<std::string>{"rung4_library", "kBlockN=64"}
-        : kD == 64 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "3_consumers", "persistent",
-                                              "persistent_recompute", "persistent_restart"}
+        : kD == 64 ? std::vector<std::string>{"rung4_library", "3_consumers", "persistent", "persistent_3stages",
+                                              "persistent_4stages"}
                  : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent",
-                                            "persistent_recompute", "persistent_restart"};
+                                            "persistent_3stages"};
     std::vector<Variant> kept;
     for (const Variant& var : variants)
       for (const std::string& name : names)
@@ -210,15 +219,20 @@ int main(int argc, char** argv) {
   if (argc > 1 + !mode.empty()) opt.out = argv[1 + !mode.empty()];
   bench::Harness h(opt);
   bool all_ok = true;
+  // FLASHLAB_SEQLEN=n: the sweeps at that sequence length only (e.g. one shape for a profiler).
+  const char* only = std::getenv("FLASHLAB_SEQLEN");
+  const auto swept = [only](std::vector<int64_t> all) {
+    return only == nullptr ? all : std::vector<int64_t>{std::atoll(only)};
+  };
   if (mode == "--sweep") {  // d 128 over the benchmark's sequence lengths
     for (bool causal : {false, true})
-      for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<128>(h, {s, 128, causal}, all_ok, true);
+      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, true);
   } else if (mode == "--sweep256") {  // d 256, 512..2k: 80- against 64-key blocks
     for (bool causal : {false, true})
-      for (int64_t s : {512, 1024, 2048}) run_config<256>(h, {s, 256, causal}, all_ok, true);
+      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, true);
   } else if (mode == "--sweep64") {  // d 64, 512..16k
     for (bool causal : {false, true})
-      for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) run_config<64>(h, {s, 64, causal}, all_ok, true);
+      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<64>(h, {s, 64, causal}, all_ok, true);
   } else if (mode.empty()) {
     for (bool causal : {false, true}) {
       for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);

@@ -37,13 +37,15 @@
 
 namespace flashlab::kernels {
 
-template <int kHeadDim, bool kScoreMod, int kBlockN = 0>
+// kStages_: K/V buffers in the ring (the library kernel's 2 by default).
+template <int kHeadDim, bool kScoreMod, int kBlockN = 0, int kStages_ = 2>
 struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2> {
   using Base = HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2>;
+  static constexpr int kStages = kStages_;
   // Q buffers: two where they fit next to the K/V ring, else one.
-  static constexpr int kQStages =
-      2 * Base::kQBytes + Base::kStages * (Base::kKBytes + Base::kVBytes) + 1024 <= 227 * 1024 ? 2 : 1;
-  static constexpr int kSmemBytes = kQStages * Base::kQBytes + Base::kStages * (Base::kKBytes + Base::kVBytes) + 1024;
+  static constexpr int kQStages = 2 * Base::kQBytes + kStages * (Base::kKBytes + Base::kVBytes) + 1024 <= 227 * 1024 ? 2 : 1;
+  static constexpr int kSmemBytes = kQStages * Base::kQBytes + kStages * (Base::kKBytes + Base::kVBytes) + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
 // Grid: min(tiles, SMs) CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic shared memory;
@@ -59,7 +61,7 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 // warp and tile, 10% of a tile's instructions at 512 keys). Off at d 128 with softcap / ALiBi,
 // where the consumers' 224 registers (the producer then needs 48) spilled 44 bytes.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
-          bool kSharedTile = (kHeadDim < 128 || !kScoreMod)>
+          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2>
 __global__ void __launch_bounds__(384, 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(384, 1)
 #else
   static_assert(sizeof(T) == 2, "16-bit inputs (the FP8 path is the library kernel's only)");
   static_assert(kHeadDim <= 128, "head dims up to 128 (at 256 the consumers' tile state spilled at 240 registers)");
-  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg>;
+  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
