@@ -112,14 +112,15 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 }
 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
-          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2>
+          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
+          bool kLazyRescale = true>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers>(p, dtype, stream);
   const int ctas = attn_hopper_tiles<Tr>(
       args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
-                                                   kDescAdvance, kRescaleUnderQk, kConsumers>;
+                                                   kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
@@ -131,14 +132,15 @@ constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 // its counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
 // min(tiles, SMs) CTAs.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
-          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2>
+          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2, bool kLazyRescale = true>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN>(p, dtype, stream);
   const int tiles = attn_hopper_tiles<Tr>(args, p, "attention_fwd: arguments 'q', 'max_seqlen_q'");
   if (tiles == 0) return;
   auto* counters = static_cast<int*>(workspace(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters));
-  const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages>;
+  const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
+                                                              kLazyRescale>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, tiles);

@@ -215,7 +215,15 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
 // separate pass, taken only by blocks that straddle its boundary or the sequence end.
 // Thread coordinates: rows row0, row0 + 8 (its warpgroup's from wg_row0), key columns 2t, 2t + 1
 // of each n8 tile; seqlen_k: the sequence's keys.
-template <typename Tr>
+//
+// kLazyRescale: the max that the exponents subtract (row_max) moves only when a block's max exceeds
+// it by more than kAttnLazyRescaleLog2 (as FlashAttention-4 does); else it stays, P's entries reach
+// up to 2^kAttnLazyRescaleLog2, and the factor for O and l is exactly 1 (hopper_attn_rescale_o then
+// skips O's multiplications). The result is the same softmax (O / l and the LSE use the same
+// max), rounded differently.
+constexpr float kAttnLazyRescaleLog2 = 8.f;  // P <= 256: within e4m3's 448, fp16's and bf16's range
+
+template <typename Tr, bool kLazyRescale = false>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                     int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
@@ -258,9 +266,13 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     mx = fmaxf(row_max[r], mx * to_log2);
+    // kLazyRescale: keep the old max unless this block's exceeds it by more than the margin (a
+    // row's first visible block always moves it: -inf + margin = -inf).
+    const bool moves = !kLazyRescale || mx > row_max[r] + kAttnLazyRescaleLog2;
+    if (!moves) mx = row_max[r];
     // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
     const float off = mx == -INFINITY ? 0.f : mx;
-    rescale[r] = exp2_approx_ftz(row_max[r] - off);
+    rescale[r] = moves ? exp2_approx_ftz(row_max[r] - off) : 1.f;
     row_max[r] = mx;
     float sum = 0.f;
 #pragma unroll
@@ -273,9 +285,12 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
   }
 }
 
-// O's rows scaled by the softmax's rescale factors.
-template <typename Tr>
+// O's rows scaled by the softmax's rescale factors. kLazyRescale: skipped by the whole warp when
+// every factor of its rows is 1 (hopper_attn_softmax).
+template <typename Tr, bool kLazyRescale = false>
 __device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kHeadDim / 2], const float (&rescale)[2]) {
+  if constexpr (kLazyRescale)
+    if (!__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) return;
 #pragma unroll
   for (int j = 0; j < Tr::kHeadDim / 8; ++j)
 #pragma unroll
@@ -375,8 +390,10 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
 // kPinWait, kDescAdvance, kRescaleUnderQk: instruction-order choices (the P V wait after the
 // softmax; descriptors by addition; O rescaled under the next Q K^T), defaults as measured,
 // switched by bench/experiments/attention_hopper_ablation.cu. kConsumers: HopperAttnTraits.
+// kLazyRescale: hopper_attn_softmax.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
-          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2>
+          bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
+          bool kLazyRescale = true>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -588,9 +605,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
     if constexpr (kPaged) fence_proxy_async_smem();
   };
   const auto softmax = [&](int n, float (&rescale)[2]) {
-    hopper_attn_softmax<Tr>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+    hopper_attn_softmax<Tr, kLazyRescale>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
-  const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr>(o, rescale); };
+  const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
   const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };
 
   if (n_blocks > 0) {

@@ -61,7 +61,7 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 // warp and tile, 10% of a tile's instructions at 512 keys). Off at d 128 with softcap / ALiBi,
 // where the consumers' 224 registers (the producer then needs 48) spilled 44 bytes.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
-          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2>
+          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2, bool kLazyRescale = true>
 __global__ void __launch_bounds__(384, 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(384, 1)
       hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128);
     };
     const auto softmax = [&](int n, float (&rescale)[2]) {
-      hopper_attn_softmax<Tr>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+      hopper_attn_softmax<Tr, kLazyRescale>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
     };
 #pragma unroll
     for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(384, 1)
         else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
-        hopper_attn_rescale_o<Tr>(o, rescale);
+        hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale);
         hopper_attn_convert_p<T, Tr>(s, pa);
       }
       const int lst = it + n_blocks - 1;
