@@ -113,7 +113,7 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
-          bool kLazyRescale = true>
+          bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers>(p, dtype, stream);
@@ -132,7 +132,8 @@ constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 // its counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
 // min(tiles, SMs) CTAs.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
-          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2, bool kLazyRescale = true>
+          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2,
+          bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN>(p, dtype, stream);
@@ -151,10 +152,12 @@ constexpr int kAttnHopperWideBlocksFrom = 8192;
 // Keys (seqlen_k) up to which head dim 256 takes 64-key blocks.
 constexpr int kAttnHopperNarrowBlocksUpTo = 512;
 // Keys (seqlen_k, varlen: the longest) up to which head dims 64 and 128 take the persistent
-// kernel, without a mask and causal (window_right 0).
+// kernel, without a mask and causal (window_right 0): measured, interleaved timing, H100,
+// 2026-11-26 evening (docs/ladder/attention.md), where it is faster than the one-CTA kernel.
 template <int kHeadDim>
-constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 1024 : 512;
-constexpr int kAttnHopperPersistentUpToCausal = 1024;
+constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 2048 : 1024;
+template <int kHeadDim>
+constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : 2048;
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
@@ -172,14 +175,14 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
     HALF_DTYPE_SWITCH(dtype, T, [&] {
       // Short key sequences at head dims 64 and 128: the persistent kernel, whose producer loads the
       // next tile's Q and first K/V blocks under this tile's math and epilogue. Against the
-      // one-CTA kernels (interleaved timing, H100, 2026-11-26, ebd20bd; docs/ladder/attention.md):
-      // d 128 +14% / +3% at 512 / 1k keys, causal +20% / +9%; d 64 (against three consumer
-      // warpgroups) +8% at 512 keys, equal at 1k, causal +31% / +19%; from 2k keys 1-13% slower
-      // but d 128 causal (+1%) (hence the thresholds).
+      // one-CTA kernels (interleaved timing, H100, 2026-11-26, 75fd8d6; docs/ladder/attention.md):
+      // d 128 +2% at 2k keys, causal +7% / +3% at 2k / 4k, slower beyond; d 64 (eager rescale, against
+      // three consumer warpgroups) +4% at 1k keys, causal +2% at 2k, slower beyond (hence the
+      // thresholds; below them it wins by more, up to +31%).
       // Under CUDA-graph capture only if its counters exist on this stream already (capture allows
       // no cudaMalloc): a first call captured on a fresh stream takes the one-CTA kernel.
       if constexpr (kHeadDim == 64 || kHeadDim == 128)
-        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal : kAttnHopperPersistentUpTo<kHeadDim>) &&
+        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal<kHeadDim> : kAttnHopperPersistentUpTo<kHeadDim>) &&
             (!capturing(stream) ||
              workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr))
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);

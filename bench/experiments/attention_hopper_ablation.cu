@@ -8,8 +8,8 @@
 // equal the output of the library's kernel with its default (128 at d <= 128) key blocks within
 // 2^-8 relative to max |out| (the overlap variants change nothing but the order of issue;
 // differences mean a bug; other key-block widths, the library's own call at d 128 (176 from 8k
-// keys) and d 256 (64 up to 512 keys), rung 3 and the variants that rescale O at every growing max
-// (eager_rescale, before_1126) round differently: 2^-6) and contain no NaN;
+// keys) and d 256 (64 up to 512 keys), rung 3 and the variants that rescale O otherwise than the
+// library's kernel (*eager*, *lazy*, before_1126) round differently: 2^-6) and contain no NaN;
 // else FAIL, exit 1.
 // Also the persistent kernel with a dynamic tile scheduler (04_hopper_persistent.cuh).
 // Also the library kernel with the P V wait pinned after the softmax and not (wait_pinned,
@@ -23,7 +23,7 @@
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
 // --sweep: only the library, pingpong+overlap, eager_rescale, kBlockN=176, persistent and
 // persistent_eager at d 128, seqlen 512..16k. --sweep64: the library, 3_consumers,
-// 3_consumers_eager, persistent and persistent_eager at d 64, seqlen 512..16k. --sweep256: the
+// 3_consumers_lazy, persistent and persistent_lazy at d 64, seqlen 512..16k. --sweep256: the
 // library, pingpong+overlap (80-key blocks), eager_rescale and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256] [out.json]
@@ -68,7 +68,7 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 }
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
-          bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = true>
+          bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
                                      kRescaleUnderQk, kConsumers, kLazyRescale>(p, DType::kBF16, s);
@@ -116,8 +116,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
       {"desc_rebuilt", [&] { launch<kD, true, true, 0, (kD == 128), false>(p, h.stream()); }},
       // The rung before 2026-11-26: both of the above, and O rescaled at every block.
       {"before_1126", [&] { launch<kD, true, true, 0, false, false, false, 2, false>(p, h.stream()); }},
-      // O and l rescaled whenever a row's max grows (kLazyRescale off: the rung until 2026-11-26 evening).
+      // O and l rescaled whenever a row's max grows (kLazyRescale off: the rung until 2026-11-26
+      // evening, still the library's at d 64), and lazily (on: the library's at d 128 and 256).
       {"eager_rescale", [&] { launch<kD, true, true, 0, (kD == 128), true, false, 2, false>(p, h.stream()); }},
+      {"lazy_rescale", [&] { launch<kD, true, true, 0, (kD == 128), true, false, 2, true>(p, h.stream()); }},
       // O rescaled under the next block's Q K^T product (kRescaleUnderQk), 128-key blocks.
       {"rescale_under_qk", [&] { launch<kD, true, true, 0, (kD == 128), true, true>(p, h.stream()); }},
   };
@@ -136,7 +138,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     // per-row sums as the library: its output should match to the bit).
     variants.push_back({"3_consumers", [&] { launch<kD, true, true, 0, false, true, false, 3>(p, h.stream()); }});
     variants.push_back({"3_consumers_no_pingpong", [&] { launch<kD, false, true, 0, false, true, false, 3>(p, h.stream()); }});
-    variants.push_back({"3_consumers_eager", [&] { launch<kD, true, true, 0, false, true, false, 3, false>(p, h.stream()); }});
+    variants.push_back({"3_consumers_lazy", [&] { launch<kD, true, true, 0, false, true, false, 3, true>(p, h.stream()); }});
   }
   if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
   // The persistent kernel with its dynamic tile scheduler (kernels/attention/04_hopper_persistent.cuh;
@@ -155,10 +157,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     variants.push_back({"persistent_restart", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, false>(p, DType::kBF16, h.stream());
                         }});
-  // ... with O rescaled whenever a row's max grows (kLazyRescale off).
+  // ... with O rescaled whenever a row's max grows (kLazyRescale off), and lazily (on).
   if constexpr (kD <= 128)
     variants.push_back({"persistent_eager", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false>(p, DType::kBF16, h.stream());
+                        }});
+  if constexpr (kD <= 128)
+    variants.push_back({"persistent_lazy", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true>(p, DType::kBF16, h.stream());
                         }});
   // ... with a deeper K/V ring: 3 stages (d 128: then one Q buffer), 4 at d 64.
   if constexpr (kD <= 128)
@@ -173,8 +179,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
   if (sweep) {
     const std::vector<std::string> names =
         kD == 256 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "eager_rescale", "kBlockN=64"}
-        : kD == 64 ? std::vector<std::string>{"rung4_library", "3_consumers", "3_consumers_eager", "persistent",
-                                              "persistent_eager"}
+        : kD == 64 ? std::vector<std::string>{"rung4_library", "3_consumers", "3_consumers_lazy", "persistent",
+                                              "persistent_lazy"}
                  : std::vector<std::string>{"rung4_library", "pingpong+overlap", "eager_rescale", "kBlockN=176",
                                             "persistent", "persistent_eager"};
     std::vector<Variant> kept;
@@ -205,7 +211,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name == "before_1126" || name.find("eager") != std::string::npos ||
+        name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         ((kD == 128 || kD == 256) && name == "rung4_library");
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;

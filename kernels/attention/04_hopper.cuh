@@ -221,7 +221,16 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
 // up to 2^kAttnLazyRescaleLog2, and the factor for O and l is exactly 1 (hopper_attn_rescale_o then
 // skips O's multiplications). The result is the same softmax (O / l and the LSE use the same
 // max), rounded differently.
-constexpr float kAttnLazyRescaleLog2 = 8.f;  // P <= 256: within e4m3's 448, fp16's and bf16's range
+constexpr float kAttnLazyRescaleLog2 = 8.f;  // P <= 256: within fp16's and bf16's range
+// Where it is the default: 16-bit inputs at head dims 128 and 256, where it measured faster
+// (bench/experiments/attention_hopper_ablation.cu, H100, 2026-11-26: d 256 +2-3%, the d 128 persistent
+// kernel +1.5-2.3%, the d 128 one-CTA kernel within 1%). Not at d 64 (1.5-3% slower with three
+// consumer warpgroups, 5-8% in the persistent kernel), not FP8: there a row's largest P, exactly
+// 1 in e4m3 under the eager max, is rounded (up to 2^-4 relative) while l sums the unrounded
+// values, and a peaked row's output moves by that much (tests/python/test_attention.py::test_fp8
+// failed with it). Head dims 96 and 192 unmeasured: off.
+template <typename T, int kHeadDim>
+constexpr bool kAttnLazyRescaleDefault = sizeof(T) == 2 && (kHeadDim == 128 || kHeadDim == 256);
 
 template <typename Tr, bool kLazyRescale = false>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
@@ -393,7 +402,7 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
 // kLazyRescale: hopper_attn_softmax.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
-          bool kLazyRescale = true>
+          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there

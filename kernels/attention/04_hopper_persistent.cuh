@@ -61,7 +61,8 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 // warp and tile, 10% of a tile's instructions at 512 keys). Off at d 128 with softcap / ALiBi,
 // where the consumers' 224 registers (the producer then needs 48) spilled 44 bytes.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
-          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2, bool kLazyRescale = true>
+          bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
+          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>>
 __global__ void __launch_bounds__(384, 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
