@@ -22,8 +22,8 @@
 //     (head dims <= 128), so the next tile's Q and first K/V blocks load while this tile computes
 //     and stores its output; with one, the next Q waits for this tile's epilogue. A tile index of
 //     -1 ends the walk. The K/V ring's stage and phase counters run on across tiles.
-//   - A Q buffer goes back to the producer (q_empty, one arrive per consumer warpgroup) once the
-//     warpgroup's O rows in it have been read out (TMA store read, or the varlen copy).
+//   - A Q buffer goes back to the producer (q_empty, an arrive per consumer thread) once the
+//     consumers' O rows in it have been read out (TMA store read, or the varlen copy).
 // Why it was expected to pay: a non-persistent CTA loads Q and its first K/V block before any math and
 // stores O after the last (one CTA per SM: nothing overlaps them); at 512-1k keys that is a large
 // part of a CTA's life (rung 4 reaches 373 / 530 TFLOP/s there against 596-615 at 2k-16k).
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kQStages; ++s) {
       mbarrier_init(&q_full[s], 1);   // the producer's arrive (+ Q's bytes)
-      mbarrier_init(&q_empty[s], 2);  // one arrive per consumer warpgroup, its O rows read out
+      mbarrier_init(&q_empty[s], 256);  // every consumer thread, after its last access to the buffer
     }
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&k_full[s], 1);
@@ -303,11 +303,13 @@ __global__ void __launch_bounds__(384, 1)
     hopper_attn_normalize_o<Tr, T>(o, row_sum, row_max, 1.f, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
     named_barrier_sync(3 + cw, 128);
-    if (wg_row0 < sb.sq) {
+    if (wg_row0 < sb.sq)
       hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, sb.sq, h, b, cw, t128);
-      if (varlen) named_barrier_sync(3 + cw, 128);  // every thread's reads of the buffer done
-    }
-    if (t128 == 0) mbarrier_arrive(&q_empty[qs]);
+    // Every thread arrives after its own reads (the TMA store's: thread 0 waits for them), so that
+    // each access to the buffer and its tile_of / tile_info entries is ordered before the
+    // producer's next writes by the arrive itself (a single arrive after a named barrier orders
+    // them too, but compute-sanitizer's racecheck reported the tile entries' reuse as hazards).
+    mbarrier_arrive(&q_empty[qs]);
   }
 #endif
 }
