@@ -229,11 +229,18 @@ __global__ void __launch_bounds__(384, 1)
     Tile w;
     if constexpr (kSharedTile) w = tile_info[qs];
     else tile_at(tile, w);  // a tile the producer handed out lies in its batch's rows
+    // Warp-uniform copies (lane 0's; loads from shared memory are not known uniform to the compiler)
+    // of what the block loop reads: the block count (the K/V ring's stage addresses, hence the
+    // wgmma descriptors) and the mask test's operands (else computed per thread, with a divergent
+    // branch, every block).
+    w.n_blocks = __shfl_sync(0xffffffffu, w.n_blocks, 0);
+    w.sb.sk = __shfl_sync(0xffffffffu, w.sb.sk, 0);
+    w.mod.diag = __shfl_sync(0xffffffffu, w.mod.diag, 0);
+    w.mod.window_left = p.window_left, w.mod.window_right = p.window_right;
     const AttnBatch& sb = w.sb;
     const AttnScoreMod& mod = w.mod;
-    const int b = w.b, h = w.h, n_begin = w.n_begin;
-    const int n_blocks = __shfl_sync(0xffffffffu, w.n_blocks, 0);
-    const int wg_row0 = w.m0 + 64 * cw;            // first query row of this warpgroup
+    const int b = w.b, h = w.h, n_begin = w.n_begin, n_blocks = w.n_blocks;
+    const int wg_row0 = __shfl_sync(0xffffffffu, w.m0 + 64 * cw, 0);  // first query row of this warpgroup (uniform)
     const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
     unsigned char* sq = sq_all + qs * Tr::kQBytes;
