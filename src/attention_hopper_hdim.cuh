@@ -155,7 +155,7 @@ constexpr int kAttnHopperNarrowBlocksUpTo = 512;
 // kernel, without a mask and causal (window_right 0): measured, interleaved timing, H100,
 // 2026-11-26 evening (docs/ladder/attention.md), where it is faster than the one-CTA kernel.
 template <int kHeadDim>
-constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 2048 : 1024;
+constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : 1024;
 template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : 2048;
 
@@ -175,10 +175,10 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
     HALF_DTYPE_SWITCH(dtype, T, [&] {
       // Short key sequences at head dims 64 and 128: the persistent kernel, whose producer loads the
       // next tile's Q and first K/V blocks under this tile's math and epilogue. Against the
-      // one-CTA kernels (interleaved timing, H100, 2026-11-26, 75fd8d6; docs/ladder/attention.md):
-      // d 128 +2% at 2k keys, causal +7% / +3% at 2k / 4k, slower beyond; d 64 (eager rescale, against
-      // three consumer warpgroups) +4% at 1k keys, causal +2% at 2k, slower beyond (hence the
-      // thresholds; below them it wins by more, up to +31%).
+      // one-CTA kernels (interleaved timing, H100, 2026-11-26, cafac17; docs/ladder/attention.md):
+      // d 128 +4.8% / +1.4% at 2k / 4k keys (against the better of 128- and 176-key blocks), causal
+      // +9% / +4%, equal or slower from 8k; d 64 (against three consumer warpgroups) +3.7% at 1k
+      // keys, causal +1.9% at 2k, slower beyond (hence the thresholds; below them it wins by more).
       // Under CUDA-graph capture only if its counters exist on this stream already (capture allows
       // no cudaMalloc): a first call captured on a fresh stream takes the one-CTA kernel.
       if constexpr (kHeadDim == 64 || kHeadDim == 128)

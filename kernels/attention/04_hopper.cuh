@@ -44,10 +44,12 @@
 // Paged K/V (kPaged; the paged prefill, include/flashlab/serving.h): the same kernel with the
 // producer loading whole key blocks as a TMA box per page (and V k-step-major at pages of 16),
 // the last block of a request by cp.async copies, zero-filled (HopperAttnArgs, below).
-// Limits: not persistent (one CTA per query block: a persistent version with static tile
-// striding measured slower, causal 16k 599 -> 417 TFLOP/s, a80b187; a dynamic one is prepared in
-// 04_hopper_persistent.cuh, not yet measured); the producer loads Q per
-// CTA; FP8 reaches 1.34x the bf16 rate at 8k (cf57815): its softmax is now the larger part.
+// Lazy rescale (kLazyRescale, 16-bit at head dims 128 and 256): O's rescale skipped while a row's
+// max grows by at most 2^8 (hopper_attn_softmax).
+// Limits: one CTA per query block (the persistent form, 04_hopper_persistent.cuh, serves short and
+// medium key sequences at d 64 and 128; from 8k keys at d 128 this kernel with 176-key blocks, which
+// spill in the persistent one, is faster); the producer loads Q per CTA; FP8 reaches 1.34x the bf16
+// rate at 8k (cf57815): its softmax is now the larger part.
 #pragma once
 
 #include <climits>

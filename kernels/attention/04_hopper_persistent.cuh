@@ -1,10 +1,13 @@
-// Rung 4 with a persistent, dynamic tile scheduler: the library's rung 4 for short key sequences
-// at head dims 64 and 128 (src/attention_hopper_hdim.cuh: up to 512 keys at d 64 and 1k at d 128,
-// 1k causal). Measured against the one-CTA-per-tile kernels by
-// bench/experiments/attention_hopper_ablation.cu --sweep / --sweep64 (H100, 2026-11-26, ebd20bd: d
-// 128 +14% / +20% at 512 keys without a mask / causal, +3% / +9% at 1k; d 64 against three
-// consumer warpgroups +8% / +31% at 512, equal / +19% at 1k; 1-13% slower from 2k on) and held
-// to it bit for bit by tests/gpu/test_attention_persistent.cu. The kernel of
+// Rung 4 with a persistent, dynamic tile scheduler: the library's rung 4 for short and medium key
+// sequences at head dims 64 and 128 (src/attention_hopper_hdim.cuh: up to 1k keys at d 64, 2k
+// causal; up to 4k at d 128, causal too). Measured against the one-CTA-per-tile kernels by
+// bench/experiments/attention_hopper_ablation.cu --sweep / --sweep64 (H100, 2026-11-26, cafac17: d
+// 128 +22% / +10% / +4.8% / +1.4% at 512 / 1k / 2k / 4k keys without a mask, causal +26% / +18% /
+// +9% / +4%; from 8k 4-6% slower (causal: equal at 8k, 4% slower at 16k); d 64 against three
+// consumer warpgroups +14% /
+// +3.7% at 512 / 1k, causal +38% / +26% / +1.9% at 512 / 1k / 2k) and held to it bit for bit by
+// tests/gpu/test_attention_persistent.cu. Before its block loop's wgmma descriptors and mask test
+// were warp-uniform (9b51b81, cafac17) it lost from 2k keys on. The kernel of
 // kernels/attention/04_hopper.cuh (16-bit, not paged, two consumer warpgroups, pingpong and
 // intra-warpgroup overlap on; the same block steps, hopper_attn_*) with
 // one change of structure:
