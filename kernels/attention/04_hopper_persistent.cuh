@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(384, 1)
     w.mod.window_left = p.window_left, w.mod.window_right = p.window_right;
     const AttnBatch& sb = w.sb;
     const AttnScoreMod& mod = w.mod;
-    const int b = w.b, h = w.h, n_begin = w.n_begin, n_blocks = w.n_blocks;
+    const int n_begin = w.n_begin, n_blocks = w.n_blocks;
     const int wg_row0 = __shfl_sync(0xffffffffu, w.m0 + 64 * cw, 0);  // first query row of this warpgroup (uniform)
     const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
@@ -308,13 +308,18 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     // Epilogue (the library kernel's): O / l and LSE into the tile's Q buffer, the TMA store or the
-    // varlen copy, then the buffer's release.
-    T* out_rows = static_cast<T*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-    hopper_attn_normalize_o<Tr, T>(o, row_sum, row_max, 1.f, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
+    // varlen copy, then the buffer's release. The tile's batch, head and rows are fetched again
+    // (tile_info, or from the index) rather than kept in registers through the block loop.
+    Tile e;
+    if constexpr (kSharedTile) e = tile_info[qs];
+    else tile_at(tile, e);
+    T* out_rows =
+        static_cast<T*>(p.o) + attn_offset(p, e.b, e.sb.q_row0, 0, e.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+    hopper_attn_normalize_o<Tr, T>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
     named_barrier_sync(3 + cw, 128);
-    if (wg_row0 < sb.sq)
-      hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, sb.sq, h, b, cw, t128);
+    if (wg_row0 < e.sb.sq)
+      hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
     // Every thread arrives after its own reads (the TMA store's: thread 0 waits for them), so that
     // each access to the buffer and its tile_of / tile_info entries is ordered before the
     // producer's next writes by the arrive itself (a single arrive after a named barrier orders
