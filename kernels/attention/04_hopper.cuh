@@ -47,8 +47,8 @@
 // Lazy rescale (kLazyRescale, 16-bit at head dims 128 and 256): O's rescale skipped while a row's
 // max grows by at most 2^8 (hopper_attn_softmax).
 // Limits: one CTA per query block (the persistent form, 04_hopper_persistent.cuh, serves short and
-// medium key sequences at d 64 and 128; from 8k keys at d 128 this kernel with 176-key blocks, which
-// spill in the persistent one, is faster); the producer loads Q per CTA; FP8 reaches 1.34x the bf16
+// medium key sequences at d 64 and 128; from 8k keys at d 128 this kernel with 176-key blocks is as
+// fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.34x the bf16
 // rate at 8k (cf57815): its softmax is now the larger part.
 #pragma once
 
