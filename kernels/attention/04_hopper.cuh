@@ -45,7 +45,7 @@
 // producer loading whole key blocks as a TMA box per page (and V k-step-major at pages of 16),
 // the last block of a request by cp.async copies, zero-filled (HopperAttnArgs, below).
 // Lazy rescale (kLazyRescale, 16-bit at head dims 128 and 256): O's rescale skipped while a row's
-// max grows by at most 2^8 (hopper_attn_softmax).
+// max grows by at most 2^8 (FP8: while it does not grow; hopper_attn_softmax).
 // Limits: one CTA per query block (the persistent form, 04_hopper_persistent.cuh, serves short and
 // medium key sequences at d 64 and 128; from 8k keys at d 128 this kernel with 176-key blocks is as
 // fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.34x the bf16
@@ -223,16 +223,18 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
 // up to 2^kAttnLazyRescaleLog2, and the factor for O and l is exactly 1 (hopper_attn_rescale_o then
 // skips O's multiplications). The result is the same softmax (O / l and the LSE use the same
 // max), rounded differently.
+// FP8 (Tr::kFp8) uses a margin of 0: the max moves whenever it grows, as without kLazyRescale (the
+// same P, the same rounding), and only O's multiplications by 1 are skipped.
+// With the margin of 8 a row's largest P, exactly 1 in e4m3 under the eager max, is rounded (up to
+// 2^-4 relative) while l sums the unrounded values, and a peaked row's output moved by that much
+// (tests/python/test_attention.py::test_fp8 failed with it).
 constexpr float kAttnLazyRescaleLog2 = 8.f;  // P <= 256: within fp16's and bf16's range
 // Where it is the default: 16-bit inputs at head dims 128 and 256, where it measured faster
 // (bench/experiments/attention_hopper_ablation.cu, H100, 2026-11-26: d 256 +2-3%, the d 128 persistent
-// kernel +1.5-2.3%, the d 128 one-CTA kernel within 1%). Not at d 64 (1.5-3% slower with three
-// consumer warpgroups, 5-8% in the persistent kernel), not FP8: there a row's largest P, exactly
-// 1 in e4m3 under the eager max, is rounded (up to 2^-4 relative) while l sums the unrounded
-// values, and a peaked row's output moves by that much (tests/python/test_attention.py::test_fp8
-// failed with it). Head dims 96 and 192 unmeasured: off.
+// kernel +1-3.5%, the d 128 one-CTA kernel within 1%), and FP8. Not at d 64 (0.7-3% slower with three
+// consumer warpgroups, 3-8% in the persistent kernel). Head dims 96 and 192 unmeasured: off.
 template <typename T, int kHeadDim>
-constexpr bool kAttnLazyRescaleDefault = sizeof(T) == 2 && (kHeadDim == 128 || kHeadDim == 256);
+constexpr bool kAttnLazyRescaleDefault = kHeadDim == 128 || (sizeof(T) == 2 && kHeadDim == 256);
 
 template <typename Tr, bool kLazyRescale = false>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
@@ -279,7 +281,7 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     mx = fmaxf(row_max[r], mx * to_log2);
     // kLazyRescale: keep the old max unless this block's exceeds it by more than the margin (a
     // row's first visible block always moves it: -inf + margin = -inf).
-    const bool moves = !kLazyRescale || mx > row_max[r] + kAttnLazyRescaleLog2;
+    const bool moves = !kLazyRescale || mx > row_max[r] + (Tr::kFp8 ? 0.f : kAttnLazyRescaleLog2);
     if (!moves) mx = row_max[r];
     // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
     const float off = mx == -INFINITY ? 0.f : mx;
