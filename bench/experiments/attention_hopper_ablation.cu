@@ -22,9 +22,9 @@
 // at d 128 below 8k keys (176-key blocks from 8k on) and at d 256 (80-key blocks there); at d 64 the
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
 // --sweep: only the library, pingpong+overlap, kBlockN=176, persistent and persistent_176 at
-// d 128, seqlen 512..16k. --sweep64: the library, 3_consumers,
-// 3_consumers_lazy, persistent and persistent_lazy at d 64, seqlen 512..16k. --sweep256: the
-// library, pingpong+overlap (80-key blocks), eager_rescale and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
+// d 128, seqlen 512..16k. --sweep64: the library, 3_consumers, persistent, persistent_3c_n96 and
+// persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
+// blocks), eager_rescale and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256] [out.json]
 #include <cmath>
@@ -171,6 +171,18 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     variants.push_back({"persistent_176", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 176>(p, DType::kBF16, h.stream());
                         }});
+  // ... with three consumer warpgroups (192-row tiles; 152 registers each: 128-key blocks spilled
+  // 48 bytes, 96 and 112 do not).
+  if constexpr (kD == 64) {
+    variants.push_back({"persistent_3c_n96", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3>(
+                              p, DType::kBF16, h.stream());
+                        }});
+    variants.push_back({"persistent_3c_n112", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 112, true, true, 2, false, 3>(
+                              p, DType::kBF16, h.stream());
+                        }});
+  }
   // ... with a deeper K/V ring: 3 stages (d 128: then one Q buffer), 4 at d 64.
   if constexpr (kD <= 128)
     variants.push_back({"persistent_3stages", [&] {
@@ -184,8 +196,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
   if (sweep) {
     const std::vector<std::string> names =
         kD == 256 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "eager_rescale", "kBlockN=64"}
-        : kD == 64 ? std::vector<std::string>{"rung4_library", "3_consumers", "3_consumers_lazy", "persistent",
-                                              "persistent_lazy"}
+        : kD == 64 ? std::vector<std::string>{"rung4_library", "3_consumers", "persistent", "persistent_3c_n96",
+                                              "persistent_3c_n112"}
                  : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent",
                                             "persistent_176"};
     std::vector<Variant> kept;
@@ -216,7 +228,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name == "persistent_176" ||
+        name == "persistent_176" || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         ((kD == 128 || kD == 256) && name == "rung4_library");
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);

@@ -40,10 +40,11 @@
 
 namespace flashlab::kernels {
 
-// kStages_: K/V buffers in the ring (the library kernel's 2 by default).
-template <int kHeadDim, bool kScoreMod, int kBlockN = 0, int kStages_ = 2>
-struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2> {
-  using Base = HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2>;
+// kStages_: K/V buffers in the ring (the library kernel's 2 by default). kConsumers_: consumer
+// warpgroups, 2 or 3 (HopperAttnTraits; three get 152 registers each here, the producer 40-48).
+template <int kHeadDim, bool kScoreMod, int kBlockN = 0, int kStages_ = 2, int kConsumers_ = 2>
+struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_> {
+  using Base = HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_>;
   static constexpr int kStages = kStages_;
   // Q buffers: two where they fit next to the K/V ring, else one.
   static constexpr int kQStages = 2 * Base::kQBytes + kStages * (Base::kKBytes + Base::kVBytes) + 1024 <= 227 * 1024 ? 2 : 1;
@@ -65,15 +66,15 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 // where the consumers' 224 registers (the producer then needs 48) spilled 44 bytes.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
-          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>>
-__global__ void __launch_bounds__(384, 1)
+          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2>
+__global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
   static_assert(sizeof(T) == 2, "16-bit inputs (the FP8 path is the library kernel's only)");
   static_assert(kHeadDim <= 128, "head dims up to 128 (at 256 the consumers' tile state spilled at 240 registers)");
-  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg>;
+  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
@@ -113,13 +114,13 @@ __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kQStages; ++s) {
       mbarrier_init(&q_full[s], 1);   // the producer's arrive (+ Q's bytes)
-      mbarrier_init(&q_empty[s], 256);  // every consumer thread, after its last access to the buffer
+      mbarrier_init(&q_empty[s], 128 * kConsumers);  // every consumer thread, after its last access to the buffer
     }
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&k_full[s], 1);
       mbarrier_init(&v_full[s], 1);
-      mbarrier_init(&k_empty[s], 8);  // one arrive per consumer warp
-      mbarrier_init(&v_empty[s], 8);
+      mbarrier_init(&k_empty[s], 4 * kConsumers);  // one arrive per consumer warp
+      mbarrier_init(&v_empty[s], 4 * kConsumers);
     }
     fence_barrier_init();
   }
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(384, 1)
   }
 
   // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64) of each tile.
-  setmaxnreg_inc<kSharedTile ? 224 : 232>();
+  setmaxnreg_inc<kConsumers == 3 ? 152 : kSharedTile ? 224 : 232>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;
@@ -209,10 +210,11 @@ __global__ void __launch_bounds__(384, 1)
   // second starts by letting the first go and skips its final arrive.
   const auto turn_begin = [&] { named_barrier_sync(1 + cw, 256); };
   const auto turn_end = [&](bool last) {
-    if (kCarryTurns || !(last && cw == 1)) named_barrier_arrive(1 + (1 - cw), 256);
+    if (kCarryTurns || !(last && cw == kConsumers - 1))
+      named_barrier_arrive(kConsumers == 2 ? 1 + (1 - cw) : 1 + (cw + 1) % kConsumers, 256);
   };
   if constexpr (kCarryTurns)
-    if (cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+    if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(384, 1)
     row_sum[0] = row_sum[1] = 0.f;
 
     if (n_blocks > 0) {
-      if (!kCarryTurns && cw == 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+      if (!kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
       // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
       mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
@@ -317,7 +319,7 @@ __global__ void __launch_bounds__(384, 1)
         static_cast<T*>(p.o) + attn_offset(p, e.b, e.sb.q_row0, 0, e.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
     hopper_attn_normalize_o<Tr, T>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
-    named_barrier_sync(3 + cw, 128);
+    named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
     if (wg_row0 < e.sb.sq)
       hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
     // Every thread arrives after its own reads (the TMA store's: thread 0 waits for them), so that
