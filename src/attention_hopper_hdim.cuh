@@ -158,6 +158,12 @@ template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : 1024;
 template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : 2048;
+// Keys (seqlen_k) above which head dim 64, causal without softcap / ALiBi, takes the persistent
+// kernel with three consumer warpgroups on 96-key blocks (up to kAttnHopperPersistentUpToCausal<64>):
+// +4.4% at 2k keys against the better of the two-warpgroup persistent kernel and the one-CTA
+// three-warpgroup kernel; slower at 1k (-8%) and elsewhere (interleaved timing, H100, 2026-11-26,
+// 5dcd44c; docs/ladder/attention.md).
+constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
@@ -184,8 +190,12 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       if constexpr (kHeadDim == 64 || kHeadDim == 128)
         if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal<kHeadDim> : kAttnHopperPersistentUpTo<kHeadDim>) &&
             (!capturing(stream) ||
-             workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr))
+             workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr)) {
+          if constexpr (kHeadDim == 64 && !kScoreMod)
+            if (p.window_right == 0 && p.seqlen_k > kAttnHopperPersistentThreeAboveCausal)
+              return launch_attn_hopper_persistent<T, 64, false, 96, true, true, 2, false, 3>(p, dtype, stream);
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
+        }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
       // FlashAttention-3), 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (interleaved timing,
       // H100, 2026-11-26; docs/ladder/attention.md). Not with softcap / ALiBi (264 bytes spilled).

@@ -5,7 +5,8 @@
 // does not cover: varlen batches with empty and short sequences (tiles skipped, tiles past a
 // batch's rows), causal with seqlen_q != seqlen_k (tiles with no key), sliding windows, softcap,
 // ALiBi, GQA and MQA, several tiles per CTA, fp16 and bf16, head dims 64 and 128 (the kernel's
-// reach: 16-bit, d <= 128).
+// reach: 16-bit, d <= 128); at d 64 also both kernels with three consumer warpgroups on 96-key
+// blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,11 +32,22 @@ using namespace flashlab::testing;
 // the one-CTA-per-tile kernel of rung 4 (two consumer warpgroups, 128-key blocks: the per-tile
 // math of the persistent kernel). attention_fwd itself takes the persistent kernel for short key
 // sequences, so the reference is launched directly.
+// three: both kernels with three consumer warpgroups on 96-key blocks (head dim 64, no softcap /
+// ALiBi: the library's persistent kernel for causal 1k-2k keys there).
 void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttnFwdOptions& opt, bool persistent) {
+               const AttnFwdOptions& opt, bool persistent, bool three = false) {
   const AttnFwdParams p = detail::attention_validated_params("attention_fwd", q, k, v, out, 4, opt, nullptr);
   ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
+  if (three) {
+    ASSERT_EQ(p.headdim, 64);
+    ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
+    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
+      if (persistent) detail::launch_attn_hopper_persistent<T, 64, false, 96, true, true, 2, false, 3>(p, q.dtype, nullptr);
+      else detail::launch_attn_hopper_variant<T, 64, false, true, true, 96, false, false, true, false, 3>(p, q.dtype, nullptr);
+    });
+    return;
+  }
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
       if (persistent) {
@@ -49,8 +61,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
   });
 }
 
-void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng) {
-  const ::testing::Message what = describe(c, dt, 4) << " (persistent)";
+void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false) {
+  const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers)" : " (persistent)");
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
@@ -78,9 +90,9 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng) {
   for (const DeviceBuffer* b : {&out4, &outp, &lse4, &lsep}) b->poison();
   AttnFwdOptions opt;
   set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse4_v, max_sq, max_sk);
-  run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false);
+  run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false, three);
   opt.softmax_lse = &lsep_v;
-  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true);
+  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   // Compared where the output lives (gather: the packed rows), bit for bit.
   const std::vector<double> a = gather(decode(dt, download(out4.ptr, out4.bytes)), lq, c, cuq, c.h),
@@ -138,6 +150,19 @@ TEST(AttentionPersistent, SameAsRung4) {
       check_same_as_rung4(dt, al, rng);
       vl.alibi = 2, vl.causal = false;
       check_same_as_rung4(dt, vl, rng);
+      // d 64: three consumer warpgroups, 96-key blocks (no softcap / ALiBi).
+      if (d == 64) {
+        for (bool causal : {false, true}) {
+          Case c = fixed(8, 1536, 1536, 8, 8, d);
+          c.causal = causal;
+          check_same_as_rung4(dt, c, rng, true);
+        }
+        check_same_as_rung4(dt, nk, rng, true);
+        check_same_as_rung4(dt, w, rng, true);
+        check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng, true);
+        vl.alibi = 0, vl.causal = true;
+        check_same_as_rung4(dt, vl, rng, true);
+      }
     }
 }
 
