@@ -164,6 +164,13 @@ constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : 2048;
 // three-warpgroup kernel; slower at 1k (-8%) and elsewhere (interleaved timing, H100, 2026-11-26,
 // 5dcd44c; docs/ladder/attention.md).
 constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
+constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
+
+// That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks).
+template <typename T>
+void launch_attn_hopper_persistent_three(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  launch_attn_hopper_persistent<T, 64, false, kAttnHopperPersistentThreeBlockN, true, true, 2, false, 3>(p, dtype, stream);
+}
 
 template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
@@ -184,7 +191,8 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       // one-CTA kernels (interleaved timing, H100, 2026-11-26, cafac17; docs/ladder/attention.md):
       // d 128 +4.8% / +1.4% at 2k / 4k keys (against the better of 128- and 176-key blocks), causal
       // +9% / +4%, equal or slower from 8k; d 64 (against three consumer warpgroups) +3.7% at 1k
-      // keys, causal +1.9% at 2k, slower beyond (hence the thresholds; below them it wins by more).
+      // keys, slower beyond, causal +1.9% at 2k, where three consumer warpgroups in it win by 4.4%
+      // (kAttnHopperPersistentThreeAboveCausal; hence the thresholds; below them it wins by more).
       // Under CUDA-graph capture only if its counters exist on this stream already (capture allows
       // no cudaMalloc): a first call captured on a fresh stream takes the one-CTA kernel.
       if constexpr (kHeadDim == 64 || kHeadDim == 128)
@@ -193,7 +201,7 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
              workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr)) {
           if constexpr (kHeadDim == 64 && !kScoreMod)
             if (p.window_right == 0 && p.seqlen_k > kAttnHopperPersistentThreeAboveCausal)
-              return launch_attn_hopper_persistent<T, 64, false, 96, true, true, 2, false, 3>(p, dtype, stream);
+              return launch_attn_hopper_persistent_three<T>(p, dtype, stream);
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
         }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as

@@ -298,6 +298,13 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
   }
 }
 
+// The named barrier on which consumer warpgroup cw lets the next one (cyclically) take its
+// pingpong turn: barrier 1 + c is warpgroup c's (written 2 - cw for two).
+template <int kConsumers>
+__device__ __forceinline__ int hopper_attn_next_turn_barrier(int cw) {
+  return kConsumers == 2 ? 2 - cw : 1 + (cw + 1) % kConsumers;
+}
+
 // O's rows scaled by the softmax's rescale factors. kLazyRescale: skipped by the whole warp when
 // every factor of its rows is 1 (hopper_attn_softmax).
 template <typename Tr, bool kLazyRescale = false>
@@ -596,7 +603,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
   };
   const auto turn_end = [&](bool last) {
     if constexpr (kPingpong)
-      if (!(last && cw == kConsumers - 1)) named_barrier_arrive(kConsumers == 2 ? 2 - cw : 1 + (cw + 1) % kConsumers, 256);
+      if (!(last && cw == kConsumers - 1)) named_barrier_arrive(hopper_attn_next_turn_barrier<kConsumers>(cw), 256);
   };
   const auto gemm_qk = [&](int stage) {
     hopper_attn_gemm_qk<T, Tr, kDescAdvance>(s, q_base, smem_u32(sk + stage * Tr::kKBytes));

@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     return;
   }
 
-  // Consumers: warpgroup cw = 0, 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64) of each tile.
+  // Consumers: warpgroup cw = 0 .. kConsumers - 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64)
+  // of each tile. Three take 152 registers (40-48 x 128 + 152 x 384 <= 65,536).
   setmaxnreg_inc<kConsumers == 3 ? 152 : kSharedTile ? 224 : 232>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
@@ -210,8 +211,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // second starts by letting the first go and skips its final arrive.
   const auto turn_begin = [&] { named_barrier_sync(1 + cw, 256); };
   const auto turn_end = [&](bool last) {
-    if (kCarryTurns || !(last && cw == kConsumers - 1))
-      named_barrier_arrive(kConsumers == 2 ? 1 + (1 - cw) : 1 + (cw + 1) % kConsumers, 256);
+    if (kCarryTurns || !(last && cw == kConsumers - 1)) named_barrier_arrive(hopper_attn_next_turn_barrier<kConsumers>(cw), 256);
   };
   if constexpr (kCarryTurns)
     if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first

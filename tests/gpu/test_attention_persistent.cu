@@ -43,8 +43,9 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     ASSERT_EQ(p.headdim, 64);
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
-      if (persistent) detail::launch_attn_hopper_persistent<T, 64, false, 96, true, true, 2, false, 3>(p, q.dtype, nullptr);
-      else detail::launch_attn_hopper_variant<T, 64, false, true, true, 96, false, false, true, false, 3>(p, q.dtype, nullptr);
+      constexpr int kN = detail::kAttnHopperPersistentThreeBlockN;
+      if (persistent) detail::launch_attn_hopper_persistent_three<T>(p, q.dtype, nullptr);
+      else detail::launch_attn_hopper_variant<T, 64, false, true, true, kN, false, false, true, false, 3>(p, q.dtype, nullptr);
     });
     return;
   }
