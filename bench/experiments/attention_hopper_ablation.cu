@@ -26,7 +26,9 @@
 // persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
 // blocks), eager_rescale and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256] [out.json]
+// --poly: a share of the softmax's exponents on the FMA pipe (kExpPoly, hopper_attn_softmax) in the
+// kernels the library takes at d 64 (512..8k) and d 128 (1k..16k), and FP8 d 128 (2k..16k).
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --poly] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -68,15 +70,31 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 }
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
-          bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>>
+          bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
+          int kExpPoly = 0>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
-                                     kRescaleUnderQk, kConsumers, kLazyRescale>(p, DType::kBF16, s);
+                                     kRescaleUnderQk, kConsumers, kLazyRescale, kExpPoly>(p, DType::kBF16, s);
 }
 
-// sweep (--sweep, --sweep64): the variants of the header's list only.
+struct Variant {
+  const char* name;
+  std::function<void()> fn;
+};
+
+// The variants named in `names` only (all if empty), in their listed order.
+std::vector<Variant> kept(const std::vector<Variant>& variants, const std::vector<std::string>& names) {
+  if (names.empty()) return variants;
+  std::vector<Variant> out;
+  for (const Variant& var : variants)
+    for (const std::string& name : names)
+      if (var.name == name) out.push_back(var);
+  return out;
+}
+
+// names: the variants to run (the sweeps' lists in main), all if empty.
 template <int kD>
-void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = false) {
+void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vector<std::string>& names = {}) {
   const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
   bench::DeviceMem q(n * 2), k(n * 2), v(n * 2), out(n * 2), ref(n * 2);
   bench::fill_random(q.p, n, 1, 81, h.stream());
@@ -97,10 +115,6 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
 
-  struct Variant {
-    const char* name;
-    std::function<void()> fn;
-  };
   std::vector<Variant> variants = {
       {"rung3_fa2", [&] { api(3, out.p); }},
       {"rung4_library", [&] { api(4, out.p); }},
@@ -192,19 +206,34 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 4>(p, DType::kBF16, h.stream());
                         }});
 
-  if (sweep) {
-    const std::vector<std::string> names =
-        kD == 256 ? std::vector<std::string>{"rung4_library", "pingpong+overlap", "eager_rescale", "kBlockN=64"}
-        : kD == 64 ? std::vector<std::string>{"rung4_library", "3_consumers", "persistent", "persistent_3c_n96",
-                                              "persistent_3c_n112"}
-                 : std::vector<std::string>{"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent",
-                                            "persistent_176"};
-    std::vector<Variant> kept;
-    for (const Variant& var : variants)
-      for (const std::string& name : names)
-        if (var.name == name) kept.push_back(var);
-    variants = kept;
+  // A share of the softmax's exponents on the FMA pipe (kExpPoly = E: every E-th group of 8 keys;
+  // hopper_attn_softmax), in the kernels the library takes at d 64 and 128.
+  if constexpr (kD == 64) {
+    variants.push_back({"3_consumers_poly2", [&] { launch<kD, true, true, 0, false, true, false, 3, false, 2>(p, h.stream()); }});
+    variants.push_back({"3_consumers_poly4", [&] { launch<kD, true, true, 0, false, true, false, 3, false, 4>(p, h.stream()); }});
+    variants.push_back({"3_consumers_poly8", [&] { launch<kD, true, true, 0, false, true, false, 3, false, 8>(p, h.stream()); }});
+    variants.push_back({"persistent_poly4", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false, 2, 4>(
+                              p, DType::kBF16, h.stream());
+                        }});
+    variants.push_back({"persistent_poly8", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false, 2, 8>(
+                              p, DType::kBF16, h.stream());
+                        }});
+    variants.push_back({"persistent_3c_n96_poly4", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3, 4>(
+                              p, DType::kBF16, h.stream());
+                        }});
   }
+  if constexpr (kD == 128) {
+    variants.push_back({"pingpong+overlap_poly4", [&] { launch<kD, true, true, 0, true, true, false, 2, true, 4>(p, h.stream()); }});
+    variants.push_back({"pingpong+overlap_poly8", [&] { launch<kD, true, true, 0, true, true, false, 2, true, 8>(p, h.stream()); }});
+    variants.push_back({"persistent_poly8", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true, 2, 8>(
+                              p, DType::kBF16, h.stream());
+                        }});
+  }
+  variants = kept(variants, names);
   // Timings first (round-robin: Harness::time_ms_interleaved), then the checks.
   std::vector<std::function<void()>> fns;
   for (const Variant& var : variants) fns.push_back(var.fn);
@@ -229,6 +258,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
         name == "persistent_176" || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
+        name.find("poly") != std::string::npos ||
         ((kD == 128 || kD == 256) && name == "rung4_library");
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
@@ -236,6 +266,59 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, bool sweep = f
                 static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, var.name, ms[vi],
                 flops / (ms[vi] * 1e-3) / 1e12, rel, static_cast<long long>(nans), ok ? "ok" : "FAIL");
     bench::Row r = bench::attention_experiment::variant_row("attn_fwd_ablation", var.name, c, ms[vi], flops, 4.0 * n * 2);
+    r.extra["max_rel_diff_vs_rung4"] = rel;
+    h.add(r);
+  }
+}
+
+// FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128, the library's kernel with a
+// share of its exponents on the FMA pipe (kExpPoly = E; hopper_attn_softmax) against E = 0 (the
+// reference here: 2^-6 relative). Timed with the pass that transposes V, as the library's call.
+template <int kExpPoly>
+void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
+  detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, true, true, 0, false, true, true, false, 2,
+                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kExpPoly>(p, DType::kE4M3, s);
+}
+
+void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
+  const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
+  bench::DeviceMem q(n), k(n), v(n), out(n * 2), ref(n * 2);
+  bench::fill_random(q.p, n, 2, 81, h.stream());
+  bench::fill_random(k.p, n, 2, 82, h.stream());
+  bench::fill_random(v.p, n, 2, 83, h.stream());
+  launch_fp8<0>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
+  const std::vector<float> want = download_bf16(ref.p, n);
+  float max_ref = 0;
+  for (float x : want) max_ref = std::fmax(max_ref, std::fabs(x));
+  const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
+  const double flops = 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+  const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<0>(p, h.stream()); }},
+                                         {"fp8_poly2", [&] { launch_fp8<2>(p, h.stream()); }},
+                                         {"fp8_poly4", [&] { launch_fp8<4>(p, h.stream()); }},
+                                         {"fp8_poly8", [&] { launch_fp8<8>(p, h.stream()); }}};
+  std::vector<std::function<void()>> fns;
+  for (const Variant& var : variants) fns.push_back(var.fn);
+  const std::vector<double> ms = h.time_ms_interleaved(fns);
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
+    variants[vi].fn();
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
+    const std::vector<float> got = download_bf16(out.p, n);
+    double worst = 0;
+    int64_t nans = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(got[i])) ++nans;
+      else worst = std::fmax(worst, std::fabs(got[i] - want[i]));
+    }
+    const double rel = worst / max_ref;
+    const bool ok = nans == 0 && rel <= 1.0 / 64;
+    all_ok &= ok;
+    std::printf("e4m3 d 128 seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
+                static_cast<long long>(c.seqlen), c.causal ? 1 : 0, variants[vi].name, ms[vi], flops / (ms[vi] * 1e-3) / 1e12,
+                rel, static_cast<long long>(nans), ok ? "ok" : "FAIL");
+    bench::Row r = bench::attention_experiment::variant_row("attn_fwd_ablation", variants[vi].name, c, ms[vi], flops, 5.0 * n);
+    r.dtype = "e4m3";
     r.extra["max_rel_diff_vs_rung4"] = rel;
     h.add(r);
   }
@@ -258,14 +341,29 @@ int main(int argc, char** argv) {
     return only == nullptr ? all : std::vector<int64_t>{std::atoll(only)};
   };
   if (mode == "--sweep") {  // d 128 over the benchmark's sequence lengths
+    const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent", "persistent_176"};
     for (bool causal : {false, true})
-      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, true);
+      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
   } else if (mode == "--sweep256") {  // d 256, 512..2k: 80- against 64-key blocks
+    const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "eager_rescale", "kBlockN=64"};
     for (bool causal : {false, true})
-      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, true);
+      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, names);
   } else if (mode == "--sweep64") {  // d 64, 512..16k
+    const std::vector<std::string> names = {"rung4_library", "3_consumers", "persistent", "persistent_3c_n96",
+                                            "persistent_3c_n112"};
     for (bool causal : {false, true})
-      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<64>(h, {s, 64, causal}, all_ok, true);
+      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<64>(h, {s, 64, causal}, all_ok, names);
+  } else if (mode == "--poly") {  // a share of the exponents on the FMA pipe: d 64, d 128, FP8
+    const std::vector<std::string> d64 = {"rung4_library",     "3_consumers",       "3_consumers_poly2", "3_consumers_poly4",
+                                          "3_consumers_poly8", "persistent",        "persistent_poly4",  "persistent_poly8",
+                                          "persistent_3c_n96", "persistent_3c_n96_poly4"};
+    const std::vector<std::string> d128 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_poly4",
+                                           "pingpong+overlap_poly8", "persistent", "persistent_poly8"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({1024, 4096, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+      for (int64_t s : swept({2048, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
+    }
   } else if (mode.empty()) {
     for (bool causal : {false, true}) {
       for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
@@ -273,7 +371,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --poly)\n", mode.c_str());
     return 2;
   }
   h.write_json();
