@@ -113,14 +113,14 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
-          bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kExpPoly = kernels::kAttnExpPolyDefault<T, kHeadDim>>
+          bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = true>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers>(p, dtype, stream);
   const int ctas = attn_hopper_tiles<Tr>(
       args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
-                                                   kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kExpPoly>;
+                                                   kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
@@ -134,7 +134,7 @@ constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          int kExpPoly = kernels::kAttnExpPolyDefault<T, kHeadDim>>
+          bool kTreeReduce = true>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, false, kConsumers>(p, dtype, stream);
@@ -142,7 +142,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   if (tiles == 0) return;
   auto* counters = static_cast<int*>(workspace(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
-                                                              kLazyRescale, kConsumers, kExpPoly>;
+                                                              kLazyRescale, kConsumers, kTreeReduce>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, tiles);

@@ -26,9 +26,9 @@
 // persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
 // blocks), eager_rescale and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
-// --poly: a share of the softmax's exponents on the FMA pipe (kExpPoly, hopper_attn_softmax) in the
-// kernels the library takes at d 64 (512..8k) and d 128 (1k..16k), and FP8 d 128 (2k..16k).
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --poly] [out.json]
+// --tree: the softmax's row max and sum folded as trees (the library's) against running values
+// (kTreeReduce off, *_chain) in the kernels the library takes at d 64, 128, 256 and FP8.
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -71,10 +71,10 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
-          int kExpPoly = 0>
+          bool kTreeReduce = true>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
-                                     kRescaleUnderQk, kConsumers, kLazyRescale, kExpPoly>(p, DType::kBF16, s);
+                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce>(p, DType::kBF16, s);
 }
 
 struct Variant {
@@ -206,32 +206,30 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 4>(p, DType::kBF16, h.stream());
                         }});
 
-  // A share of the softmax's exponents on the FMA pipe (kExpPoly = E: every E-th group of 8 keys;
-  // hopper_attn_softmax), in the kernels the library takes at d 64 and 128.
+  // The softmax's row max and sum as one running value (kTreeReduce off: the rung until
+  // 2026-11-26 night) in the kernels the library takes; the plain names fold them as trees.
   if constexpr (kD == 64) {
-    variants.push_back({"3_consumers_poly2", [&] { launch<kD, true, true, 0, false, true, false, 3, false, 2>(p, h.stream()); }});
-    variants.push_back({"3_consumers_poly4", [&] { launch<kD, true, true, 0, false, true, false, 3, false, 4>(p, h.stream()); }});
-    variants.push_back({"3_consumers_poly8", [&] { launch<kD, true, true, 0, false, true, false, 3, false, 8>(p, h.stream()); }});
-    variants.push_back({"persistent_poly4", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false, 2, 4>(
+    variants.push_back({"3_consumers_chain", [&] { launch<kD, true, true, 0, false, true, false, 3, false, false>(p, h.stream()); }});
+    variants.push_back({"persistent_chain", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false, 2, false>(
                               p, DType::kBF16, h.stream());
                         }});
-    variants.push_back({"persistent_poly8", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false, 2, 8>(
-                              p, DType::kBF16, h.stream());
-                        }});
-    variants.push_back({"persistent_3c_n96_poly4", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3, 4>(
+    variants.push_back({"persistent_3c_n96_chain", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3, false>(
                               p, DType::kBF16, h.stream());
                         }});
   }
   if constexpr (kD == 128) {
-    variants.push_back({"pingpong+overlap_poly4", [&] { launch<kD, true, true, 0, true, true, false, 2, true, 4>(p, h.stream()); }});
-    variants.push_back({"pingpong+overlap_poly8", [&] { launch<kD, true, true, 0, true, true, false, 2, true, 8>(p, h.stream()); }});
-    variants.push_back({"persistent_poly8", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true, 2, 8>(
+    variants.push_back({"pingpong+overlap_chain", [&] { launch<kD, true, true, 0, true, true, false, 2, true, false>(p, h.stream()); }});
+    variants.push_back({"kBlockN=176_chain", [&] { launch<kD, true, true, 176, true, true, false, 2, true, false>(p, h.stream()); }});
+    variants.push_back({"persistent_chain", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true, 2, false>(
                               p, DType::kBF16, h.stream());
                         }});
+  }
+  if constexpr (kD == 256) {
+    variants.push_back({"pingpong+overlap_chain", [&] { launch<kD, true, true, 0, false, true, false, 2, true, false>(p, h.stream()); }});
+    variants.push_back({"kBlockN=64_chain", [&] { launch<kD, true, true, 64, false, true, false, 2, true, false>(p, h.stream()); }});
   }
   variants = kept(variants, names);
   // Timings first (round-robin: Harness::time_ms_interleaved), then the checks.
@@ -258,8 +256,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
         name == "persistent_176" || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
-        name.find("poly") != std::string::npos ||
-        ((kD == 128 || kD == 256) && name == "rung4_library");
+        name.find("chain") != std::string::npos ||
+        name == "rung4_library";  // the library may take any of the kernels
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
     std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
@@ -271,13 +269,13 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   }
 }
 
-// FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128, the library's kernel with a
-// share of its exponents on the FMA pipe (kExpPoly = E; hopper_attn_softmax) against E = 0 (the
-// reference here: 2^-6 relative). Timed with the pass that transposes V, as the library's call.
-template <int kExpPoly>
+// FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128: the library's kernel
+// against the same with the softmax's row max and sum as running values (kTreeReduce off; 2^-6
+// relative). Timed with the pass that transposes V, as the library's call.
+template <bool kTreeReduce>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, true, true, 0, false, true, true, false, 2,
-                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kExpPoly>(p, DType::kE4M3, s);
+                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce>(p, DType::kE4M3, s);
 }
 
 void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
@@ -286,17 +284,15 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   bench::fill_random(q.p, n, 2, 81, h.stream());
   bench::fill_random(k.p, n, 2, 82, h.stream());
   bench::fill_random(v.p, n, 2, 83, h.stream());
-  launch_fp8<0>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
+  launch_fp8<true>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
   FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
   const std::vector<float> want = download_bf16(ref.p, n);
   float max_ref = 0;
   for (float x : want) max_ref = std::fmax(max_ref, std::fabs(x));
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-  const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<0>(p, h.stream()); }},
-                                         {"fp8_poly2", [&] { launch_fp8<2>(p, h.stream()); }},
-                                         {"fp8_poly4", [&] { launch_fp8<4>(p, h.stream()); }},
-                                         {"fp8_poly8", [&] { launch_fp8<8>(p, h.stream()); }}};
+  const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<true>(p, h.stream()); }},
+                                         {"fp8_chain", [&] { launch_fp8<false>(p, h.stream()); }}};
   std::vector<std::function<void()>> fns;
   for (const Variant& var : variants) fns.push_back(var.fn);
   const std::vector<double> ms = h.time_ms_interleaved(fns);
@@ -353,15 +349,17 @@ int main(int argc, char** argv) {
                                             "persistent_3c_n112"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<64>(h, {s, 64, causal}, all_ok, names);
-  } else if (mode == "--poly") {  // a share of the exponents on the FMA pipe: d 64, d 128, FP8
-    const std::vector<std::string> d64 = {"rung4_library",     "3_consumers",       "3_consumers_poly2", "3_consumers_poly4",
-                                          "3_consumers_poly8", "persistent",        "persistent_poly4",  "persistent_poly8",
-                                          "persistent_3c_n96", "persistent_3c_n96_poly4"};
-    const std::vector<std::string> d128 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_poly4",
-                                           "pingpong+overlap_poly8", "persistent", "persistent_poly8"};
+  } else if (mode == "--tree") {  // the softmax's reductions as trees against running values
+    const std::vector<std::string> d64 = {"rung4_library", "3_consumers", "3_consumers_chain", "persistent", "persistent_chain",
+                                          "persistent_3c_n96", "persistent_3c_n96_chain"};
+    const std::vector<std::string> d128 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_chain", "kBlockN=176",
+                                           "kBlockN=176_chain", "persistent", "persistent_chain"};
+    const std::vector<std::string> d256 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_chain", "kBlockN=64",
+                                           "kBlockN=64_chain"};
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
-      for (int64_t s : swept({1024, 4096, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+      for (int64_t s : swept({512, 2048, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+      for (int64_t s : swept({512, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
       for (int64_t s : swept({2048, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
     }
   } else if (mode.empty()) {
@@ -371,7 +369,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --poly)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree)\n", mode.c_str());
     return 2;
   }
   h.write_json();

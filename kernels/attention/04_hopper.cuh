@@ -236,18 +236,25 @@ constexpr float kAttnLazyRescaleLog2 = 8.f;  // P <= 256: within fp16's and bf16
 template <typename T, int kHeadDim>
 constexpr bool kAttnLazyRescaleDefault = kHeadDim == 128 || (sizeof(T) == 2 && kHeadDim == 256);
 
-// kExpPoly (E > 0): the exponents of every E-th group of 8 keys (n8 tile) computed on the FMA pipe
-// (exp2_poly3_nonpos, kernels/common/online_softmax.cuh: a degree-3 polynomial, relative error
-// 7.5e-5, below a 16-bit or FP8 P's rounding) instead of MUFU.EX2, which does 16 exponents per SM
-// and cycle against 128 FFMA: where the softmax is the bottleneck (head dim 64, FP8), a share of
-// 1 / E of its exponents moves off the one pipe that limits it (as FlashAttention-4 does on
-// Blackwell). The row max then propagates NaN (max.NaN), so a NaN score still makes the row NaN
-// through the MUFU share (the polynomial maps NaN to a finite value). Positive exponents (lazy
-// rescale: up to 2^8) are exact too: the polynomial's input is t - round(t).
-template <typename T, int kHeadDim>
-constexpr int kAttnExpPolyDefault = 0;
+// kTreeReduce: a row's max and sum over this thread's scores of the block folded as a balanced
+// tree (log2(kBlockN / 4) dependent steps; FMNMX / FADD have ~4 cycles of latency) rather than one
+// running value (kBlockN / 4 dependent steps). Same instructions; with 2-3 warps per scheduler the
+// softmax's dependency chains are what it waits on (Nsight Compute, d 64 2k and FP8 8k: "wait" the
+// largest stall reason, the tensor pipe and MUFU both about half busy). The sum rounds in another order.
+template <int kN, typename Op>
+__device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
+  if constexpr (kN == 1) {
+    return x[0];
+  } else {
+    constexpr int kHalf = (kN + 1) / 2;
+    float y[kHalf];
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) y[j] = j + kHalf < kN ? op(x[j], x[j + kHalf]) : x[j];
+    return hopper_attn_tree(y, op);
+  }
+}
 
-template <typename Tr, bool kLazyRescale = false, int kExpPoly = 0>
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = true>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                     int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
@@ -282,14 +289,21 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     }
   }
   const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
-  constexpr int kPolyEvery = kExpPoly > 0 ? kExpPoly : 1;
+  constexpr int kGroups = Tr::kBlockN / 8;  // n8 tiles: two scores of each row per thread
+  const auto fmax2 = [](float a, float b) { return fmaxf(a, b); };
+  const auto add2 = [](float a, float b) { return a + b; };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
+    if constexpr (kTreeReduce) {
+      float part[kGroups];
 #pragma unroll
-    for (int j = 0; j < Tr::kBlockN / 8; ++j)
-      mx = kExpPoly > 0 ? nan_max(mx, nan_max(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]))
-                        : fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      for (int j = 0; j < kGroups; ++j) part[j] = fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]);
+      mx = hopper_attn_tree(part, fmax2);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     mx = fmaxf(row_max[r], mx * to_log2);
@@ -301,16 +315,15 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     const float off = mx == -INFINITY ? 0.f : mx;
     rescale[r] = moves ? exp2_approx_ftz(row_max[r] - off) : 1.f;
     row_max[r] = mx;
-    float sum = 0.f;
+    float sum = 0.f, part[kGroups];
 #pragma unroll
-    for (int j = 0; j < Tr::kBlockN / 8; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float x = fmaf(s[4 * j + 2 * r + c], to_log2, -off);
-        s[4 * j + 2 * r + c] = kExpPoly > 0 && j % kPolyEvery == kPolyEvery - 1 ? exp2_poly3_nonpos(x) : exp2_approx_ftz(x);
-      }
-      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    for (int j = 0; j < kGroups; ++j) {
+      s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
+      s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
+      if constexpr (kTreeReduce) part[j] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      else sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     }
+    if constexpr (kTreeReduce) sum = hopper_attn_tree(part, add2);
     row_sum[r] = row_sum[r] * rescale[r] + sum;
   }
 }
@@ -427,10 +440,10 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
 // kPinWait, kDescAdvance, kRescaleUnderQk: instruction-order choices (the P V wait after the
 // softmax; descriptors by addition; O rescaled under the next Q K^T), defaults as measured,
 // switched by bench/experiments/attention_hopper_ablation.cu. kConsumers: HopperAttnTraits.
-// kLazyRescale, kExpPoly: hopper_attn_softmax.
+// kLazyRescale, kTreeReduce: hopper_attn_softmax.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
-          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kExpPoly = kAttnExpPolyDefault<T, kHeadDim>>
+          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = true>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -642,7 +655,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
     if constexpr (kPaged) fence_proxy_async_smem();
   };
   const auto softmax = [&](int n, float (&rescale)[2]) {
-    hopper_attn_softmax<Tr, kLazyRescale, kExpPoly>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+    hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
   const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
   const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };

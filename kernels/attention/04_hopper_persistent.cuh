@@ -67,7 +67,7 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          int kExpPoly = kAttnExpPolyDefault<T, kHeadDim>>
+          bool kTreeReduce = true>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128);
     };
     const auto softmax = [&](int n, float (&rescale)[2]) {
-      hopper_attn_softmax<Tr, kLazyRescale, kExpPoly>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+      hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
     };
 #pragma unroll
     for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
