@@ -8,6 +8,7 @@
 #include "kernels/attention/04_hopper.cuh"
 #include "kernels/attention/04_hopper_fp8_v.cuh"
 #include "kernels/attention/04_hopper_persistent.cuh"
+#include "src/attention_hopper_dispatch.h"
 #include "src/attention_launch.h"
 #include "src/core/launch.h"
 #include "src/core/static_switch.h"
@@ -113,7 +114,7 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
-          bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = true>
+          bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers>(p, dtype, stream);
@@ -128,13 +129,17 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
 // The persistent kernel's two counters (next tile, CTAs done), in the stream's counters workspace.
 constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 
+// Whether the library's persistent kernel joins the tile turns (kJoinTiles,
+// kernels/attention/04_hopper_persistent.cuh).
+constexpr bool kAttnHopperJoinTiles = false;
+
 // Rung 4's persistent form (kernels/attention/04_hopper_persistent.cuh): the arguments of rung 4,
 // its counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
 // min(tiles, SMs) CTAs.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          bool kTreeReduce = true>
+          bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>, bool kJoinTiles = kAttnHopperJoinTiles>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, false, kConsumers>(p, dtype, stream);
@@ -142,30 +147,11 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   if (tiles == 0) return;
   auto* counters = static_cast<int*>(workspace(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
-                                                              kLazyRescale, kConsumers, kTreeReduce>;
+                                                              kLazyRescale, kConsumers, kTreeReduce, kJoinTiles>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, tiles);
 }
-
-// Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
-constexpr int kAttnHopperWideBlocksFrom = 8192;
-// Keys (seqlen_k) up to which head dim 256 takes 64-key blocks.
-constexpr int kAttnHopperNarrowBlocksUpTo = 512;
-// Keys (seqlen_k, varlen: the longest) up to which head dims 64 and 128 take the persistent
-// kernel, without a mask and causal (window_right 0): measured, interleaved timing, H100,
-// 2026-11-26 evening (docs/ladder/attention.md), where it is faster than the one-CTA kernel.
-template <int kHeadDim>
-constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : 1024;
-template <int kHeadDim>
-constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : 2048;
-// Keys (seqlen_k) above which head dim 64, causal without softcap / ALiBi, takes the persistent
-// kernel with three consumer warpgroups on 96-key blocks (up to kAttnHopperPersistentUpToCausal<64>):
-// +4.4% at 2k keys against the better of the two-warpgroup persistent kernel and the one-CTA
-// three-warpgroup kernel; slower at 1k (-8%) and elsewhere (interleaved timing, H100, 2026-11-26,
-// 5dcd44c; docs/ladder/attention.md).
-constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
-constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks).
 template <typename T>

@@ -26,9 +26,12 @@
 // persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
 // blocks), eager_rescale and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
-// --tree: the softmax's row max and sum folded as trees (the library's) against running values
-// (kTreeReduce off, *_chain) in the kernels the library takes at d 64, 128, 256 and FP8.
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree] [out.json]
+// --tree: the softmax's row max and sum folded as trees against running values (kTreeReduce:
+// *_tree / *_chain against the library's default) in the kernels the library takes at d 64, 128,
+// 256 and FP8.
+// --join: the persistent kernel with each tile's last turn also issuing the next tile's first
+// Q K^T (kJoinTiles; *_join) at d 64 (512..4k) and d 128 (512..8k).
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --join] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -71,7 +74,7 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
-          bool kTreeReduce = true>
+          bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
                                      kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce>(p, DType::kBF16, s);
@@ -206,8 +209,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 4>(p, DType::kBF16, h.stream());
                         }});
 
-  // The softmax's row max and sum as one running value (kTreeReduce off: the rung until
-  // 2026-11-26 night) in the kernels the library takes; the plain names fold them as trees.
+  // The softmax's row max and sum as running values (kTreeReduce off, *_chain) or folded as trees
+  // (on, *_tree) in the kernels the library takes; the plain names take the library's default
+  // (kAttnTreeReduceDefault: trees at d 64 only).
   if constexpr (kD == 64) {
     variants.push_back({"3_consumers_chain", [&] { launch<kD, true, true, 0, false, true, false, 3, false, false>(p, h.stream()); }});
     variants.push_back({"persistent_chain", [&] {
@@ -220,17 +224,32 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                         }});
   }
   if constexpr (kD == 128) {
-    variants.push_back({"pingpong+overlap_chain", [&] { launch<kD, true, true, 0, true, true, false, 2, true, false>(p, h.stream()); }});
-    variants.push_back({"kBlockN=176_chain", [&] { launch<kD, true, true, 176, true, true, false, 2, true, false>(p, h.stream()); }});
-    variants.push_back({"persistent_chain", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true, 2, false>(
+    variants.push_back({"pingpong+overlap_tree", [&] { launch<kD, true, true, 0, true, true, false, 2, true, true>(p, h.stream()); }});
+    variants.push_back({"kBlockN=176_tree", [&] { launch<kD, true, true, 176, true, true, false, 2, true, true>(p, h.stream()); }});
+    variants.push_back({"persistent_tree", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true, 2, true>(
                               p, DType::kBF16, h.stream());
                         }});
   }
   if constexpr (kD == 256) {
-    variants.push_back({"pingpong+overlap_chain", [&] { launch<kD, true, true, 0, false, true, false, 2, true, false>(p, h.stream()); }});
-    variants.push_back({"kBlockN=64_chain", [&] { launch<kD, true, true, 64, false, true, false, 2, true, false>(p, h.stream()); }});
+    variants.push_back({"pingpong+overlap_tree", [&] { launch<kD, true, true, 0, false, true, false, 2, true, true>(p, h.stream()); }});
+    variants.push_back({"kBlockN=64_tree", [&] { launch<kD, true, true, 64, false, true, false, 2, true, true>(p, h.stream()); }});
   }
+  // The persistent kernel with each tile's last turn also issuing the next tile's first Q K^T
+  // (kJoinTiles).
+  if constexpr (kD <= 128) {
+    constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+    constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>;
+    variants.push_back({"persistent_join", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, kLazy, 2, kTree, true>(
+                              p, DType::kBF16, h.stream());
+                        }});
+  }
+  if constexpr (kD == 64)
+    variants.push_back({"persistent_3c_n96_join", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3, true, true>(
+                              p, DType::kBF16, h.stream());
+                        }});
   variants = kept(variants, names);
   // Timings first (round-robin: Harness::time_ms_interleaved), then the checks.
   std::vector<std::function<void()>> fns;
@@ -256,7 +275,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
         name == "persistent_176" || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
-        name.find("chain") != std::string::npos ||
+        name.find("chain") != std::string::npos || name.find("tree") != std::string::npos ||
         name == "rung4_library";  // the library may take any of the kernels
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
@@ -270,8 +289,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 }
 
 // FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128: the library's kernel
-// against the same with the softmax's row max and sum as running values (kTreeReduce off; 2^-6
-// relative). Timed with the pass that transposes V, as the library's call.
+// (the softmax's row max and sum as running values) against the same with them folded as trees
+// (kTreeReduce on; 2^-6 relative). Timed with the pass that transposes V, as the library's call.
 template <bool kTreeReduce>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, true, true, 0, false, true, true, false, 2,
@@ -284,15 +303,15 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   bench::fill_random(q.p, n, 2, 81, h.stream());
   bench::fill_random(k.p, n, 2, 82, h.stream());
   bench::fill_random(v.p, n, 2, 83, h.stream());
-  launch_fp8<true>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
+  launch_fp8<false>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
   FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
   const std::vector<float> want = download_bf16(ref.p, n);
   float max_ref = 0;
   for (float x : want) max_ref = std::fmax(max_ref, std::fabs(x));
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
-  const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<true>(p, h.stream()); }},
-                                         {"fp8_chain", [&] { launch_fp8<false>(p, h.stream()); }}};
+  const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
+                                         {"fp8_tree", [&] { launch_fp8<true>(p, h.stream()); }}};
   std::vector<std::function<void()>> fns;
   for (const Variant& var : variants) fns.push_back(var.fn);
   const std::vector<double> ms = h.time_ms_interleaved(fns);
@@ -352,15 +371,23 @@ int main(int argc, char** argv) {
   } else if (mode == "--tree") {  // the softmax's reductions as trees against running values
     const std::vector<std::string> d64 = {"rung4_library", "3_consumers", "3_consumers_chain", "persistent", "persistent_chain",
                                           "persistent_3c_n96", "persistent_3c_n96_chain"};
-    const std::vector<std::string> d128 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_chain", "kBlockN=176",
-                                           "kBlockN=176_chain", "persistent", "persistent_chain"};
-    const std::vector<std::string> d256 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_chain", "kBlockN=64",
-                                           "kBlockN=64_chain"};
+    const std::vector<std::string> d128 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_tree", "kBlockN=176",
+                                           "kBlockN=176_tree", "persistent", "persistent_tree"};
+    const std::vector<std::string> d256 = {"rung4_library", "pingpong+overlap", "pingpong+overlap_tree", "kBlockN=64",
+                                           "kBlockN=64_tree"};
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 2048, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
       for (int64_t s : swept({512, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
       for (int64_t s : swept({2048, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
+    }
+  } else if (mode == "--join") {  // the persistent kernel with joined tile turns, where the library takes it
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_join", "persistent_3c_n96",
+                                          "persistent_3c_n96_join", "3_consumers"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_join", "pingpong+overlap"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048, 4096, 8192})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
   } else if (mode.empty()) {
     for (bool causal : {false, true}) {
@@ -369,7 +396,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --join)\n", mode.c_str());
     return 2;
   }
   h.write_json();

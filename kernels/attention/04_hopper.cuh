@@ -240,7 +240,15 @@ constexpr bool kAttnLazyRescaleDefault = kHeadDim == 128 || (sizeof(T) == 2 && k
 // tree (log2(kBlockN / 4) dependent steps; FMNMX / FADD have ~4 cycles of latency) rather than one
 // running value (kBlockN / 4 dependent steps). Same instructions; with 2-3 warps per scheduler the
 // softmax's dependency chains are what it waits on (Nsight Compute, d 64 2k and FP8 8k: "wait" the
-// largest stall reason, the tensor pipe and MUFU both about half busy). The sum rounds in another order.
+// largest stall reason, the tensor pipe and MUFU both about half busy). The sum rounds in another
+// order. The tree keeps more values live at once: where registers are tight it measured slower.
+// Default (kAttnTreeReduceDefault; bench/experiments/attention_hopper_ablation.cu --tree, H100,
+// 2026-11-26, 17d4575): on at d 64 (three consumers +2.3% / +3.8% at 2k / 8k keys, the persistent
+// kernels +1-2%), off at d 128 (one-CTA within 0.3%, 176-key blocks and the persistent kernel 0.4-2.5%
+// slower), FP8 (6-10% slower) and d 256 (within 0.4%); d 96 and 192 unmeasured: off.
+template <typename T, int kHeadDim>
+constexpr bool kAttnTreeReduceDefault = sizeof(T) == 2 && kHeadDim == 64;
+
 template <int kN, typename Op>
 __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
   if constexpr (kN == 1) {
@@ -254,7 +262,7 @@ __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
   }
 }
 
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = true>
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                     int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
@@ -443,7 +451,7 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
 // kLazyRescale, kTreeReduce: hopper_attn_softmax.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
-          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = true>
+          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there

@@ -1,0 +1,43 @@
+// Internal: where rung 4's forward (src/attention_hopper_hdim.cuh) changes kernel or key-block
+// width with the key length, host-visible so that tests can tell which kernels round alike:
+// outputs are bit-identical between rung-4 kernels (one-CTA, persistent, paged; two or three
+// consumer warpgroups) that take key blocks of the same width.
+#pragma once
+
+namespace flashlab::detail {
+
+// Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
+constexpr int kAttnHopperWideBlocksFrom = 8192;
+// Keys (seqlen_k) up to which head dim 256 takes 64-key blocks.
+constexpr int kAttnHopperNarrowBlocksUpTo = 512;
+// Keys (seqlen_k, varlen: the longest) up to which head dims 64 and 128 take the persistent
+// kernel, without a mask and causal (window_right 0): measured, interleaved timing, H100,
+// 2026-11-26 evening (docs/ladder/attention.md), where it is faster than the one-CTA kernel.
+template <int kHeadDim>
+constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : 1024;
+template <int kHeadDim>
+constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : 2048;
+// Keys (seqlen_k) above which head dim 64, causal without softcap / ALiBi, takes the persistent
+// kernel with three consumer warpgroups on 96-key blocks (up to kAttnHopperPersistentUpToCausal<64>):
+// +4.4% at 2k keys against the better of the two-warpgroup persistent kernel and the one-CTA
+// three-warpgroup kernel; slower at 1k (-8%) and elsewhere (interleaved timing, H100, 2026-11-26,
+// 5dcd44c; docs/ladder/attention.md).
+constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
+constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
+
+// The key-block width of rung 4's kernels by default (HopperAttnTraits) and in the paged prefill.
+constexpr int attn_hopper_default_key_block(int headdim) { return headdim <= 128 ? 128 : headdim <= 192 ? 96 : 80; }
+
+// The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /
+// ALiBi (score_mod) or not, causal (window_right 0) or not, over seqlen_k keys (varlen: the
+// longest), outside a CUDA-graph capture.
+constexpr int attn_hopper_key_block(int headdim, bool score_mod, bool causal, int seqlen_k) {
+  if (headdim == 64 && !score_mod && causal && seqlen_k > kAttnHopperPersistentThreeAboveCausal &&
+      seqlen_k <= kAttnHopperPersistentUpToCausal<64>)
+    return kAttnHopperPersistentThreeBlockN;
+  if (headdim == 128 && !score_mod && seqlen_k >= kAttnHopperWideBlocksFrom) return 176;  // above the persistent kernel's range
+  if (headdim == 256 && seqlen_k <= kAttnHopperNarrowBlocksUpTo) return 64;
+  return attn_hopper_default_key_block(headdim);
+}
+
+}  // namespace flashlab::detail
