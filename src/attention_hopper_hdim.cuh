@@ -129,17 +129,13 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
 // The persistent kernel's two counters (next tile, CTAs done), in the stream's counters workspace.
 constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 
-// Whether the library's persistent kernel joins the tile turns (kJoinTiles,
-// kernels/attention/04_hopper_persistent.cuh).
-constexpr bool kAttnHopperJoinTiles = false;
-
 // Rung 4's persistent form (kernels/attention/04_hopper_persistent.cuh): the arguments of rung 4,
 // its counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
 // min(tiles, SMs) CTAs.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>, bool kJoinTiles = kAttnHopperJoinTiles>
+          bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, false, kConsumers>(p, dtype, stream);
@@ -147,7 +143,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   if (tiles == 0) return;
   auto* counters = static_cast<int*>(workspace(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
-                                                              kLazyRescale, kConsumers, kTreeReduce, kJoinTiles>;
+                                                              kLazyRescale, kConsumers, kTreeReduce>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, tiles);

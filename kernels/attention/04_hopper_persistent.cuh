@@ -67,7 +67,7 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kJoinTiles = false>
+          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -206,8 +206,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   float row_max[2], row_sum[2];  // log2 units; partial sums
   // Pingpong turns as in attn_hopper_kernel: warpgroup cw issues GEMMs after a sync on barrier
   // 1 + cw, then lets the other go with an arrive on its barrier. Both warpgroups take
-  // n_blocks + 1 turns per tile (kJoin: n_blocks after the first), so the turns alternate across
-  // tiles too. kCarryTurns: the second
+  // n_blocks + 1 turns per tile, so the turns alternate across tiles too. kCarryTurns: the second
   // warpgroup lets the first go once, at the start of the walk, and its last arrive (the walk's
   // last turn) is matched by the first warpgroup's sync when the walk ends. Else per tile: the
   // second starts by letting the first go and skips its final arrive.
@@ -221,43 +220,29 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     if (lane == 0) mbarrier_arrive(bar);
   };
 
-  // kJoinTiles: a tile's last turn also issues the next tile's first Q K^T (its Q and first K block
-  // are loaded by then: two Q buffers), so the tile boundary costs one turn instead of two lone
-  // ones (P V of the last block; after the epilogue, Q K^T of the next tile's first block) and
-  // the next tile starts with its softmax. Both products are waited for before the epilogue: with
-  // S in flight across the epilogue's branches ptxas serialized every wgmma of the kernel (C7518).
-  // Needs the turns carried across tiles and two Q buffers.
-  constexpr bool kJoin = kJoinTiles && kCarryTurns && kQStages == 2;
-  int qt = 0, it = 0;  // tiles taken and K/V blocks consumed so far
-  // The next tile from the producer: its Q buffer qs, index (-1: no more) and coordinates.
-  const auto take_tile = [&](int& tile, Tile& w, int& qs) {
-    qs = qt % kQStages;
+  int qt = 0, it = 0;  // tiles and K/V blocks consumed so far
+  while (true) {
+    const int qs = qt % kQStages;
     mbarrier_wait(&q_full[qs], (qt / kQStages) & 1);
     ++qt;
-    // Uniform (lane 0's) too: kJoin branches on it around wgmma waits and releases.
-    tile = __shfl_sync(0xffffffffu, *static_cast<volatile int*>(&tile_of[qs]), 0);
-    if (tile < 0) return;
+    const int tile = *static_cast<volatile int*>(&tile_of[qs]);
+    if (tile < 0) {
+      // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
+      if constexpr (kCarryTurns)
+        if (cw == 0) named_barrier_sync(1, 256);
+      break;
+    }
+    Tile w;
     if constexpr (kSharedTile) w = tile_info[qs];
     else tile_at(tile, w);  // a tile the producer handed out lies in its batch's rows
-    // Warp-uniform copies (lane 0's; loads from shared memory are not known uniform to the
-    // compiler) of what the block loop reads: the block count (the K/V ring's stage addresses,
-    // hence the wgmma descriptors) and the mask test's operands (else computed per thread, with a
-    // divergent branch, every block).
+    // Warp-uniform copies (lane 0's; loads from shared memory are not known uniform to the compiler)
+    // of what the block loop reads: the block count (the K/V ring's stage addresses, hence the
+    // wgmma descriptors) and the mask test's operands (else computed per thread, with a divergent
+    // branch, every block).
     w.n_blocks = __shfl_sync(0xffffffffu, w.n_blocks, 0);
     w.sb.sk = __shfl_sync(0xffffffffu, w.sb.sk, 0);
     w.mod.diag = __shfl_sync(0xffffffffu, w.mod.diag, 0);
     w.mod.window_left = p.window_left, w.mod.window_right = p.window_right;
-  };
-  // This warpgroup's 64 rows of each Q box in buffer qs (uniform).
-  const auto q_rows = [&](int qs) { return __shfl_sync(0xffffffffu, smem_u32(sq_all + qs * Tr::kQBytes) + cw * 64 * 128, 0); };
-  const auto gemm_qk = [&](uint32_t q_base, int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
-  const auto gemm_pv = [&](int stage) { hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128); };
-
-  int tile, qs;
-  Tile w;
-  take_tile(tile, w, qs);
-  bool s_ready = false;  // kJoin: s holds this tile's first block of scores (the last turn of the previous tile)
-  while (tile >= 0) {
     const AttnBatch& sb = w.sb;
     const AttnScoreMod& mod = w.mod;
     const int n_begin = w.n_begin, n_blocks = w.n_blocks;
@@ -265,9 +250,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
     unsigned char* sq = sq_all + qs * Tr::kQBytes;
-    const uint32_t q_base = q_rows(qs);
+    const uint32_t q_base = __shfl_sync(0xffffffffu, smem_u32(sq) + cw * 64 * 128, 0);  // this warpgroup's 64 rows of each Q box
     // The block steps of attn_hopper_kernel (04_hopper.cuh) on this tile; V's k-steps of 16 rows,
     // 64-column boxes kN rows apart.
+    const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
+    const auto gemm_pv = [&](int stage) {
+      hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128);
+    };
     const auto softmax = [&](int n, float (&rescale)[2]) {
       hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
     };
@@ -276,23 +265,17 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
 
-    int next = -1, next_qs = 0;  // kJoin: the next tile, taken before this one's last turn
-    Tile next_w;
-    bool taken = false, joined = false;
     if (n_blocks > 0) {
       if (!kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
-      // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i),
-      // unless the previous tile's last turn computed it.
-      if (!s_ready) {
-        mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
-        turn_begin();
-        gemm_qk(q_base, it % kStages);
-        turn_end(false);
-        wgmma_wait<0>();
-        wgmma_fence_operands(s);
-        release(&k_empty[it % kStages]);
-      }
+      // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
+      mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
+      turn_begin();
+      gemm_qk(it % kStages);
+      turn_end(false);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      release(&k_empty[it % kStages]);
       softmax(n_begin, rescale);
       hopper_attn_convert_p<T, Tr>(s, pa);
       for (int i = 1; i < n_blocks; ++i) {
@@ -301,8 +284,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         mbarrier_wait(&k_full[st], (cur / kStages) & 1);
         mbarrier_wait(&v_full[prev], (prv / kStages) & 1);
         turn_begin();
-        gemm_qk(q_base, st);  // S_i = Q K_i^T
-        gemm_pv(prev);        // O += P_{i-1} V_{i-1}
+        gemm_qk(st);    // S_i = Q K_i^T
+        gemm_pv(prev);  // O += P_{i-1} V_{i-1}
         turn_end(false);
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
@@ -316,31 +299,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale);
         hopper_attn_convert_p<T, Tr>(s, pa);
       }
-      const int lst = it + n_blocks - 1, nxt = it + n_blocks;
+      const int lst = it + n_blocks - 1;
       mbarrier_wait(&v_full[lst % kStages], (lst / kStages) & 1);
-      if constexpr (kJoin) {
-        take_tile(next, next_w, next_qs);
-        taken = true;
-        joined = next >= 0 && next_w.n_blocks > 0;
-        if (joined) mbarrier_wait(&k_full[nxt % kStages], (nxt / kStages) & 1);
-      }
       turn_begin();
       gemm_pv(lst % kStages);
-      // The next tile's S_0 = Q K_0^T. Issued whether or not a tile with keys follows, so that
-      // the wgmma groups in flight do not depend on a branch (a conditional issue made ptxas
-      // serialize every wgmma of the kernel: C7515). Without one it reads whatever the Q buffer
-      // and the K stage hold (the producer may be loading a later tile's block there) and its
-      // result is discarded: only at the end of the walk and before a tile with no key.
-      if constexpr (kJoin) gemm_qk(q_rows(next_qs), nxt % kStages);
       turn_end(true);
       wgmma_wait<0>();
       wgmma_fence_operands(o);
       release(&v_empty[lst % kStages]);
       it += n_blocks;
-      if (joined) {  // the next tile's first block of scores
-        wgmma_fence_operands(s);
-        release(&k_empty[it % kStages]);
-      }
     }
 
     // Epilogue (the library kernel's): O / l and LSE into the tile's Q buffer, the TMA store or the
@@ -361,13 +328,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // producer's next writes by the arrive itself (a single arrive after a named barrier orders
     // them too, but compute-sanitizer's racecheck reported the tile entries' reuse as hazards).
     mbarrier_arrive(&q_empty[qs]);
-    s_ready = joined;
-    if (!taken) take_tile(next, next_w, next_qs);
-    tile = next, w = next_w, qs = next_qs;
   }
-  // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
-  if constexpr (kCarryTurns)
-    if (cw == 0) named_barrier_sync(1, 256);
 #endif
 }
 

@@ -6,7 +6,7 @@
 // batch's rows), causal with seqlen_q != seqlen_k (tiles with no key), sliding windows, softcap,
 // ALiBi, GQA and MQA, several tiles per CTA, fp16 and bf16, head dims 64 and 128 (the kernel's
 // reach: 16-bit, d <= 128); at d 64 also both kernels with three consumer warpgroups on 96-key
-// blocks; every persistent case both with the tile turns joined and not (kJoinTiles).
+// blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,10 +34,8 @@ using namespace flashlab::testing;
 // sequences, so the reference is launched directly.
 // three: both kernels with three consumer warpgroups on 96-key blocks (head dim 64, no softcap /
 // ALiBi: the library's persistent kernel for causal 1k-2k keys there).
-// join: the persistent kernel with kJoinTiles flipped from the library's default (a tile's last
-// turn also issuing the next tile's first Q K^T, or not).
 void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttnFwdOptions& opt, bool persistent, bool three = false, bool join = false) {
+               const AttnFwdOptions& opt, bool persistent, bool three = false) {
   const AttnFwdParams p = detail::attention_validated_params("attention_fwd", q, k, v, out, 4, opt, nullptr);
   ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
@@ -46,25 +44,14 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
       constexpr int kN = detail::kAttnHopperPersistentThreeBlockN;
-      if (persistent && join)
-        detail::launch_attn_hopper_persistent<T, 64, false, kN, true, true, 2, false, 3, true, !detail::kAttnHopperJoinTiles>(
-            p, q.dtype, nullptr);
-      else if (persistent) detail::launch_attn_hopper_persistent_three<T>(p, q.dtype, nullptr);
+      if (persistent) detail::launch_attn_hopper_persistent_three<T>(p, q.dtype, nullptr);
       else detail::launch_attn_hopper_variant<T, 64, false, true, true, kN, false, false, true, false, 3>(p, q.dtype, nullptr);
     });
     return;
   }
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
-      if (persistent && join) {
-        constexpr bool kJoin = !detail::kAttnHopperJoinTiles;
-        if (p.headdim == 64)
-          detail::launch_attn_hopper_persistent<T, 64, kScoreMod, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, 64>, 2,
-                                                kernels::kAttnTreeReduceDefault<T, 64>, kJoin>(p, q.dtype, nullptr);
-        else
-          detail::launch_attn_hopper_persistent<T, 128, kScoreMod, 0, true, !kScoreMod, 2, kernels::kAttnLazyRescaleDefault<T, 128>,
-                                                2, kernels::kAttnTreeReduceDefault<T, 128>, kJoin>(p, q.dtype, nullptr);
-      } else if (persistent) {
+      if (persistent) {
         if (p.headdim == 64) detail::launch_attn_hopper_persistent<T, 64, kScoreMod>(p, q.dtype, nullptr);
         else detail::launch_attn_hopper_persistent<T, 128, kScoreMod>(p, q.dtype, nullptr);
       } else {
@@ -73,29 +60,6 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
       }
     });
   });
-}
-
-// out and lse of the persistent kernel (outp, lsep) against rung 4's (out4, lse4), where the
-// output lives (gather: the packed rows), bit for bit.
-void expect_same_bits(const DeviceBuffer& out4, const DeviceBuffer& lse4, const DeviceBuffer& outp, const DeviceBuffer& lsep,
-                      DType dt, const Case& c, const DevTensor& lq, const std::vector<int64_t>& cuq, int64_t total_q,
-                      int64_t max_sq, const ::testing::Message& what) {
-  const std::vector<double> a = gather(decode(dt, download(out4.ptr, out4.bytes)), lq, c, cuq, c.h),
-                            b = gather(decode(dt, download(outp.ptr, outp.bytes)), lq, c, cuq, c.h);
-  expect_no_nan(b, what);
-  int64_t out_diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) out_diff += !(a[i] == b[i]) && !(std::isnan(a[i]) && std::isnan(b[i]));
-  EXPECT_EQ(out_diff, 0) << what << " (out: elements that differ from rung 4)";
-  const std::vector<double> la = decode(DType::kF32, download(lse4.ptr, lse4.bytes)),
-                            lb = decode(DType::kF32, download(lsep.ptr, lsep.bytes));
-  int64_t lse_diff = 0;
-  for (int64_t bb = 0; bb < c.batch; ++bb)
-    for (int64_t hh = 0; hh < c.h; ++hh)
-      for (int64_t i = 0; i < c.lq[bb]; ++i) {
-        const int64_t at = c.varlen ? hh * total_q + cuq[bb] + i : (bb * c.h + hh) * max_sq + i;
-        lse_diff += !(la[at] == lb[at]);  // -inf == -inf; NaN (unwritten) never equal
-      }
-  EXPECT_EQ(lse_diff, 0) << what << " (lse: rows that differ from rung 4)";
 }
 
 void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false) {
@@ -129,14 +93,25 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
   set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse4_v, max_sq, max_sk);
   run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false, three);
   opt.softmax_lse = &lsep_v;
-  for (bool join : {false, true}) {
-    const ::testing::Message which = ::testing::Message(what) << (join ? " (tile turns joined otherwise than the library's)" : "");
-    outp.poison();
-    lsep.poison();
-    run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three, join);
-    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    expect_same_bits(out4, lse4, outp, lsep, dt, c, lq, cuq, total_q, max_sq, which);
-  }
+  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  // Compared where the output lives (gather: the packed rows), bit for bit.
+  const std::vector<double> a = gather(decode(dt, download(out4.ptr, out4.bytes)), lq, c, cuq, c.h),
+                            b = gather(decode(dt, download(outp.ptr, outp.bytes)), lq, c, cuq, c.h);
+  expect_no_nan(b, what);
+  int64_t out_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) out_diff += !(a[i] == b[i]) && !(std::isnan(a[i]) && std::isnan(b[i]));
+  EXPECT_EQ(out_diff, 0) << what << " (out: elements that differ from rung 4)";
+  const std::vector<double> la = decode(DType::kF32, download(lse4.ptr, lse4.bytes)),
+                            lb = decode(DType::kF32, download(lsep.ptr, lsep.bytes));
+  int64_t lse_diff = 0;
+  for (int64_t bb = 0; bb < c.batch; ++bb)
+    for (int64_t hh = 0; hh < c.h; ++hh)
+      for (int64_t i = 0; i < c.lq[bb]; ++i) {
+        const int64_t at = c.varlen ? hh * total_q + cuq[bb] + i : (bb * c.h + hh) * max_sq + i;
+        lse_diff += !(la[at] == lb[at]);  // -inf == -inf; NaN (unwritten) never equal
+      }
+  EXPECT_EQ(lse_diff, 0) << what << " (lse: rows that differ from rung 4)";
 }
 
 TEST(AttentionPersistent, SameAsRung4) {
