@@ -1,7 +1,8 @@
 // Experiment (not a rung): attention rung 4 with its overlap techniques switched off one at a
-// time — pingpong between the consumer warpgroups (kPingpong) and the softmax of block n under
-// the P V GEMM of block n - 1 (kOverlap) — against the library's rung 4 (both on) and rung 3 in
-// the same process. bf16, q/k/v/out (batch, seqlen, heads, d) contiguous, 16k tokens and model
+// time — pingpong between the consumer warpgroups (kPingpong), the softmax of block n under
+// the P V GEMM of block n - 1 (kOverlap) and warp specialization (kSpecialized: a producer
+// warpgroup issuing the loads) — against the library's rung 4 (all on) and rung 3 in the same
+// process. bf16, q/k/v/out (batch, seqlen, heads, d) contiguous, 16k tokens and model
 // dim 2048 as in bench/cases_attention.cu. Built as build/*/bench/experiment_attention_hopper_ablation;
 // quoted in docs/ladder/attention.md. Timing: the benchmark harness (warm-up, L2 flushed, median
 // of CUDA events). Correctness: each variant's output, poisoned with NaN before the launch, must
@@ -72,10 +73,10 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
-          bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>>
+          bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
-                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce>(p, DType::kBF16, s);
+                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized>(p, DType::kBF16, s);
 }
 
 struct Variant {
@@ -121,6 +122,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       {"rung4_library", [&] { api(4, out.p); }},
       {"pingpong+overlap", [&] { launch<kD, true, true>(p, h.stream()); }},
       {"overlap_only", [&] { launch<kD, false, true>(p, h.stream()); }},
+      // Without warp specialization: no producer warpgroup; the first consumer thread issues the
+      // TMA loads between its block steps (kSpecialized off).
+      {"no_warp_specialization", [&] {
+         constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>, kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+         launch<kD, true, true, 0, (kD == 128), true, false, 2, kLazy, kTree, false>(p, h.stream());
+       }},
       {"pingpong_only", [&] { launch<kD, true, false>(p, h.stream()); }},
       {"neither", [&] { launch<kD, false, false>(p, h.stream()); }},
       // The P V wait kept after the softmax (the library's choice at d 128), or where ptxas puts

@@ -449,15 +449,22 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
 // softmax; descriptors by addition; O rescaled under the next Q K^T), defaults as measured,
 // switched by bench/experiments/attention_hopper_ablation.cu. kConsumers: HopperAttnTraits.
 // kLazyRescale, kTreeReduce: hopper_attn_softmax.
+// kSpecialized false (an ablation, bench/experiments/attention_hopper_ablation.cu; 16-bit, not
+// paged, kOverlap): no producer warpgroup. The consumers' first thread issues the TMA loads
+// between its own block steps: K of block i + 1 after S_i's product, V of block i after P_{i-1}
+// V_{i-1}'s, each after the wait for its stage's release by every consumer warp; the consumers
+// keep the launch's register share (no setmaxnreg).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
-          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>>
-__global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
+          bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
+          bool kSpecialized = true>
+__global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
   using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T)), kConsumers>;
   static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
+  static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   using To = HopperAttnOut<T>;  // output element
@@ -580,44 +587,55 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
       return;
     }
   }
-  if (wg == 0) {  // producer
+  const int qb = varlen ? 0 : b;  // batch coordinate (varlen: rows are packed, batch 1)
+  const int q_row = static_cast<int>(sb.q_row0) + m0, k_row = static_cast<int>(sb.k_row0);
+  // Block i's K or V into its stage of the ring, once every consumer warp has released the stage
+  // (a fresh barrier passes parity 1): the producer's steps (!kSpecialized: the consumers' first thread's).
+  const auto load_q = [&] {
+    mbarrier_arrive_expect_tx(&q_full, Tr::kQBytes);
+#pragma unroll
+    for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * Tr::kBoxCols, q_row, h, qb, &q_full);
+  };
+  const auto load_k = [&](int i) {
+    const int s = i % kStages, row = k_row + (n_begin + i) * kN;
+    mbarrier_wait(&k_empty[s], ((i / kStages) & 1) ^ 1);
+    mbarrier_arrive_expect_tx(&k_full[s], Tr::kKBytes);
+#pragma unroll
+    for (int x = 0; x < Tr::kBoxes; ++x)
+      tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s]);
+  };
+  const auto load_v = [&](int i) {
+    const int s = i % kStages, row = k_row + (n_begin + i) * kN;
+    mbarrier_wait(&v_empty[s], ((i / kStages) & 1) ^ 1);
+    mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
+    if constexpr (kFp8) {
+      // V^T of batch b (head dims x keys of this sequence, from key 0): one box of 128 keys.
+      tma_load_4d(sv + s * Tr::kVBytes, &args.v, (n_begin + i) * kN, 0, hk, b, &v_full[s]);
+    } else {
+#pragma unroll
+      for (int x = 0; x < Tr::kBoxes; ++x)
+        tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s]);
+    }
+  };
+  if (kSpecialized && wg == 0) {  // producer
     setmaxnreg_dec<24>();
     if (threadIdx.x == 0 && n_blocks > 0) {
       prefetch_tensor_map(&args.q);
       prefetch_tensor_map(&args.k);
       prefetch_tensor_map(&args.v);
-      const int qb = varlen ? 0 : b;  // batch coordinate (varlen: rows are packed, batch 1)
-      const int q_row = static_cast<int>(sb.q_row0) + m0, k_row = static_cast<int>(sb.k_row0);
-      mbarrier_arrive_expect_tx(&q_full, Tr::kQBytes);
-#pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * Tr::kBoxCols, q_row, h, qb, &q_full);
+      load_q();
       for (int i = 0; i < n_blocks; ++i) {
-        const int s = i % kStages;
-        const uint32_t phase = (i / kStages) & 1;
-        const int row = k_row + (n_begin + i) * kN;
-        mbarrier_wait(&k_empty[s], phase ^ 1);  // a fresh barrier passes parity 1
-        mbarrier_arrive_expect_tx(&k_full[s], Tr::kKBytes);
-#pragma unroll
-        for (int x = 0; x < Tr::kBoxes; ++x)
-          tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s]);
-        mbarrier_wait(&v_empty[s], phase ^ 1);
-        mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
-        if constexpr (kFp8) {
-          // V^T of batch b (head dims x keys of this sequence, from key 0): one box of 128 keys.
-          tma_load_4d(sv + s * Tr::kVBytes, &args.v, (n_begin + i) * kN, 0, hk, b, &v_full[s]);
-        } else {
-#pragma unroll
-          for (int x = 0; x < Tr::kBoxes; ++x)
-            tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s]);
-        }
+        load_k(i);
+        load_v(i);
       }
     }
     return;
   }
 
   // Consumers: warpgroup cw = 0 .. kConsumers - 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64).
-  setmaxnreg_inc<Tr::kConsumerRegs>();
-  const int cw = wg - 1;
+  if constexpr (kSpecialized) setmaxnreg_inc<Tr::kConsumerRegs>();
+  const int cw = kSpecialized ? wg - 1 : wg;
+  const bool loader = !kSpecialized && threadIdx.x == 0;  // !kSpecialized: issues the loads
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;
   const int g = lane / 4, t = lane % 4;
@@ -669,6 +687,11 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
   const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };
 
   if (n_blocks > 0) {
+    if (loader) {  // Q, then block 0's K and V
+      load_q();
+      load_k(0);
+      load_v(0);
+    }
     if constexpr (kPingpong)
       if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
     mbarrier_wait(&q_full, 0);
@@ -682,6 +705,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       release(&k_empty[0]);
+      if (loader && n_blocks > 1) load_k(1);
       softmax(n_begin, rescale);
       convert_p();
       for (int i = 1; i < n_blocks; ++i) {
@@ -698,12 +722,14 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1) attn_hopper_kernel(
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
         release(&k_empty[st]);
+        if (loader && i + 1 < n_blocks) load_k(i + 1);
         softmax(n_begin + i, rescale);
         // P V done (kPinWait: only after the softmax; see wgmma_wait_after).
         if constexpr (kPinWait) wgmma_wait_after<0>(row_sum[1]);
         else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
+        if (loader) load_v(i);
         if constexpr (!kRescaleUnderQk) rescale_o(rescale);
         convert_p();
       }
