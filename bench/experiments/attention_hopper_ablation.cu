@@ -30,7 +30,9 @@
 // --tree: the softmax's row max and sum folded as trees against running values (kTreeReduce:
 // *_tree / *_chain against the library's default) in the kernels the library takes at d 64, 128,
 // 256 and FP8.
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree] [out.json]
+// --persistent-pingpong: the persistent kernels with and without pingpong turns (*_no_pingpong) at
+// d 64 and 128, 512..4k.
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong] [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -240,6 +242,20 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     variants.push_back({"pingpong+overlap_tree", [&] { launch<kD, true, true, 0, false, true, false, 2, true, true>(p, h.stream()); }});
     variants.push_back({"kBlockN=64_tree", [&] { launch<kD, true, true, 64, false, true, false, 2, true, true>(p, h.stream()); }});
   }
+  // The persistent kernels without pingpong turns (kPingpong off).
+  if constexpr (kD <= 128) {
+    constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+    constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>;
+    variants.push_back({"persistent_no_pingpong", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, kLazy, 2, kTree, false>(
+                              p, DType::kBF16, h.stream());
+                        }});
+  }
+  if constexpr (kD == 64)
+    variants.push_back({"persistent_3c_n96_no_pingpong", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3, true, false>(
+                              p, DType::kBF16, h.stream());
+                        }});
   variants = kept(variants, names);
   // Timings first (round-robin: Harness::time_ms_interleaved), then the checks.
   std::vector<std::function<void()>> fns;
@@ -371,6 +387,14 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
       for (int64_t s : swept({2048, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
     }
+  } else if (mode == "--persistent-pingpong") {  // the persistent kernels with and without pingpong turns
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_no_pingpong", "persistent_3c_n96",
+                                          "persistent_3c_n96_no_pingpong", "3_consumers"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_no_pingpong"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
   } else if (mode.empty()) {
     for (bool causal : {false, true}) {
       for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
@@ -378,7 +402,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong)\n", mode.c_str());
     return 2;
   }
   h.write_json();

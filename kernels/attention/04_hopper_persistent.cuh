@@ -67,7 +67,7 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>>
+          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = true>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -210,11 +210,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // warpgroup lets the first go once, at the start of the walk, and its last arrive (the walk's
   // last turn) is matched by the first warpgroup's sync when the walk ends. Else per tile: the
   // second starts by letting the first go and skips its final arrive.
-  const auto turn_begin = [&] { named_barrier_sync(1 + cw, 256); };
-  const auto turn_end = [&](bool last) {
-    if (kCarryTurns || !(last && cw == kConsumers - 1)) named_barrier_arrive(hopper_attn_next_turn_barrier<kConsumers>(cw), 256);
+  // kPingpong false (an ablation): no turns, each warpgroup issues its GEMMs when it is ready.
+  const auto turn_begin = [&] {
+    if constexpr (kPingpong) named_barrier_sync(1 + cw, 256);
   };
-  if constexpr (kCarryTurns)
+  const auto turn_end = [&](bool last) {
+    if constexpr (kPingpong)
+      if (kCarryTurns || !(last && cw == kConsumers - 1)) named_barrier_arrive(hopper_attn_next_turn_barrier<kConsumers>(cw), 256);
+  };
+  if constexpr (kPingpong && kCarryTurns)
     if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const int tile = *static_cast<volatile int*>(&tile_of[qs]);
     if (tile < 0) {
       // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
-      if constexpr (kCarryTurns)
+      if constexpr (kPingpong && kCarryTurns)
         if (cw == 0) named_barrier_sync(1, 256);
       break;
     }
@@ -266,7 +270,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     row_sum[0] = row_sum[1] = 0.f;
 
     if (n_blocks > 0) {
-      if (!kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+      if (kPingpong && !kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
       // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
       mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
