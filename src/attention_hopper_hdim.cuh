@@ -137,7 +137,8 @@ constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = true>
+          bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
+          bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers>;
   const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, false, kConsumers>(p, dtype, stream);

@@ -242,12 +242,17 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     variants.push_back({"pingpong+overlap_tree", [&] { launch<kD, true, true, 0, false, true, false, 2, true, true>(p, h.stream()); }});
     variants.push_back({"kBlockN=64_tree", [&] { launch<kD, true, true, 64, false, true, false, 2, true, true>(p, h.stream()); }});
   }
-  // The persistent kernels without pingpong turns (kPingpong off).
+  // The persistent kernels without pingpong turns (kPingpong off; the library's at d 64 with two
+  // consumer warpgroups, whose "persistent" takes them there: persistent_pingpong has them).
   if constexpr (kD <= 128) {
     constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
     constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>;
     variants.push_back({"persistent_no_pingpong", [&] {
                           detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, kLazy, 2, kTree, false>(
+                              p, DType::kBF16, h.stream());
+                        }});
+    variants.push_back({"persistent_pingpong", [&] {
+                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, kLazy, 2, kTree, true>(
                               p, DType::kBF16, h.stream());
                         }});
   }
@@ -388,9 +393,9 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({2048, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
     }
   } else if (mode == "--persistent-pingpong") {  // the persistent kernels with and without pingpong turns
-    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_no_pingpong", "persistent_3c_n96",
+    const std::vector<std::string> d64 = {"rung4_library", "persistent_pingpong", "persistent_no_pingpong", "persistent_3c_n96",
                                           "persistent_3c_n96_no_pingpong", "3_consumers"};
-    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_no_pingpong"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent_pingpong", "persistent_no_pingpong"};
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);

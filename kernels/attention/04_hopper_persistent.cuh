@@ -52,6 +52,13 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
+// Pingpong turns in the persistent kernel (kPingpong): off at head dim 64 with two consumer
+// warpgroups, where each warpgroup issuing its GEMMs when ready measured faster (H100, 2026-11-26,
+// a1e15da, --persistent-pingpong: +2.3% / +4.4% at 512 / 1k keys, causal +4.1% / +5.7%; the one-CTA
+// kernel's ablation had shown the same at d 64, 3-4%); at d 128 and with three warpgroups within 1%.
+template <int kHeadDim, int kConsumers>
+constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers == 2);
+
 // Grid: min(tiles, SMs) CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic shared memory;
 // tiles = m_blocks x nheads x batch; counters[0] (the next tile - gridDim.x) and counters[1] (CTAs
 // done) zero at launch, and left zero.
@@ -67,7 +74,7 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = true>
+          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -210,7 +217,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // warpgroup lets the first go once, at the start of the walk, and its last arrive (the walk's
   // last turn) is matched by the first warpgroup's sync when the walk ends. Else per tile: the
   // second starts by letting the first go and skips its final arrive.
-  // kPingpong false (an ablation): no turns, each warpgroup issues its GEMMs when it is ready.
+  // kPingpong false: no turns, each warpgroup issues its GEMMs when it is ready.
   const auto turn_begin = [&] {
     if constexpr (kPingpong) named_barrier_sync(1 + cw, 256);
   };
