@@ -32,7 +32,9 @@
 // 256 and FP8.
 // --persistent-pingpong: the persistent kernels with and without pingpong turns (*_no_pingpong) at
 // d 64 and 128, 512..4k.
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong] [out.json]
+// --fp8: the FP8 variants (run_fp8) at d 128, 512..16k.
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8]
+//        [out.json]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -81,10 +83,44 @@ void launch(const AttnFwdParams& p, cudaStream_t s) {
                                      kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized>(p, DType::kBF16, s);
 }
 
+// The persistent kernel (bf16, no softcap / ALiBi); kArgs: launch_attn_hopper_persistent's
+// template arguments after kScoreMod.
+template <int kD, auto... kArgs>
+void launch_persistent(const AttnFwdParams& p, cudaStream_t s) {
+  detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, kArgs...>(p, DType::kBF16, s);
+}
+
 struct Variant {
   const char* name;
   std::function<void()> fn;
 };
+
+// The variants timed round-robin (Harness::time_ms_interleaved): their times in ms.
+std::vector<double> time_variants(bench::Harness& h, const std::vector<Variant>& variants) {
+  std::vector<std::function<void()>> fns;
+  for (const Variant& var : variants) fns.push_back(var.fn);
+  return h.time_ms_interleaved(fns);
+}
+
+// The output (n bf16 values at out) of a variant, poisoned with NaN before it runs, against
+// want: the largest difference relative to max_ref, and the NaNs left.
+struct OutputDiff {
+  double rel;
+  int64_t nans;
+};
+OutputDiff output_diff(const Variant& var, void* out, int64_t n, const std::vector<float>& want, float max_ref, cudaStream_t s) {
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out, 0xff, n * 2, s));  // NaN
+  var.fn();
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::vector<float> got = download_bf16(out, n);
+  double worst = 0;
+  int64_t nans = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(got[i])) ++nans;
+    else worst = std::fmax(worst, std::fabs(got[i] - want[i]));
+  }
+  return {worst / max_ref, nans};
+}
 
 // The variants named in `names` only (all if empty), in their listed order.
 std::vector<Variant> kept(const std::vector<Variant>& variants, const std::vector<std::string>& names) {
@@ -168,117 +204,77 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // The persistent kernel with its dynamic tile scheduler (kernels/attention/04_hopper_persistent.cuh;
   // head dims up to 128).
   if constexpr (kD <= 128)
-    variants.push_back({"persistent", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent", [&] { launch_persistent<kD>(p, h.stream()); }});
   // ... with every consumer warp computing each tile's coordinates itself (kSharedTile off).
   if constexpr (kD <= 128)
-    variants.push_back({"persistent_recompute", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, false>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_recompute", [&] { launch_persistent<kD, 0, true, false>(p, h.stream()); }});
   // ... with the pingpong turns restarted at each tile (the persistent kernel before 2026-11-26 noon).
   if constexpr (kD <= 128)
-    variants.push_back({"persistent_restart", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, false>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_restart", [&] { launch_persistent<kD, 0, false>(p, h.stream()); }});
   // ... with O rescaled whenever a row's max grows (kLazyRescale off), and lazily (on).
   if constexpr (kD <= 128)
-    variants.push_back({"persistent_eager", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_eager", [&] { launch_persistent<kD, 0, true, true, 2, false>(p, h.stream()); }});
   if constexpr (kD <= 128)
-    variants.push_back({"persistent_lazy", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_lazy", [&] { launch_persistent<kD, 0, true, true, 2, true>(p, h.stream()); }});
   // ... with 176-key blocks (the one-CTA kernel's from 8k keys at d 128).
   if constexpr (kD == 128)
-    variants.push_back({"persistent_176", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 176>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_176", [&] { launch_persistent<kD, 176>(p, h.stream()); }});
   // ... with three consumer warpgroups (192-row tiles; 152 registers each: 128-key blocks spilled
   // 48 bytes, 96 and 112 do not).
   if constexpr (kD == 64) {
     variants.push_back({"persistent_3c_n96", [&] {  // the library's for causal 1k-2k keys
                           detail::launch_attn_hopper_persistent_three<__nv_bfloat16>(p, DType::kBF16, h.stream());
                         }});
-    variants.push_back({"persistent_3c_n112", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 112, true, true, 2, false, 3>(
-                              p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_3c_n112", [&] { launch_persistent<kD, 112, true, true, 2, false, 3>(p, h.stream()); }});
   }
   // ... with a deeper K/V ring: 3 stages (d 128: then one Q buffer), 4 at d 64.
   if constexpr (kD <= 128)
-    variants.push_back({"persistent_3stages", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 3>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_3stages", [&] { launch_persistent<kD, 0, true, true, 3>(p, h.stream()); }});
   if constexpr (kD == 64)
-    variants.push_back({"persistent_4stages", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 4>(p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_4stages", [&] { launch_persistent<kD, 0, true, true, 4>(p, h.stream()); }});
 
   // The softmax's row max and sum as running values (kTreeReduce off, *_chain) or folded as trees
   // (on, *_tree) in the kernels the library takes; the plain names take the library's default
   // (kAttnTreeReduceDefault: trees at d 64 only).
   if constexpr (kD == 64) {
-    variants.push_back({"3_consumers_chain", [&] { launch<kD, true, true, 0, false, true, false, 3, false, false>(p, h.stream()); }});
-    variants.push_back({"persistent_chain", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, false, 2, false>(
-                              p, DType::kBF16, h.stream());
-                        }});
-    variants.push_back({"persistent_3c_n96_chain", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3, false>(
-                              p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"3_consumers_chain",
+                        [&] { launch<kD, true, true, 0, false, true, false, 3, false, false>(p, h.stream()); }});
+    variants.push_back({"persistent_chain", [&] { launch_persistent<kD, 0, true, true, 2, false, 2, false>(p, h.stream()); }});
+    variants.push_back({"persistent_3c_n96_chain",
+                        [&] { launch_persistent<kD, 96, true, true, 2, false, 3, false>(p, h.stream()); }});
   }
   if constexpr (kD == 128) {
-    variants.push_back({"pingpong+overlap_tree", [&] { launch<kD, true, true, 0, true, true, false, 2, true, true>(p, h.stream()); }});
-    variants.push_back({"kBlockN=176_tree", [&] { launch<kD, true, true, 176, true, true, false, 2, true, true>(p, h.stream()); }});
-    variants.push_back({"persistent_tree", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, true, 2, true>(
-                              p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"pingpong+overlap_tree",
+                        [&] { launch<kD, true, true, 0, true, true, false, 2, true, true>(p, h.stream()); }});
+    variants.push_back({"kBlockN=176_tree",
+                        [&] { launch<kD, true, true, 176, true, true, false, 2, true, true>(p, h.stream()); }});
+    variants.push_back({"persistent_tree", [&] { launch_persistent<kD, 0, true, true, 2, true, 2, true>(p, h.stream()); }});
   }
   if constexpr (kD == 256) {
-    variants.push_back({"pingpong+overlap_tree", [&] { launch<kD, true, true, 0, false, true, false, 2, true, true>(p, h.stream()); }});
-    variants.push_back({"kBlockN=64_tree", [&] { launch<kD, true, true, 64, false, true, false, 2, true, true>(p, h.stream()); }});
+    variants.push_back({"pingpong+overlap_tree",
+                        [&] { launch<kD, true, true, 0, false, true, false, 2, true, true>(p, h.stream()); }});
+    variants.push_back({"kBlockN=64_tree",
+                        [&] { launch<kD, true, true, 64, false, true, false, 2, true, true>(p, h.stream()); }});
   }
   // The persistent kernels without pingpong turns (kPingpong off; the library's at d 64 with two
   // consumer warpgroups, whose "persistent" takes them there: persistent_pingpong has them).
   if constexpr (kD <= 128) {
     constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
     constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>;
-    variants.push_back({"persistent_no_pingpong", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, kLazy, 2, kTree, false>(
-                              p, DType::kBF16, h.stream());
-                        }});
-    variants.push_back({"persistent_pingpong", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 0, true, true, 2, kLazy, 2, kTree, true>(
-                              p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_no_pingpong",
+                        [&] { launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, false>(p, h.stream()); }});
+    variants.push_back({"persistent_pingpong",
+                        [&] { launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, true>(p, h.stream()); }});
   }
   if constexpr (kD == 64)
-    variants.push_back({"persistent_3c_n96_no_pingpong", [&] {
-                          detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, 96, true, true, 2, false, 3, true, false>(
-                              p, DType::kBF16, h.stream());
-                        }});
+    variants.push_back({"persistent_3c_n96_no_pingpong",
+                        [&] { launch_persistent<kD, 96, true, true, 2, false, 3, true, false>(p, h.stream()); }});
   variants = kept(variants, names);
-  // Timings first (round-robin: Harness::time_ms_interleaved), then the checks.
-  std::vector<std::function<void()>> fns;
-  for (const Variant& var : variants) fns.push_back(var.fn);
-  const std::vector<double> ms = h.time_ms_interleaved(fns);
+  // Timings first (round-robin), then the checks.
+  const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const Variant& var = variants[vi];
-    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
-    var.fn();
-    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
-    const std::vector<float> got = download_bf16(out.p, n);
-    double worst = 0;
-    int64_t nans = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (std::isnan(got[i])) ++nans;
-      else worst = std::fmax(worst, std::fabs(got[i] - want[i]));
-    }
-    const double rel = worst / max_ref;
+    const auto [rel, nans] = output_diff(var, out.p, n, want, max_ref, h.stream());
     // Rung 3 and other key-block widths sum in another order (rounding differences): 2^-6 for
     // them, 2^-8 for the variants of the same blocks.
     const std::string name = var.name;
@@ -301,10 +297,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 
 // FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128: the library's kernel
 // (the softmax's row max and sum as running values) against the same with them folded as trees
-// (kTreeReduce on; 2^-6 relative). Timed with the pass that transposes V, as the library's call.
-template <bool kTreeReduce>
+// (kTreeReduce on) and without pingpong turns (2^-6 relative). Timed with the pass that transposes V, as the library's call.
+template <bool kTreeReduce, bool kPingpong = true>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
-  detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, true, true, 0, false, true, true, false, 2,
+  detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, true, 0, false, true, true, false, 2,
                                      kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce>(p, DType::kE4M3, s);
 }
 
@@ -321,23 +317,14 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   for (float x : want) max_ref = std::fmax(max_ref, std::fabs(x));
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+  // fp8_no_pingpong: without the pingpong turns (kPingpong off; its GEMMs are half as long as
+  // 16-bit ones under the same softmax, as at d 64, where the turns cost 3-4%).
   const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
-                                         {"fp8_tree", [&] { launch_fp8<true>(p, h.stream()); }}};
-  std::vector<std::function<void()>> fns;
-  for (const Variant& var : variants) fns.push_back(var.fn);
-  const std::vector<double> ms = h.time_ms_interleaved(fns);
+                                         {"fp8_tree", [&] { launch_fp8<true>(p, h.stream()); }},
+                                         {"fp8_no_pingpong", [&] { launch_fp8<false, false>(p, h.stream()); }}};
+  const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
-    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, n * 2, h.stream()));  // NaN
-    variants[vi].fn();
-    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
-    const std::vector<float> got = download_bf16(out.p, n);
-    double worst = 0;
-    int64_t nans = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (std::isnan(got[i])) ++nans;
-      else worst = std::fmax(worst, std::fabs(got[i] - want[i]));
-    }
-    const double rel = worst / max_ref;
+    const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());
     const bool ok = nans == 0 && rel <= 1.0 / 64;
     all_ok &= ok;
     std::printf("e4m3 d 128 seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
@@ -400,6 +387,9 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
+    for (bool causal : {false, true})
+      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
   } else if (mode.empty()) {
     for (bool causal : {false, true}) {
       for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
@@ -407,7 +397,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8)\n", mode.c_str());
     return 2;
   }
   h.write_json();

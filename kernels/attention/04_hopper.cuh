@@ -458,7 +458,8 @@ template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverla
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
           bool kSpecialized = true>
-__global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1) attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
+__global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
+    attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
