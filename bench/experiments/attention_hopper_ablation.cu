@@ -25,7 +25,8 @@
 // --sweep: only the library, pingpong+overlap, kBlockN=176, persistent and persistent_176 at
 // d 128, seqlen 512..16k. --sweep64: the library, 3_consumers, persistent, persistent_3c_n96 and
 // persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
-// blocks), eager_rescale and kBlockN=64 at d 256, seqlen 512..2k. FLASHLAB_ROUNDS=n: n rounds
+// blocks), kBlockN=64 and the persistent kernel on 80- and 64-key blocks (persistent_n80,
+// persistent_n64) at d 256, seqlen 512..4k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
 // --tree: the softmax's row max and sum folded as trees against running values (kTreeReduce:
 // *_tree / *_chain against the library's default) in the kernels the library takes at d 64, 128,
@@ -250,6 +251,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                         [&] { launch<kD, true, true, 176, true, true, false, 2, true, true>(p, h.stream()); }});
     variants.push_back({"persistent_tree", [&] { launch_persistent<kD, 0, true, true, 2, true, 2, true>(p, h.stream()); }});
   }
+  // The persistent kernel at d 256 (one Q buffer; 80- and 64-key blocks).
+  if constexpr (kD == 256) {
+    variants.push_back({"persistent_n80", [&] { launch_persistent<kD, 80>(p, h.stream()); }});
+    variants.push_back({"persistent_n64", [&] { launch_persistent<kD, 64>(p, h.stream()); }});
+  }
   if constexpr (kD == 256) {
     variants.push_back({"pingpong+overlap_tree",
                         [&] { launch<kD, true, true, 0, false, true, false, 2, true, true>(p, h.stream()); }});
@@ -280,7 +286,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name == "persistent_176" || name.rfind("persistent_3c", 0) == 0 ||
+        name == "persistent_176" || name == "persistent_n64" || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos ||
         name == "rung4_library";  // the library may take any of the kernels
@@ -357,10 +363,10 @@ int main(int argc, char** argv) {
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent", "persistent_176"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
-  } else if (mode == "--sweep256") {  // d 256, 512..2k: 80- against 64-key blocks
-    const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "eager_rescale", "kBlockN=64"};
+  } else if (mode == "--sweep256") {  // d 256, 512..4k: 80- against 64-key blocks, one-CTA against persistent
+    const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=64", "persistent_n80", "persistent_n64"};
     for (bool causal : {false, true})
-      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, names);
+      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<256>(h, {s, 256, causal}, all_ok, names);
   } else if (mode == "--sweep64") {  // d 64, 512..16k
     const std::vector<std::string> names = {"rung4_library", "3_consumers", "persistent", "persistent_3c_n96",
                                             "persistent_3c_n112"};
