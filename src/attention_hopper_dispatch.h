@@ -8,15 +8,18 @@ namespace flashlab::detail {
 
 // Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
 constexpr int kAttnHopperWideBlocksFrom = 8192;
-// Keys (seqlen_k) up to which head dim 256 takes 64-key blocks.
+// Keys (seqlen_k) up to which head dim 256 with softcap / ALiBi takes 64-key blocks (without them:
+// the persistent kernel's 80).
 constexpr int kAttnHopperNarrowBlocksUpTo = 512;
 // Keys (seqlen_k, varlen: the longest) up to which head dims 64 and 128 take the persistent
 // kernel, without a mask and causal (window_right 0): measured, interleaved timing, H100,
 // 2026-11-26 evening (docs/ladder/attention.md), where it is faster than the one-CTA kernel.
+// Head dim 256 (without softcap / ALiBi; 80-key blocks, one Q buffer): up to 512 keys, 1k causal
+// (+3.4% at 512 keys, causal +2.4% at 512 and 1k; 0.5-4% slower beyond; H100, 2026-11-26, 595fb66).
 template <int kHeadDim>
-constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : 1024;
+constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : kHeadDim == 256 ? 512 : 1024;
 template <int kHeadDim>
-constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : 2048;
+constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : kHeadDim == 256 ? 1024 : 2048;
 // Keys (seqlen_k) above which head dim 64, causal without softcap / ALiBi, takes the persistent
 // kernel with three consumer warpgroups on 96-key blocks (up to kAttnHopperPersistentUpToCausal<64>):
 // +4.4% at 2k keys against the better of the two-warpgroup persistent kernel and the one-CTA
@@ -36,7 +39,7 @@ constexpr int attn_hopper_key_block(int headdim, bool score_mod, bool causal, in
       seqlen_k <= kAttnHopperPersistentUpToCausal<64>)
     return kAttnHopperPersistentThreeBlockN;
   if (headdim == 128 && !score_mod && seqlen_k >= kAttnHopperWideBlocksFrom) return 176;  // above the persistent kernel's range
-  if (headdim == 256 && seqlen_k <= kAttnHopperNarrowBlocksUpTo) return 64;
+  if (headdim == 256 && score_mod && seqlen_k <= kAttnHopperNarrowBlocksUpTo) return 64;
   return attn_hopper_default_key_block(headdim);
 }
 

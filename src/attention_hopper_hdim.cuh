@@ -172,16 +172,17 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   if (p.total_q == 0 || p.total_k == 0) return launch_attn_flash2(p, dtype, stream);
   BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
     HALF_DTYPE_SWITCH(dtype, T, [&] {
-      // Short key sequences at head dims 64 and 128: the persistent kernel, whose producer loads the
+      // Short key sequences at head dims 64, 128 and 256: the persistent kernel, whose producer loads the
       // next tile's Q and first K/V blocks under this tile's math and epilogue. Against the
       // one-CTA kernels (interleaved timing, H100, 2026-11-26, cafac17; docs/ladder/attention.md):
       // d 128 +4.8% / +1.4% at 2k / 4k keys (against the better of 128- and 176-key blocks), causal
       // +9% / +4%, equal or slower from 8k; d 64 (against three consumer warpgroups) +3.7% at 1k
       // keys, slower beyond, causal +1.9% at 2k, where three consumer warpgroups in it win by 4.4%
-      // (kAttnHopperPersistentThreeAboveCausal; hence the thresholds; below them it wins by more).
-      // Under CUDA-graph capture only if its counters exist on this stream already (capture allows
+      // (kAttnHopperPersistentThreeAboveCausal; hence the thresholds; below them it wins by more);
+      // d 256 without softcap / ALiBi (one Q buffer) +3.4% at 512 keys, causal +2.4% at 512-1k
+      // (595fb66). Under CUDA-graph capture only if its counters exist on this stream already (capture allows
       // no cudaMalloc): a first call captured on a fresh stream takes the one-CTA kernel.
-      if constexpr (kHeadDim == 64 || kHeadDim == 128)
+      if constexpr (kHeadDim == 64 || kHeadDim == 128 || (kHeadDim == 256 && !kScoreMod))
         if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal<kHeadDim> : kAttnHopperPersistentUpTo<kHeadDim>) &&
             (!capturing(stream) ||
              workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr)) {
@@ -196,9 +197,10 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       if constexpr (kHeadDim == 128 && !kScoreMod)
         if (p.seqlen_k >= kAttnHopperWideBlocksFrom)
           return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 176>(p, dtype, stream);
-      // Head dim 256 up to 512 keys: 64-key blocks (8 whole blocks at 512 keys where 80-key blocks
-      // take 7, the last 40% empty): +1.7% / +2.5% at 512 keys (no mask / causal), 1-6% slower
-      // from 1k on (interleaved timing, H100, 2026-11-26; docs/ladder/attention.md).
+      // Head dim 256 up to 512 keys (with softcap / ALiBi; without them the persistent kernel above):
+      // 64-key blocks (8 whole blocks at 512 keys where 80-key blocks take 7, the last 40% empty):
+      // +1.7% / +2.5% at 512 keys (no mask / causal), 1-6% slower from 1k on (interleaved timing,
+      // H100, 2026-11-26; docs/ladder/attention.md).
       if constexpr (kHeadDim == 256)
         if (p.seqlen_k <= kAttnHopperNarrowBlocksUpTo)
           return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 64>(p, dtype, stream);

@@ -1,11 +1,11 @@
 // The persistent rung-4 kernel (kernels/attention/04_hopper_persistent.cuh; the library's for
-// short key sequences at head dims 64 and 128) against the one-CTA-per-tile rung-4 kernel on the
+// short key sequences at head dims 64, 128 and 256) against the one-CTA-per-tile rung-4 kernel on the
 // same inputs: the per-tile math is the same code in the same order, so out and lse must match bit
 // for bit; out and lse are poisoned with NaN before each launch. Cases the fixed-length experiment
 // does not cover: varlen batches with empty and short sequences (tiles skipped, tiles past a
 // batch's rows), causal with seqlen_q != seqlen_k (tiles with no key), sliding windows, softcap,
-// ALiBi, GQA and MQA, several tiles per CTA, fp16 and bf16, head dims 64 and 128 (the kernel's
-// reach: 16-bit, d <= 128); at d 64 also both kernels with three consumer warpgroups on 96-key
+// ALiBi, GQA and MQA, several tiles per CTA, fp16 and bf16, head dims 64 and 128, and 256 without
+// softcap / ALiBi (the library's reach); at d 64 also both kernels with three consumer warpgroups on 96-key
 // blocks.
 #include <gtest/gtest.h>
 
@@ -51,6 +51,14 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
   }
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+      if constexpr (!kScoreMod) {  // head dim 256: without softcap / ALiBi (the library's reach)
+        if (p.headdim == 256) {
+          if (persistent) detail::launch_attn_hopper_persistent<T, 256, false>(p, q.dtype, nullptr);
+          else detail::launch_attn_hopper_variant<T, 256, false, true, true>(p, q.dtype, nullptr);
+          return;
+        }
+      }
+      ASSERT_NE(p.headdim, 256);
       if (persistent) {
         if (p.headdim == 64) detail::launch_attn_hopper_persistent<T, 64, kScoreMod>(p, q.dtype, nullptr);
         else detail::launch_attn_hopper_persistent<T, 128, kScoreMod>(p, q.dtype, nullptr);
@@ -165,6 +173,34 @@ TEST(AttentionPersistent, SameAsRung4) {
         check_same_as_rung4(dt, vl, rng, true);
       }
     }
+}
+
+// Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi): the same cases as above without
+// the score modifiers.
+TEST(AttentionPersistent, SameAsRung4HeadDim256) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(2027);
+  constexpr int64_t d = 256;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (bool causal : {false, true}) {  // 8 x 512 rows x 8 heads = 256 tiles: about two per CTA
+      Case c = fixed(8, 512, 512, 8, 8, d);
+      c.causal = causal;
+      check_same_as_rung4(dt, c, rng);
+    }
+    Case nk = fixed(2, 700, 300, 4, 2, d);
+    nk.causal = true;
+    check_same_as_rung4(dt, nk, rng);
+    Case w = fixed(3, 900, 1000, 8, 2, d);
+    w.wl = 200, w.wr = 50;
+    check_same_as_rung4(dt, w, rng);
+    check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng);
+    Case vl;
+    vl.batch = 5, vl.h = 4, vl.hk = 2, vl.d = d, vl.varlen = true, vl.causal = true;
+    vl.lq = {300, 0, 1, 1000, 129};
+    vl.lk = {300, 7, 0, 1000, 257};
+    check_same_as_rung4(dt, vl, rng);
+  }
 }
 
 }  // namespace
