@@ -136,12 +136,16 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   }
   __syncthreads();
 
+  // Registers per thread: the producer 40 (the library's producer has 24; the tile walk's state
+  // spilled at 24 and 32; with kSharedTile's stores 48; at d 256, 4-16 bytes spilled at 48: 56),
+  // the consumers the rest: 40 x 128 + 232 x 256 = 64,512, 48 (56) x 128 + 224 x 256 = 63,488
+  // (64,512), three consumers 152 each, of the 65,536-register file.
+  constexpr int kProducerRegs = kHeadDim == 256 ? 56 : kSharedTile ? 48 : 40;
+  constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kSharedTile || kHeadDim == 256 ? 224 : 232;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
   const int wg = threadIdx.x / 128;
   if (wg == 0) {  // producer: one thread hands out tiles and loads their Q, K and V
-    // 40 registers (the library's producer has 24; the tile walk's state spilled at 24 and 32;
-    // with kSharedTile's stores 48), the consumers the rest: 40 x 128 + 232 x 256 = 64,512 or
-    // 48 x 128 + 224 x 256 = 63,488 of the 65,536-register file.
-    setmaxnreg_dec<kSharedTile ? 48 : 40>();
+    setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x != 0) return;
     prefetch_tensor_map(&args.q);
     prefetch_tensor_map(&args.k);
@@ -203,7 +207,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 
   // Consumers: warpgroup cw = 0 .. kConsumers - 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64)
   // of each tile. Three take 152 registers (40-48 x 128 + 152 x 384 <= 65,536).
-  setmaxnreg_inc<kConsumers == 3 ? 152 : kSharedTile ? 224 : 232>();
+  setmaxnreg_inc<kConsumerRegs>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;
   const int warp = t128 / 32, lane = t128 % 32;
