@@ -4,6 +4,8 @@
 // consumer warpgroups) that take key blocks of the same width.
 #pragma once
 
+#include "kernels/attention/params.h"
+
 namespace flashlab::detail {
 
 // Keys (seqlen_k) from which head dim 128 takes 176-key blocks.
@@ -28,9 +30,6 @@ constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : kHeadDi
 constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
 constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
 
-// The key-block width of rung 4's kernels by default (HopperAttnTraits) and in the paged prefill.
-constexpr int attn_hopper_default_key_block(int headdim) { return headdim <= 128 ? 128 : headdim <= 192 ? 96 : 80; }
-
 // The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /
 // ALiBi (score_mod) or not, causal (window_right 0) or not, over seqlen_k keys (varlen: the
 // longest), outside a CUDA-graph capture.
@@ -40,7 +39,7 @@ constexpr int attn_hopper_key_block(int headdim, bool score_mod, bool causal, in
     return kAttnHopperPersistentThreeBlockN;
   if (headdim == 128 && !score_mod && seqlen_k >= kAttnHopperWideBlocksFrom) return 176;  // above the persistent kernel's range
   if (headdim == 256 && score_mod && seqlen_k <= kAttnHopperNarrowBlocksUpTo) return 64;
-  return attn_hopper_default_key_block(headdim);
+  return attn_hopper_default_key_block(headdim);  // kernels/attention/params.h
 }
 
 }  // namespace flashlab::detail

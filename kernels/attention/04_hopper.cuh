@@ -47,7 +47,7 @@
 // Lazy rescale (kLazyRescale, 16-bit at head dims 128 and 256): O's rescale skipped while a row's
 // max grows by at most 2^8 (FP8: while it does not grow; hopper_attn_softmax).
 // Limits: one CTA per query block (the persistent form, 04_hopper_persistent.cuh, serves short and
-// medium key sequences at d 64 and 128; from 8k keys at d 128 this kernel with 176-key blocks is as
+// medium key sequences at d 64, 128 and 256; from 8k keys at d 128 this kernel with 176-key blocks is as
 // fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.34x the bf16
 // rate at 8k (cf57815): its softmax is now the larger part.
 #pragma once
@@ -96,7 +96,7 @@ struct HopperAttnTraits {
   // 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (the launcher takes it from 8k keys on); 80
   // at d 256 3-5% faster than 64; 192 at d 64 1-5% slower.
   // FP8: 128 keys, one 128-byte row of the transposed V tile.
-  static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 || kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 96 : 80;
+  static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 ? 128 : attn_hopper_default_key_block(kHeadDim);
   static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
   static constexpr int kThreads = 128 * (kConsumers + 1);  // producer + consumer warpgroups
   static constexpr int kBoxCols = 128 / kElemBytes_;  // columns of a 128-byte (swizzle-row) TMA box
@@ -244,11 +244,12 @@ constexpr bool kAttnLazyRescaleDefault = kHeadDim == 128 || (sizeof(T) == 2 && k
 // order. The tree keeps more values live at once: where registers are tight it measured slower.
 // Default (kAttnTreeReduceDefault; bench/experiments/attention_hopper_ablation.cu --tree, H100,
 // 2026-11-26, 17d4575): on at d 64 (three consumers +2.3% / +3.8% at 2k / 8k keys, the persistent
-// kernels +1-2%), off at d 128 (one-CTA within 0.3%, 176-key blocks and the persistent kernel 0.4-2.5%
-// slower), FP8 (6-10% slower) and d 256 (within 0.4%); d 96 and 192 unmeasured: off.
+// kernels +0.2..+2.3%), off at d 128 (one-CTA within 0.3%, 176-key blocks and the persistent kernel
+// 0.3-2.5% slower), FP8 (4-10% slower) and d 256 (within 1%); d 96 and 192 unmeasured: off.
 template <typename T, int kHeadDim>
 constexpr bool kAttnTreeReduceDefault = sizeof(T) == 2 && kHeadDim == 64;
 
+// x folded with op as a balanced tree (kTreeReduce).
 template <int kN, typename Op>
 __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
   if constexpr (kN == 1) {
@@ -590,8 +591,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   }
   const int qb = varlen ? 0 : b;  // batch coordinate (varlen: rows are packed, batch 1)
   const int q_row = static_cast<int>(sb.q_row0) + m0, k_row = static_cast<int>(sb.k_row0);
-  // Block i's K or V into its stage of the ring, once every consumer warp has released the stage
-  // (a fresh barrier passes parity 1): the producer's steps (!kSpecialized: the consumers' first thread's).
+  // The producer's loads (!kSpecialized: the consumers' first thread's). Q, then block i's K or V
+  // into its stage of the ring, once every consumer warp has released the stage (a fresh barrier
+  // passes parity 1).
   const auto load_q = [&] {
     mbarrier_arrive_expect_tx(&q_full, Tr::kQBytes);
 #pragma unroll

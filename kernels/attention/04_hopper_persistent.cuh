@@ -1,6 +1,7 @@
 // Rung 4 with a persistent, dynamic tile scheduler: the library's rung 4 for short and medium key
 // sequences at head dims 64, 128 and 256 (src/attention_hopper_hdim.cuh: up to 1k keys at d 64, 2k
-// causal; up to 4k at d 128, causal too; at d 256 without softcap / ALiBi up to 512, 1k causal). Measured against the one-CTA-per-tile kernels by
+// causal; up to 4k at d 128, causal too; at d 256 without softcap / ALiBi up to 512, 1k causal).
+// Measured against the one-CTA-per-tile kernels by
 // bench/experiments/attention_hopper_ablation.cu --sweep / --sweep64 (H100, 2026-11-26, cafac17: d
 // 128 +22% / +10% / +4.8% / +1.4% at 512 / 1k / 2k / 4k keys without a mask, causal +26% / +18% /
 // +9% / +4%; from 8k 4-6% slower (causal: equal at 8k, 4% slower at 16k); d 64 against three
@@ -8,8 +9,8 @@
 // +3.7% at 512 / 1k, causal +38% / +26% / +1.9% at 512 / 1k / 2k) and held to it bit for bit by
 // tests/gpu/test_attention_persistent.cu. Before its block loop's wgmma descriptors and mask test
 // were warp-uniform (9b51b81, cafac17) it lost from 2k keys on. The kernel of
-// kernels/attention/04_hopper.cuh (16-bit, not paged, two consumer warpgroups, pingpong and
-// intra-warpgroup overlap on; the same block steps, hopper_attn_*) with
+// kernels/attention/04_hopper.cuh (16-bit, not paged, two or three consumer warpgroups,
+// intra-warpgroup overlap on, pingpong on but at d 64 with two; the same block steps, hopper_attn_*) with
 // one change of structure:
 //   - One CTA per SM (grid = min(tiles, SMs)) walks tiles (128-row query block, head, batch) in
 //     the library's order (query blocks fastest, from the last: the longest causal rows first;
@@ -81,8 +82,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
   static_assert(sizeof(T) == 2, "16-bit inputs (the FP8 path is the library kernel's only)");
-  // Head dim 256: one Q buffer (two do not fit beside the K/V ring); the producer's tile walk
-  // spills 4-16 bytes at 48 registers (80- / 64-key blocks), the consumers none at 224.
+  // Head dim 256: one Q buffer (two do not fit beside the K/V ring), the producer at 56 registers
+  // (kProducerRegs).
   static_assert(kHeadDim <= 128 || kHeadDim == 256, "head dims up to 128, and 256");
   using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
@@ -206,7 +207,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   }
 
   // Consumers: warpgroup cw = 0 .. kConsumers - 1 computes query rows [m0 + 64 cw, m0 + 64 cw + 64)
-  // of each tile. Three take 152 registers (40-48 x 128 + 152 x 384 <= 65,536).
+  // of each tile.
   setmaxnreg_inc<kConsumerRegs>();
   const int cw = wg - 1;
   const int t128 = threadIdx.x - 128 * wg;

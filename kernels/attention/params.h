@@ -96,4 +96,9 @@ struct AttnBwdParams : AttnFwdParams {
   float* dq_accum;
 };
 
+// Rung 4's (kernels/attention/04_hopper.cuh) key-block width by default for 16-bit inputs, and the
+// paged prefill's at every length: 128 keys up to head dim 128, 96 up to 192, 80 above (FP8: 128).
+// Host-visible: src/attention_hopper_dispatch.h tells from it which kernels round alike.
+constexpr int attn_hopper_default_key_block(int headdim) { return headdim <= 128 ? 128 : headdim <= 192 ? 96 : 80; }
+
 }  // namespace flashlab
