@@ -123,6 +123,23 @@ OutputDiff output_diff(const Variant& var, void* out, int64_t n, const std::vect
   return {worst / max_ref, nans};
 }
 
+// The reference output (n bf16 values at ref, written on s) and max |ref|.
+struct Reference {
+  std::vector<float> want;
+  float max_ref = 0;
+};
+Reference reference_output(const void* ref, int64_t n, cudaStream_t s) {
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(s));
+  Reference r{download_bf16(ref, n)};
+  for (float x : r.want) r.max_ref = std::fmax(r.max_ref, std::fabs(x));
+  return r;
+}
+
+// FLOPs of one forward at c (half when causal).
+double attention_flops(const Config& c) {
+  return 4.0 * c.batch() * c.heads() * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+}
+
 // The variants named in `names` only (all if empty), in their listed order.
 std::vector<Variant> kept(const std::vector<Variant>& variants, const std::vector<std::string>& names) {
   if (names.empty()) return variants;
@@ -149,12 +166,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                   bench::view(v.p, DType::kBF16, shape), bench::view(o, DType::kBF16, shape), h.stream(), rung, opt);
   };
   launch<kD, true, true>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
-  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
-  const std::vector<float> want = download_bf16(ref.p, n);
-  float max_ref = 0;
-  for (float x : want) max_ref = std::fmax(max_ref, std::fabs(x));
+  const auto [want, max_ref] = reference_output(ref.p, n, h.stream());
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
-  const double flops = 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+  const double flops = attention_flops(c);
 
   std::vector<Variant> variants = {
       {"rung3_fa2", [&] { api(3, out.p); }},
@@ -317,12 +331,9 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   bench::fill_random(k.p, n, 2, 82, h.stream());
   bench::fill_random(v.p, n, 2, 83, h.stream());
   launch_fp8<false>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
-  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
-  const std::vector<float> want = download_bf16(ref.p, n);
-  float max_ref = 0;
-  for (float x : want) max_ref = std::fmax(max_ref, std::fabs(x));
+  const auto [want, max_ref] = reference_output(ref.p, n, h.stream());
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
-  const double flops = 4.0 * batch * heads * c.seqlen * c.seqlen * c.headdim * (c.causal ? 0.5 : 1.0);
+  const double flops = attention_flops(c);
   // fp8_no_pingpong: without the pingpong turns (kPingpong off; its GEMMs are half as long as
   // 16-bit ones under the same softmax, as at d 64, where the turns cost 3-4%).
   const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < launches; ++i) {
     FLASHLAB_CUDA_CHECK(cudaEventRecord(e0));
     if (dir == "fp8")
-      attention_fwd(e4m3(q.p), e4m3(k.p), e4m3(v.p), bf16(o.p), nullptr, kAttnFwdRungAuto, AttnFwdOptions{opt});
+      attention_fwd(e4m3(q.p), e4m3(k.p), e4m3(v.p), bf16(o.p), nullptr, kAttnFwdRungAuto, opt);
     else if (dir == "fwd")
       attention_fwd(bf16(q.p), bf16(k.p), bf16(v.p), bf16(o.p), nullptr, kAttnFwdRungAuto, opt);
     else

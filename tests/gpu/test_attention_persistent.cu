@@ -122,34 +122,41 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
   EXPECT_EQ(lse_diff, 0) << what << " (lse: rows that differ from rung 4)";
 }
 
+// Varlen: empty, short and long sequences (tiles past a batch's rows are skipped).
+Case ragged_varlen(int64_t d) {
+  Case vl;
+  vl.batch = 5, vl.h = 4, vl.hk = 2, vl.d = d, vl.varlen = true, vl.causal = true;
+  vl.lq = {300, 0, 1, 1000, 129};
+  vl.lk = {300, 7, 0, 1000, 257};
+  return vl;
+}
+
+// The cases without softcap / ALiBi: many tiles per CTA (132 SMs: 8 batches x `rows` rows x 8
+// heads), causal and not; seqlen_q > seqlen_k, causal (the first query blocks see no key: tiles
+// with no block); a sliding window with GQA; MQA with ragged lengths; varlen.
+void check_plain_cases(DType dt, int64_t d, int64_t rows, std::mt19937_64& rng, bool three = false) {
+  for (bool causal : {false, true}) {
+    Case c = fixed(8, rows, rows, 8, 8, d);
+    c.causal = causal;
+    check_same_as_rung4(dt, c, rng, three);
+  }
+  Case nk = fixed(2, 700, 300, 4, 2, d);
+  nk.causal = true;
+  check_same_as_rung4(dt, nk, rng, three);
+  Case w = fixed(3, 900, 1200, 8, 2, d);
+  w.wl = 200, w.wr = 50;
+  check_same_as_rung4(dt, w, rng, three);
+  check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng, three);
+  check_same_as_rung4(dt, ragged_varlen(d), rng, three);
+}
+
 TEST(AttentionPersistent, SameAsRung4) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
   std::mt19937_64 rng(2026);
   for (DType dt : {DType::kBF16, DType::kF16})
     for (int64_t d : {64, 128}) {
-      // Many tiles per CTA (132 SMs): 8 x 1024 rows x 8 heads = 512 tiles; causal and not.
-      for (bool causal : {false, true}) {
-        Case c = fixed(8, 1024, 1024, 8, 8, d);
-        c.causal = causal;
-        check_same_as_rung4(dt, c, rng);
-      }
-      // seqlen_q > seqlen_k, causal: the first query blocks see no key (tiles with no block).
-      Case nk = fixed(2, 700, 300, 4, 2, d);
-      nk.causal = true;
-      check_same_as_rung4(dt, nk, rng);
-      // Sliding window, GQA.
-      Case w = fixed(3, 900, 1200, 8, 2, d);
-      w.wl = 200, w.wr = 50;
-      check_same_as_rung4(dt, w, rng);
-      // MQA, ragged lengths.
-      check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng);
-      // Varlen: empty, short and long sequences (tiles past a batch's rows are skipped).
-      Case vl;
-      vl.batch = 5, vl.h = 4, vl.hk = 2, vl.d = d, vl.varlen = true, vl.causal = true;
-      vl.lq = {300, 0, 1, 1000, 129};
-      vl.lk = {300, 7, 0, 1000, 257};
-      check_same_as_rung4(dt, vl, rng);
+      check_plain_cases(dt, d, 1024, rng);  // 8 x 1024 rows x 8 heads = 512 tiles
       // Softcap (causal) and ALiBi ((nheads,) slopes with a window; (batch, nheads) on varlen).
       Case sc = fixed(2, 640, 640, 4, 4, d);
       sc.causal = true, sc.softcap = 30.f;
@@ -157,50 +164,20 @@ TEST(AttentionPersistent, SameAsRung4) {
       Case al = fixed(2, 500, 800, 4, 2, d);
       al.alibi = 1, al.wl = 300, al.wr = 0;
       check_same_as_rung4(dt, al, rng);
+      Case vl = ragged_varlen(d);
       vl.alibi = 2, vl.causal = false;
       check_same_as_rung4(dt, vl, rng);
       // d 64: three consumer warpgroups, 96-key blocks (no softcap / ALiBi).
-      if (d == 64) {
-        for (bool causal : {false, true}) {
-          Case c = fixed(8, 1536, 1536, 8, 8, d);
-          c.causal = causal;
-          check_same_as_rung4(dt, c, rng, true);
-        }
-        check_same_as_rung4(dt, nk, rng, true);
-        check_same_as_rung4(dt, w, rng, true);
-        check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng, true);
-        vl.alibi = 0, vl.causal = true;
-        check_same_as_rung4(dt, vl, rng, true);
-      }
+      if (d == 64) check_plain_cases(dt, d, 1536, rng, true);
     }
 }
 
-// Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi): the same cases as above without
-// the score modifiers.
+// Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
 TEST(AttentionPersistent, SameAsRung4HeadDim256) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
   std::mt19937_64 rng(2027);
-  constexpr int64_t d = 256;
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (bool causal : {false, true}) {  // 8 x 512 rows x 8 heads = 256 tiles: about two per CTA
-      Case c = fixed(8, 512, 512, 8, 8, d);
-      c.causal = causal;
-      check_same_as_rung4(dt, c, rng);
-    }
-    Case nk = fixed(2, 700, 300, 4, 2, d);
-    nk.causal = true;
-    check_same_as_rung4(dt, nk, rng);
-    Case w = fixed(3, 900, 1000, 8, 2, d);
-    w.wl = 200, w.wr = 50;
-    check_same_as_rung4(dt, w, rng);
-    check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng);
-    Case vl;
-    vl.batch = 5, vl.h = 4, vl.hk = 2, vl.d = d, vl.varlen = true, vl.causal = true;
-    vl.lq = {300, 0, 1, 1000, 129};
-    vl.lk = {300, 7, 0, 1000, 257};
-    check_same_as_rung4(dt, vl, rng);
-  }
+  for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng);  // 256 tiles: about two per CTA
 }
 
 }  // namespace
