@@ -30,6 +30,10 @@ constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : kHeadDi
 constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
 constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
 
+// FP8 (e4m3, head dim 128) without softcap / ALiBi: key blocks of this width (V^T in 64-key chunks);
+// with them 128 (192 spilled 184 bytes). MEASURE.
+constexpr int kAttnHopperFp8BlockN = 192;
+
 // The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /
 // ALiBi (score_mod) or not, causal (window_right 0) or not, over seqlen_k keys (varlen: the
 // longest), outside a CUDA-graph capture.

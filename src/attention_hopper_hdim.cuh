@@ -35,19 +35,22 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
   return make_tensor_map_4d(base, dtype, dims, strides, box);
 }
 
-// FP8: V transposed into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh) and its
-// (keys, head dims, kv heads, batch) tensor map, boxes of 128 keys x d.
-template <int kHeadDim>
+// FP8: V transposed into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch,
+// kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
+// (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
+// chunk's bytes; chunks past sk_pad come zero-filled.
+template <typename Tr>
 CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
+  constexpr int kHeadDim = Tr::kHeadDim, kChunk = Tr::kVtChunk;
   const int64_t sk_pad = ceil_div(std::max(p.seqlen_k, 1), 128) * 128;
   auto* vt = static_cast<uint8_t*>(workspace(stream, static_cast<int64_t>(p.batch) * p.nheads_kv * kHeadDim * sk_pad));
   const dim3 grid(static_cast<unsigned>(sk_pad / kernels::kAttnFp8TransposeKeys), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernels::attn_fp8_transpose_v_kernel<kHeadDim>, grid, kernels::kAttnFp8TransposeThreads, 0, stream, p, vt,
                   sk_pad);
-  const int64_t dims[4] = {sk_pad, kHeadDim, p.nheads_kv, p.batch};
-  const int64_t strides[3] = {sk_pad, kHeadDim * sk_pad, p.nheads_kv * kHeadDim * sk_pad};
-  const int box[4] = {128, kHeadDim, 1, 1};
-  return make_tensor_map_4d(vt, DType::kE4M3, dims, strides, box);
+  const int64_t dims[5] = {kChunk, kHeadDim, sk_pad / kChunk, p.nheads_kv, p.batch};
+  const int64_t strides[4] = {sk_pad, kChunk, kHeadDim * sk_pad, p.nheads_kv * kHeadDim * sk_pad};
+  const int box[5] = {kChunk, kHeadDim, Tr::kBlockN / kChunk, 1, 1};
+  return make_tensor_map_5d(vt, DType::kE4M3, dims, strides, box, kChunk);
 }
 
 // The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8: V transposed into the
@@ -90,7 +93,7 @@ kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cu
                              p.k_batch_stride, Tr::kBlockN);
   }
   if constexpr (Tr::kFp8) {  // bf16 output, stored from registers: no map for o
-    args.v = attn_fp8_transposed_v<kHeadDim>(p, stream);
+    args.v = attn_fp8_transposed_v<Tr>(p, stream);
   } else if constexpr (!kPaged) {
     args.v = attn_tensor_map(p.v, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
                              p.v_batch_stride, Tr::kBlockN);
@@ -162,9 +165,9 @@ template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   if constexpr (kHeadDim == 128) {  // FP8: head dim 128 only (validated)
     if (dtype == DType::kE4M3) {
-      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod,
-                  [&] { launch_attn_hopper_variant<__nv_fp8_e4m3, kHeadDim, kScoreMod, true, true>(p, dtype, stream); });
-      return;
+      if (p.softcap > 0.f || p.alibi_slopes != nullptr)
+        return launch_attn_hopper_variant<__nv_fp8_e4m3, kHeadDim, true, true, true>(p, dtype, stream);
+      return launch_attn_hopper_variant<__nv_fp8_e4m3, kHeadDim, false, true, true, kAttnHopperFp8BlockN>(p, dtype, stream);
     }
   }
   // Varlen with no packed key (or query) rows: every row sees no key (0 output, -inf lse) or

@@ -317,10 +317,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 
 // FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128: the library's kernel
 // (the softmax's row max and sum as running values) against the same with them folded as trees
-// (kTreeReduce on) and without pingpong turns (2^-6 relative). Timed with the pass that transposes V, as the library's call.
-template <bool kTreeReduce, bool kPingpong = true>
+// (kTreeReduce on), without pingpong turns, and with key blocks of 160, 192 and 224 (V^T in
+// chunks of 32 / 64 keys; 256 spills) (2^-6 relative). Timed with the pass that transposes V, as
+// the library's call.
+template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
-  detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, true, 0, false, true, true, false, 2,
+  detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, true, kBlockN, false, true, true, false, 2,
                                      kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce>(p, DType::kE4M3, s);
 }
 
@@ -334,11 +336,14 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   const auto [want, max_ref] = reference_output(ref.p, n, h.stream());
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = attention_flops(c);
-  // fp8_no_pingpong: without the pingpong turns (kPingpong off; its GEMMs are half as long as
-  // 16-bit ones under the same softmax, as at d 64, where the turns cost 3-4%).
+  // fp8: 128-key blocks (the library's kernel until 2026-11-26 (19)); fp8_tree and fp8_no_pingpong
+  // (measured at 8bb39f1 / 17d4575: slower, within 1.5%) left out; fp8_n192_no_pingpong: the wider
+  // blocks' GEMMs are longer under the same softmax, the pingpong turns may matter less.
   const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
-                                         {"fp8_tree", [&] { launch_fp8<true>(p, h.stream()); }},
-                                         {"fp8_no_pingpong", [&] { launch_fp8<false, false>(p, h.stream()); }}};
+                                         {"fp8_n160", [&] { launch_fp8<false, true, 160>(p, h.stream()); }},
+                                         {"fp8_n192", [&] { launch_fp8<false, true, 192>(p, h.stream()); }},
+                                         {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
+                                         {"fp8_n192_no_pingpong", [&] { launch_fp8<false, false, 192>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());

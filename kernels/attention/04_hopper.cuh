@@ -95,7 +95,7 @@ struct HopperAttnTraits {
   // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9, 8773645): 176 at d 128
   // 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (the launcher takes it from 8k keys on); 80
   // at d 256 3-5% faster than 64; 192 at d 64 1-5% slower.
-  // FP8: 128 keys, one 128-byte row of the transposed V tile.
+  // FP8: 128 keys by default (attn_hopper_fp8_key_block for the library's choice).
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 ? 128 : attn_hopper_default_key_block(kHeadDim);
   static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
   static constexpr int kThreads = 128 * (kConsumers + 1);  // producer + consumer warpgroups
@@ -104,13 +104,16 @@ struct HopperAttnTraits {
   static constexpr int kQBytes = kBoxes * kBlockM * 128;
   static constexpr int kKBytes = kBoxes * kBlockN * 128;  // one K block
   // One V block: like K (16-bit: wgmma reads it as an MN-major operand), or FP8 (8-bit wgmma has
-  // no transposed operands) its transpose, head dims x 128 keys, K-major.
-  static constexpr int kVBytes = kFp8 ? kHeadDim * 128 : kKBytes;
+  // no transposed operands) its transpose, head dims x kBlockN keys, K-major, in chunks of kVtChunk
+  // keys (128, 64 or 32: the widest dividing kBlockN), each head dims x kVtChunk bytes swizzled over
+  // its width (one TMA box of a 5-D map loads a block's chunks, HopperAttnArgs).
+  static constexpr int kVtChunk = !kFp8 ? 0 : kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
+  static constexpr int kVBytes = kFp8 ? kHeadDim * kBlockN : kKBytes;
   // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits) in Q K^T and in P V.
   static constexpr int kQkSteps = kHeadDim * kElemBytes_ / 32, kPvSteps = kBlockN * kElemBytes_ / 32;
   static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;  // + alignment slack
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
-  static_assert(!kFp8 || (kHeadDim == 128 && kBlockN == 128), "FP8: head dim 128 and key blocks of 128");
+  static_assert(!kFp8 || (kHeadDim == 128 && kBlockN % 32 == 0), "FP8: head dim 128 and key blocks of k32 steps");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; a wgmma N and a TMA box of at most 256");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
@@ -133,7 +136,8 @@ FLASHLAB_HD inline int attn_fp8_v_position(int j) { return (j & ~15) | (4 * ((j 
 
 // Tensor maps over (head dim, rows, heads, batch): q and o with 128- and 64-row boxes, k and v
 // with kBlockN-row boxes, all 128 bytes wide. Varlen: rows are the packed rows, batch 1. FP8: v
-// is the transposed copy (keys, head dims, kv heads, batch) with boxes of 128 keys x d.
+// is the transposed copy seen as (kVtChunk keys, head dims, key chunks, kv heads, batch) with
+// boxes of kVtChunk keys x d x kBlockN / kVtChunk chunks.
 struct HopperAttnArgs {
   AttnFwdParams p;
   CUtensorMap q, k, v, o;
@@ -192,18 +196,21 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 template <typename T, typename Tr, bool kDescAdvance = true>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo) {
-  // FP8: V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row.
+  // FP8: V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row
+  // of a chunk of kVtChunk keys, chunks head dims x kVtChunk bytes apart (8 rows: SBO).
   // 16-bit: V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
   // bytes further (v_step_bytes); 64-column boxes (LBO) are v_lbo apart.
-  const uint64_t db0 = Tr::kFp8 ? wgmma_desc_sw128(v_base, 16, 1024) : wgmma_desc_sw128(v_base, v_lbo, 1024);
+  constexpr uint32_t kChunk = Tr::kFp8 ? Tr::kVtChunk : 128;
+  const uint64_t db0 = Tr::kFp8 ? wgmma_desc_swizzled(v_base, 16, 8 * kChunk, kChunk) : wgmma_desc_sw128(v_base, v_lbo, 1024);
   wgmma_fence_operands(o);
   wgmma_fence_operands(pa);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
-    const uint32_t off = Tr::kFp8 ? kk * 32 : kk * v_step_bytes;
+    const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kHeadDim * kChunk + kk * 32 % kChunk : kk * v_step_bytes;
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, off)
-                                     : wgmma_desc_sw128(v_base + off, Tr::kFp8 ? 16 : v_lbo, 1024);
+                      : Tr::kFp8     ? wgmma_desc_swizzled(v_base + off, 16, 8 * kChunk, kChunk)
+                                     : wgmma_desc_sw128(v_base + off, v_lbo, 1024);
     if constexpr (Tr::kFp8) WgmmaRs<T, Tr::kHeadDim>::template mma<0>(o, pa[kk], db, 1);
     else WgmmaRs<T, Tr::kHeadDim>::template mma<1>(o, pa[kk], db, 1);
   }
@@ -477,7 +484,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sq = smem;                           // Q (kBoxes x 128 rows), later O
   unsigned char* sk = sq + Tr::kQBytes;               // (kStages, kBoxes x kN rows)
-  unsigned char* sv = sk + kStages * Tr::kKBytes;     // (kStages, kBoxes x kN rows; FP8: d rows of 128 keys)
+  unsigned char* sv = sk + kStages * Tr::kKBytes;     // (kStages, kBoxes x kN rows; FP8: chunks of d rows x kVtChunk keys)
   const AttnFwdParams& p = args.p;
 
   // Work: query blocks fastest, from the last one down (causal: the longest first), then heads,
@@ -612,8 +619,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     mbarrier_wait(&v_empty[s], ((i / kStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
     if constexpr (kFp8) {
-      // V^T of batch b (head dims x keys of this sequence, from key 0): one box of 128 keys.
-      tma_load_4d(sv + s * Tr::kVBytes, &args.v, (n_begin + i) * kN, 0, hk, b, &v_full[s]);
+      // V^T of batch b (head dims x keys of this sequence, from key 0): one box of the block's chunks.
+      tma_load_5d(sv + s * Tr::kVBytes, &args.v, 0, 0, (n_begin + i) * (kN / Tr::kVtChunk), hk, b, &v_full[s]);
     } else {
 #pragma unroll
       for (int x = 0; x < Tr::kBoxes; ++x)

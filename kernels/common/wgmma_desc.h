@@ -19,6 +19,14 @@ FLASHLAB_HD inline uint64_t wgmma_desc_sw128(uint32_t smem_addr, uint32_t lbo_by
          (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+// The same for a tile whose rows are swizzle_bytes (128, 64 or 32) wide, swizzled over that width
+// (mode 1, 2 or 3): K-major, SBO = 8 rows x swizzle_bytes between groups of 8 rows.
+FLASHLAB_HD inline uint64_t wgmma_desc_swizzled(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                uint32_t swizzle_bytes) {
+  const uint64_t mode = swizzle_bytes == 128 ? 1 : swizzle_bytes == 64 ? 2 : 3;
+  return (wgmma_desc_sw128(smem_addr, lbo_bytes, sbo_bytes) & ~(3ull << 62)) | (mode << 62);
+}
+
 // desc moved `bytes` further in shared memory (a multiple of 16). The start address field is
 // bits 0-13 of (address >> 4); shared addresses stay below 2^18 bytes, so the add never carries
 // out of it (tests/cpu/test_wgmma_desc.cpp). One integer add per wgmma instead of rebuilding the descriptor from the

@@ -60,9 +60,12 @@ CUtensorMap make_tensor_map_2d(const void* base, DType dtype, int64_t inner, int
 
 namespace {
 
-// A rank-D (4 or 5) 128B-swizzled view; the message lists the view.
+// A rank-D (4 or 5) view swizzled over swizzle_bytes (128, 64 or 32); the message lists the view.
 CUtensorMap tensor_map_swizzled(const void* base, DType dtype, int rank, const int64_t* dims, const int64_t* strides_bytes,
-                                const int* box) {
+                                const int* box, int swizzle_bytes = 128) {
+  const CUtensorMapSwizzle swizzle = swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                           : CU_TENSOR_MAP_SWIZZLE_32B;
   CUtensorMap map{};
   cuuint64_t d[5], st[4];
   cuuint32_t bx[5];
@@ -70,8 +73,8 @@ CUtensorMap tensor_map_swizzled(const void* base, DType dtype, int rank, const i
   for (int i = 0; i < rank; ++i) d[i] = static_cast<cuuint64_t>(dims[i]), bx[i] = static_cast<cuuint32_t>(box[i]);
   for (int i = 0; i + 1 < rank; ++i) st[i] = static_cast<cuuint64_t>(strides_bytes[i]);
   const CUresult r = encode_tiled()(&map, map_dtype(dtype), static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, st, bx,
-                                    elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                    elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::string view;
     for (int i = 0; i < rank; ++i) view += (i ? " x " : "dims ") + std::to_string(dims[i]);
@@ -90,8 +93,8 @@ CUtensorMap make_tensor_map_4d(const void* base, DType dtype, const int64_t (&di
 }
 
 CUtensorMap make_tensor_map_5d(const void* base, DType dtype, const int64_t (&dims)[5], const int64_t (&strides_bytes)[4],
-                               const int (&box)[5]) {
-  return tensor_map_swizzled(base, dtype, 5, dims, strides_bytes, box);
+                               const int (&box)[5], int swizzle_bytes) {
+  return tensor_map_swizzled(base, dtype, 5, dims, strides_bytes, box, swizzle_bytes);
 }
 
 }  // namespace flashlab::detail

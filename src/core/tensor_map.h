@@ -23,7 +23,8 @@ CUtensorMap make_tensor_map_2d(const void* base, DType dtype, int64_t inner, int
 CUtensorMap make_tensor_map_4d(const void* base, DType dtype, const int64_t (&dims)[4], const int64_t (&strides_bytes)[3],
                                const int (&box)[4]);
 // The same with 5 dims (the paged prefill's V: 64 columns, page rows, column boxes, heads, pages).
+// swizzle_bytes: 128, or 64 / 32 for boxes of that many bytes per row (FP8 attention's V^T chunks).
 CUtensorMap make_tensor_map_5d(const void* base, DType dtype, const int64_t (&dims)[5], const int64_t (&strides_bytes)[4],
-                               const int (&box)[5]);
+                               const int (&box)[5], int swizzle_bytes = 128);
 
 }  // namespace flashlab::detail

@@ -14,6 +14,7 @@ namespace {
 
 using kernels::wgmma_desc_advance;
 using kernels::wgmma_desc_sw128;
+using kernels::wgmma_desc_swizzled;
 
 constexpr uint32_t kMaxSharedBytes = 227 * 1024 + 1024;  // a block's dynamic shared memory on sm_90, + static
 
@@ -35,6 +36,20 @@ TEST(WgmmaDesc, AdvancePastTheAddressFieldCarries) {
   const uint64_t last = wgmma_desc_sw128(0x3FFF0, 16, 1024);  // the field's largest address
   EXPECT_NE(wgmma_desc_advance(last, 16), wgmma_desc_sw128(0x40000, 16, 1024));
   EXPECT_EQ(wgmma_desc_advance(last, 16) & 0xFFFFu, 0x4000u);  // the carry, in a reserved bit
+}
+
+// The swizzle mode in bits 62-63 (PTX ISA: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte swizzle), the
+// other fields as wgmma_desc_sw128's; the FP8 attention's V^T chunks of 64 and 32 keys use modes 2, 3.
+TEST(WgmmaDesc, SwizzleModes) {
+  for (uint32_t addr : {0u, 1024u, 0x3FFF0u}) {
+    const uint64_t sw128 = wgmma_desc_sw128(addr, 16, 512);
+    EXPECT_EQ(wgmma_desc_swizzled(addr, 16, 512, 128), sw128);
+    EXPECT_EQ(wgmma_desc_swizzled(addr, 16, 512, 64), (sw128 & ~(3ull << 62)) | (2ull << 62));
+    EXPECT_EQ(wgmma_desc_swizzled(addr, 16, 512, 32), sw128 | (3ull << 62));
+    EXPECT_EQ(wgmma_desc_swizzled(addr, 16, 512, 64) >> 62, 2u);
+  }
+  // Advancing keeps the mode (the add stays in the address field).
+  EXPECT_EQ(wgmma_desc_advance(wgmma_desc_swizzled(2048, 16, 512, 64), 32) >> 62, 2u);
 }
 
 }  // namespace
