@@ -165,9 +165,13 @@ template <int kHeadDim>
 void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   if constexpr (kHeadDim == 128) {  // FP8: head dim 128 only (validated)
     if (dtype == DType::kE4M3) {
-      if (p.softcap > 0.f || p.alibi_slopes != nullptr)
-        return launch_attn_hopper_variant<__nv_fp8_e4m3, kHeadDim, true, true, true>(p, dtype, stream);
-      return launch_attn_hopper_variant<__nv_fp8_e4m3, kHeadDim, false, true, true, kAttnHopperFp8BlockN>(p, dtype, stream);
+      using F8 = __nv_fp8_e4m3;
+      if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_attn_hopper_variant<F8, kHeadDim, true, true, true>(p, dtype, stream);
+      switch (attn_hopper_fp8_key_block(false, p.seqlen_k)) {  // key blocks: wider over longer sequences
+        case 224: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 224>(p, dtype, stream);
+        case 192: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 192>(p, dtype, stream);
+        default: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 128>(p, dtype, stream);
+      }
     }
   }
   // Varlen with no packed key (or query) rows: every row sees no key (0 output, -inf lse) or

@@ -87,7 +87,7 @@ struct HopperAttnTraits {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
   // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three.
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim <= 128 && kElemBytes_ == 2),
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim <= 128),
                 "two consumer warpgroups, or three up to head dim 128 (16-bit)");
   static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
