@@ -320,9 +320,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // (kTreeReduce on), without pingpong turns, and with key blocks of 160, 192 and 224 (V^T in
 // chunks of 32 / 64 keys; 256 spills) (2^-6 relative). Timed with the pass that transposes V, as
 // the library's call.
-template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2>
+template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
-  detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, true, kBlockN, false, true, true, false, kConsumers,
+  detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
                                      kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce>(p, DType::kE4M3, s);
 }
 
@@ -336,16 +336,18 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   const auto [want, max_ref] = reference_output(ref.p, n, h.stream());
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = attention_flops(c);
-  // fp8: 128-key blocks (the library's kernel until 2026-11-26 (19)); fp8_tree and fp8_no_pingpong
-  // (measured at 8bb39f1 / 17d4575: slower, within 1.5%) left out; fp8_n192_no_pingpong: the wider
-  // blocks' GEMMs are longer under the same softmax, the pingpong turns may matter less.
+  // fp8: 128-key blocks (the library's kernel below 2k keys); fp8_n192 / fp8_n224 the library's
+  // from 2k / 4k. Left out once measured: fp8_tree and fp8_no_pingpong (8bb39f1 / 17d4575: slower,
+  // within 1.5%), fp8_n160, fp8_n192_no_pingpong, fp8_3c_n64 (dc1c35e: slower than fp8_n192 /
+  // fp8_n224 from 2k). *_no_overlap: kOverlap off (S, softmax, then P V), which lets three
+  // consumer warpgroups hold 128-key blocks in 160 registers (with kOverlap they spill 144 bytes).
   const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
-                                         {"fp8_n160", [&] { launch_fp8<false, true, 160>(p, h.stream()); }},
                                          {"fp8_n192", [&] { launch_fp8<false, true, 192>(p, h.stream()); }},
                                          {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
-                                         {"fp8_n192_no_pingpong", [&] { launch_fp8<false, false, 192>(p, h.stream()); }},
-                                         {"fp8_3c_n64", [&] { launch_fp8<false, true, 64, 3>(p, h.stream()); }},
-                                         {"fp8_3c_n96", [&] { launch_fp8<false, true, 96, 3>(p, h.stream()); }}};
+                                         {"fp8_n224_no_overlap", [&] { launch_fp8<false, true, 224, 2, false>(p, h.stream()); }},
+                                         {"fp8_3c_n96", [&] { launch_fp8<false, true, 96, 3>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap", [&] { launch_fp8<false, true, 128, 3, false>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());
