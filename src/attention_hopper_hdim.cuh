@@ -37,8 +37,8 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
 
 // FP8: V transposed into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch,
 // kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
-// (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
-// chunk's bytes; chunks past sk_pad come zero-filled.
+// (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box (kSumByMma: a chunk
+// a box), swizzled over the chunk's bytes; chunks past sk_pad come zero-filled.
 template <typename Tr>
 CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
   constexpr int kHeadDim = Tr::kHeadDim, kChunk = Tr::kVtChunk;
@@ -49,15 +49,15 @@ CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
                   sk_pad);
   const int64_t dims[5] = {kChunk, kHeadDim, sk_pad / kChunk, p.nheads_kv, p.batch};
   const int64_t strides[4] = {sk_pad, kChunk, kHeadDim * sk_pad, p.nheads_kv * kHeadDim * sk_pad};
-  const int box[5] = {kChunk, kHeadDim, Tr::kBlockN / kChunk, 1, 1};
+  const int box[5] = {kChunk, kHeadDim, Tr::kSumByMma ? 1 : Tr::kBlockN / kChunk, 1, 1};
   return make_tensor_map_5d(vt, DType::kE4M3, dims, strides, box, kChunk);
 }
 
 // The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8: V transposed into the
 // stream's workspace first.
-template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kPaged = false, int kConsumers = 2>
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kPaged = false, int kConsumers = 2, bool kSumByMma = false>
 kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers>;
+  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
   kernels::HopperAttnArgs args{};
@@ -118,14 +118,16 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true>
+          bool kSpecialized = true, bool kSumByMma = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers>;
-  const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers>(p, dtype, stream);
+  using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
+  const kernels::HopperAttnArgs args =
+      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma>(p, dtype, stream);
   const int ctas = attn_hopper_tiles<Tr>(
       args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
-                                                   kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized>;
+                                                   kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
+                                                   kSumByMma>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const int threads = kSpecialized ? Tr::kThreads : 128 * kConsumers;  // without the producer warpgroup
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);
@@ -168,9 +170,9 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       using F8 = __nv_fp8_e4m3;
       if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_attn_hopper_variant<F8, kHeadDim, true, true, true>(p, dtype, stream);
       switch (attn_hopper_fp8_key_block(false, p.seqlen_k)) {  // key blocks: wider over longer sequences
-        case 224: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 224>(p, dtype, stream);
-        case 192: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 192>(p, dtype, stream);
-        default: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 128>(p, dtype, stream);
+        case 224: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 224, false, true, true, false, 2, true, false, true, true>(p, dtype, stream);
+        case 192: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 192, false, true, true, false, 2, true, false, true, true>(p, dtype, stream);
+        default: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 128, false, true, true, false, 2, true, false, true, true>(p, dtype, stream);
       }
     }
   }

@@ -78,11 +78,16 @@ namespace flashlab::kernels {
 // third warp per scheduler hides the softmax's latencies; 7-24% faster there, H100 2026-11-26, the
 // library's choice at d 64 without softcap / ALiBi). Three fit 160 registers where S, P and O do:
 // d 64 with 128-key blocks, d 96 with 96, d 128 with 64 or 80 (experiments).
-template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2, int kConsumers_ = 2>
+// kSumByMma_ (FP8): the row sums l by the tensor cores, hopper_attn_softmax's comment.
+template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2, int kConsumers_ = 2, bool kSumByMma_ = false>
 struct HopperAttnTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kScoreMod = kScoreMod_;
   static constexpr bool kFp8 = kElemBytes_ == 1;
+  static constexpr bool kSumByMma = kSumByMma_;
+  static_assert(!kSumByMma || kFp8, "the row sums by the tensor cores: FP8 only");
+  // Columns of the O accumulator (the N of P V): the head dim, + 8 columns of row sums with kSumByMma.
+  static constexpr int kOCols = kHeadDim + (kSumByMma ? 8 : 0);
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
   // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three.
@@ -107,8 +112,12 @@ struct HopperAttnTraits {
   // no transposed operands) its transpose, head dims x kBlockN keys, K-major, in chunks of kVtChunk
   // keys (128, 64 or 32: the widest dividing kBlockN), each head dims x kVtChunk bytes swizzled over
   // its width (one TMA box of a 5-D map loads a block's chunks, HopperAttnArgs).
+  // kSumByMma: each chunk has 8 more rows, all ones (e4m3 1.0), written once (hopper_attn_fill_ones):
+  // P V's columns d .. d + 7 are then the rows' sums of P; the chunks come by a box each.
   static constexpr int kVtChunk = !kFp8 ? 0 : kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
-  static constexpr int kVBytes = kFp8 ? kHeadDim * kBlockN : kKBytes;
+  static constexpr int kVtChunkBytes = kOCols * kVtChunk;  // FP8: one chunk in shared memory
+  static constexpr int kVBytes = kFp8 ? kOCols * kBlockN : kKBytes;
+  static constexpr int kVLoadBytes = kFp8 ? kHeadDim * kBlockN : kKBytes;  // bytes the TMA brings per V block
   // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits) in Q K^T and in P V.
   static constexpr int kQkSteps = kHeadDim * kElemBytes_ / 32, kPvSteps = kBlockN * kElemBytes_ / 32;
   static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;  // + alignment slack
@@ -194,7 +203,7 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 // O += P V, P from registers (pa), V at v_base: k-steps v_step_bytes apart, 64-column boxes (LBO)
 // v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk.
 template <typename T, typename Tr, bool kDescAdvance = true>
-__device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
+__device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kOCols / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo) {
   // FP8: V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row
   // of a chunk of kVtChunk keys, chunks head dims x kVtChunk bytes apart (8 rows: SBO).
@@ -207,11 +216,11 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
-    const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kHeadDim * kChunk + kk * 32 % kChunk : kk * v_step_bytes;
+    const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kVtChunkBytes + kk * 32 % kChunk : kk * v_step_bytes;
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, off)
                       : Tr::kFp8     ? wgmma_desc_swizzled(v_base + off, 16, 8 * kChunk, kChunk)
                                      : wgmma_desc_sw128(v_base + off, v_lbo, 1024);
-    if constexpr (Tr::kFp8) WgmmaRs<T, Tr::kHeadDim>::template mma<0>(o, pa[kk], db, 1);
+    if constexpr (Tr::kFp8) WgmmaRs<T, Tr::kOCols>::template mma<0>(o, pa[kk], db, 1);
     else WgmmaRs<T, Tr::kHeadDim>::template mma<1>(o, pa[kk], db, 1);
   }
   wgmma_commit();
@@ -336,9 +345,11 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     for (int j = 0; j < kGroups; ++j) {
       s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
       s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
+      if constexpr (Tr::kSumByMma) continue;  // the sums come from P V (O's columns d ..)
       if constexpr (kTreeReduce) part[j] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
       else sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     }
+    if constexpr (Tr::kSumByMma) continue;
     if constexpr (kTreeReduce) sum = hopper_attn_tree(part, add2);
     row_sum[r] = row_sum[r] * rescale[r] + sum;
   }
@@ -354,11 +365,11 @@ __device__ __forceinline__ int hopper_attn_next_turn_barrier(int cw) {
 // O's rows scaled by the softmax's rescale factors. kLazyRescale: skipped by the whole warp when
 // every factor of its rows is 1 (hopper_attn_softmax).
 template <typename Tr, bool kLazyRescale = false>
-__device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kHeadDim / 2], const float (&rescale)[2]) {
+__device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kOCols / 2], const float (&rescale)[2]) {
   if constexpr (kLazyRescale)
     if (!__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) return;
 #pragma unroll
-  for (int j = 0; j < Tr::kHeadDim / 8; ++j)
+  for (int j = 0; j < Tr::kOCols / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[4 * j + e] *= rescale[e / 2];
 }
@@ -393,15 +404,19 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // twice Q's tile), straight to out_rows; LSE from registers. kLseRowStride: attn_lse_offset's.
 // Thread coordinates as hopper_attn_softmax, plus cw, warp, g (its warpgroup, warp, lane / 4).
 template <typename Tr, typename To, bool kLseRowStride = false>
-__device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
+__device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kOCols / 2], const float (&row_sum)[2],
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
                                                         const AttnBatch& sb, int cw, int warp, int g, int t, int row0) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if constexpr (Tr::kSumByMma) {
+      l = o[4 * (Tr::kHeadDim / 8) + 2 * r];  // column d: the row's sum of P (every thread of the row holds one)
+    } else {
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+    }
     const float inv = l > 0.f ? o_scale / l : 0.f;  // a row that saw no key: O = 0
     const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the tile's kBlockM
     const int i = row0 + 8 * r;
@@ -448,6 +463,20 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
   }
 }
 
+// kSumByMma: the 8 rows of ones after each V^T chunk of every stage (e4m3 1.0 = 0x38 in every
+// byte, so the swizzle does not matter), written once by the whole CTA before its first barrier;
+// the TMA never writes them. A proxy fence: the async proxy (wgmma) reads them.
+template <typename Tr>
+__device__ __forceinline__ void hopper_attn_fill_ones(unsigned char* sv) {
+  constexpr int kChunks = Tr::kStages * (Tr::kBlockN / Tr::kVtChunk), kPerChunk = 8 * Tr::kVtChunk / 16;  // 16-byte stores
+  for (int e = threadIdx.x; e < kChunks * kPerChunk; e += blockDim.x) {
+    const int chunk = e / kPerChunk, stage = chunk / (Tr::kBlockN / Tr::kVtChunk), c = chunk % (Tr::kBlockN / Tr::kVtChunk);
+    *reinterpret_cast<uint4*>(sv + stage * Tr::kVBytes + c * Tr::kVtChunkBytes + Tr::kHeadDim * Tr::kVtChunk + 16 * (e % kPerChunk)) =
+        make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);
+  }
+  fence_proxy_async_smem();
+}
+
 // kPaged: K and V from a paged cache (p.kv_indptr). Blocks whose keys all lie in the request come
 // by TMA, a box per page (args.page_box_rows); a request's last block (whose last page's tail, and
 // pages past its end, hold stale values: NaN there would meet P = 0 in P V) and page sizes TMA
@@ -465,13 +494,13 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true>
+          bool kSpecialized = true, bool kSumByMma = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T)), kConsumers>;
+  using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
@@ -522,6 +551,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     }
     fence_barrier_init();
   }
+  if constexpr (kSumByMma) hopper_attn_fill_ones<Tr>(sv);
   __syncthreads();
 
   const int wg = warpgroup_index();
@@ -617,10 +647,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   const auto load_v = [&](int i) {
     const int s = i % kStages, row = k_row + (n_begin + i) * kN;
     mbarrier_wait(&v_empty[s], ((i / kStages) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
+    mbarrier_arrive_expect_tx(&v_full[s], Tr::kVLoadBytes);
     if constexpr (kFp8) {
-      // V^T of batch b (head dims x keys of this sequence, from key 0): one box of the block's chunks.
-      tma_load_5d(sv + s * Tr::kVBytes, &args.v, 0, 0, (n_begin + i) * (kN / Tr::kVtChunk), hk, b, &v_full[s]);
+      // V^T of batch b (head dims x keys of this sequence, from key 0): one box of the block's
+      // chunks, or (kSumByMma: the chunks' rows of ones between them) a box per chunk.
+      constexpr int kBoxesV = kSumByMma ? kN / Tr::kVtChunk : 1;
+#pragma unroll
+      for (int c = 0; c < kBoxesV; ++c)
+        tma_load_5d(sv + s * Tr::kVBytes + c * Tr::kVtChunkBytes, &args.v, 0, 0, (n_begin + i) * (kN / Tr::kVtChunk) + c, hk, b,
+                    &v_full[s]);
     } else {
 #pragma unroll
       for (int x = 0; x < Tr::kBoxes; ++x)
@@ -653,9 +688,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
   const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
 
-  float o[kHeadDim / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
+  float o[Tr::kOCols / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
 #pragma unroll
-  for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
+  for (int e = 0; e < Tr::kOCols / 2; ++e) o[e] = 0.f;
   float s[kN / 2];               // S, then P in fp32, same layout with key columns
   uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units; partial sums
