@@ -11,7 +11,7 @@ NS = (64, 80, 96, 112, 128, 144, 160, 176, 192, 256)
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 # FP8 (m64nNk32): K-major operands only (no transpose immediates); N as the FP8 attention uses
 # (key blocks for S = Q K^T, head dims for O += P V).
-FP8_NS = (64, 96, 128, 136, 160, 192, 224, 256)
+FP8_NS = (8, 64, 96, 128, 160, 192, 224, 256)
 FP8_TYPES = (("__nv_fp8_e4m3", "e4m3"),)
 
 

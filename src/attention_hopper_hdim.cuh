@@ -37,8 +37,8 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
 
 // FP8: V transposed into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch,
 // kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
-// (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box (kSumByMma: a chunk
-// a box), swizzled over the chunk's bytes; chunks past sk_pad come zero-filled.
+// (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
+// chunk's bytes; chunks past sk_pad come zero-filled.
 template <typename Tr>
 CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
   constexpr int kHeadDim = Tr::kHeadDim, kChunk = Tr::kVtChunk;
@@ -49,7 +49,7 @@ CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
                   sk_pad);
   const int64_t dims[5] = {kChunk, kHeadDim, sk_pad / kChunk, p.nheads_kv, p.batch};
   const int64_t strides[4] = {sk_pad, kChunk, kHeadDim * sk_pad, p.nheads_kv * kHeadDim * sk_pad};
-  const int box[5] = {kChunk, kHeadDim, Tr::kSumByMma ? 1 : Tr::kBlockN / kChunk, 1, 1};
+  const int box[5] = {kChunk, kHeadDim, Tr::kBlockN / kChunk, 1, 1};
   return make_tensor_map_5d(vt, DType::kE4M3, dims, strides, box, kChunk);
 }
 

@@ -78,7 +78,7 @@ namespace flashlab::kernels {
 // third warp per scheduler hides the softmax's latencies; 7-24% faster there, H100 2026-11-26, the
 // library's choice at d 64 without softcap / ALiBi). Three fit 160 registers where S, P and O do:
 // d 64 with 128-key blocks, d 96 with 96, d 128 with 64 or 80 (experiments).
-// kSumByMma_ (FP8): the row sums l by the tensor cores, hopper_attn_softmax's comment.
+// kSumByMma_ (FP8): the rows' sums of P by the tensor cores (hopper_attn_gemm_pv).
 template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2, int kConsumers_ = 2, bool kSumByMma_ = false>
 struct HopperAttnTraits {
   static constexpr int kHeadDim = kHeadDim_;
@@ -86,8 +86,6 @@ struct HopperAttnTraits {
   static constexpr bool kFp8 = kElemBytes_ == 1;
   static constexpr bool kSumByMma = kSumByMma_;
   static_assert(!kSumByMma || kFp8, "the row sums by the tensor cores: FP8 only");
-  // Columns of the O accumulator (the N of P V): the head dim, + 8 columns of row sums with kSumByMma.
-  static constexpr int kOCols = kHeadDim + (kSumByMma ? 8 : 0);
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
   // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three.
@@ -112,12 +110,8 @@ struct HopperAttnTraits {
   // no transposed operands) its transpose, head dims x kBlockN keys, K-major, in chunks of kVtChunk
   // keys (128, 64 or 32: the widest dividing kBlockN), each head dims x kVtChunk bytes swizzled over
   // its width (one TMA box of a 5-D map loads a block's chunks, HopperAttnArgs).
-  // kSumByMma: each chunk has 8 more rows, all ones (e4m3 1.0), written once (hopper_attn_fill_ones):
-  // P V's columns d .. d + 7 are then the rows' sums of P; the chunks come by a box each.
   static constexpr int kVtChunk = !kFp8 ? 0 : kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
-  static constexpr int kVtChunkBytes = kOCols * kVtChunk;  // FP8: one chunk in shared memory
-  static constexpr int kVBytes = kFp8 ? kOCols * kBlockN : kKBytes;
-  static constexpr int kVLoadBytes = kFp8 ? kHeadDim * kBlockN : kKBytes;  // bytes the TMA brings per V block
+  static constexpr int kVBytes = kFp8 ? kHeadDim * kBlockN : kKBytes;
   // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits) in Q K^T and in P V.
   static constexpr int kQkSteps = kHeadDim * kElemBytes_ / 32, kPvSteps = kBlockN * kElemBytes_ / 32;
   static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;  // + alignment slack
@@ -202,9 +196,15 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 
 // O += P V, P from registers (pa), V at v_base: k-steps v_step_bytes apart, 64-column boxes (LBO)
 // v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk.
+// Tr::kSumByMma (FP8): in the same group, lsum = P x ones (an m64n8k32 wgmma per k-step against an
+// 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones): each row's sum of this block's P as
+// rounded to e4m3, in a fresh accumulator (the tensor cores add FP8 products with fewer bits than
+// fp32: O's own columns, accumulated over every block, measured 2.4-5.8x the test's error bound as
+// row sums), replacing the softmax's kBlockN / 2 FADDs per thread.
 template <typename T, typename Tr, bool kDescAdvance = true>
-__device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kOCols / 2], uint32_t (&pa)[Tr::kPvSteps][4],
-                                                    uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo) {
+__device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
+                                                    uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo,
+                                                    float* lsum = nullptr, uint32_t ones_base = 0) {
   // FP8: V^T is K-major (keys contiguous): the next 32 keys are 32 bytes further along each row
   // of a chunk of kVtChunk keys, chunks head dims x kVtChunk bytes apart (8 rows: SBO).
   // 16-bit: V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
@@ -216,12 +216,19 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kOCols / 2], 
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
-    const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kVtChunkBytes + kk * 32 % kChunk : kk * v_step_bytes;
+    const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kHeadDim * kChunk + kk * 32 % kChunk : kk * v_step_bytes;
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, off)
                       : Tr::kFp8     ? wgmma_desc_swizzled(v_base + off, 16, 8 * kChunk, kChunk)
                                      : wgmma_desc_sw128(v_base + off, v_lbo, 1024);
-    if constexpr (Tr::kFp8) WgmmaRs<T, Tr::kOCols>::template mma<0>(o, pa[kk], db, 1);
+    if constexpr (Tr::kFp8) WgmmaRs<T, Tr::kHeadDim>::template mma<0>(o, pa[kk], db, 1);
     else WgmmaRs<T, Tr::kHeadDim>::template mma<1>(o, pa[kk], db, 1);
+  }
+  if constexpr (Tr::kSumByMma) {
+    float(&l)[4] = *reinterpret_cast<float(*)[4]>(lsum);
+    wgmma_fence_operands(l);
+    const uint64_t d1 = wgmma_desc_swizzled(ones_base, 16, 256, 32);  // 8 rows x 32 bytes: every k-step the same
+#pragma unroll
+    for (int kk = 0; kk < Tr::kPvSteps; ++kk) WgmmaRs<T, 8>::template mma<0>(l, pa[kk], d1, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }
@@ -345,7 +352,7 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     for (int j = 0; j < kGroups; ++j) {
       s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
       s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
-      if constexpr (Tr::kSumByMma) continue;  // the sums come from P V (O's columns d ..)
+      if constexpr (Tr::kSumByMma) continue;  // the sums come with P V (hopper_attn_gemm_pv)
       if constexpr (kTreeReduce) part[j] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
       else sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     }
@@ -365,11 +372,11 @@ __device__ __forceinline__ int hopper_attn_next_turn_barrier(int cw) {
 // O's rows scaled by the softmax's rescale factors. kLazyRescale: skipped by the whole warp when
 // every factor of its rows is 1 (hopper_attn_softmax).
 template <typename Tr, bool kLazyRescale = false>
-__device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kOCols / 2], const float (&rescale)[2]) {
+__device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kHeadDim / 2], const float (&rescale)[2]) {
   if constexpr (kLazyRescale)
     if (!__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) return;
 #pragma unroll
-  for (int j = 0; j < Tr::kOCols / 8; ++j)
+  for (int j = 0; j < Tr::kHeadDim / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[4 * j + e] *= rescale[e / 2];
 }
@@ -404,16 +411,14 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // twice Q's tile), straight to out_rows; LSE from registers. kLseRowStride: attn_lse_offset's.
 // Thread coordinates as hopper_attn_softmax, plus cw, warp, g (its warpgroup, warp, lane / 4).
 template <typename Tr, typename To, bool kLseRowStride = false>
-__device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kOCols / 2], const float (&row_sum)[2],
+__device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
                                                         const AttnBatch& sb, int cw, int warp, int g, int t, int row0) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
-    if constexpr (Tr::kSumByMma) {
-      l = o[4 * (Tr::kHeadDim / 8) + 2 * r];  // column d: the row's sum of P (every thread of the row holds one)
-    } else {
+    if constexpr (!Tr::kSumByMma) {  // kSumByMma: each thread of the row holds the whole sum
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
     }
@@ -463,17 +468,11 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
   }
 }
 
-// kSumByMma: the 8 rows of ones after each V^T chunk of every stage (e4m3 1.0 = 0x38 in every
-// byte, so the swizzle does not matter), written once by the whole CTA before its first barrier;
-// the TMA never writes them. A proxy fence: the async proxy (wgmma) reads them.
-template <typename Tr>
-__device__ __forceinline__ void hopper_attn_fill_ones(unsigned char* sv) {
-  constexpr int kChunks = Tr::kStages * (Tr::kBlockN / Tr::kVtChunk), kPerChunk = 8 * Tr::kVtChunk / 16;  // 16-byte stores
-  for (int e = threadIdx.x; e < kChunks * kPerChunk; e += blockDim.x) {
-    const int chunk = e / kPerChunk, stage = chunk / (Tr::kBlockN / Tr::kVtChunk), c = chunk % (Tr::kBlockN / Tr::kVtChunk);
-    *reinterpret_cast<uint4*>(sv + stage * Tr::kVBytes + c * Tr::kVtChunkBytes + Tr::kHeadDim * Tr::kVtChunk + 16 * (e % kPerChunk)) =
-        make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);
-  }
+// kSumByMma: the 8 x 32-byte tile of e4m3 ones (1.0 = 0x38 in every byte, so no swizzle matters)
+// that hopper_attn_gemm_pv's row-sum wgmmas read, written by the CTA before its first barrier; a
+// proxy fence: the async proxy (wgmma) reads it.
+__device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
+  if (threadIdx.x < 64) ones[threadIdx.x] = 0x38383838u;
   fence_proxy_async_smem();
 }
 
@@ -503,6 +502,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
+  static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   using To = HopperAttnOut<T>;  // output element
@@ -551,7 +551,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     }
     fence_barrier_init();
   }
-  if constexpr (kSumByMma) hopper_attn_fill_ones<Tr>(sv);
+  __shared__ alignas(256) uint32_t ones[kSumByMma ? 64 : 1];  // kSumByMma: hopper_attn_fill_ones
+  if constexpr (kSumByMma) hopper_attn_fill_ones(ones);
   __syncthreads();
 
   const int wg = warpgroup_index();
@@ -647,15 +648,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   const auto load_v = [&](int i) {
     const int s = i % kStages, row = k_row + (n_begin + i) * kN;
     mbarrier_wait(&v_empty[s], ((i / kStages) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(&v_full[s], Tr::kVLoadBytes);
+    mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
     if constexpr (kFp8) {
-      // V^T of batch b (head dims x keys of this sequence, from key 0): one box of the block's
-      // chunks, or (kSumByMma: the chunks' rows of ones between them) a box per chunk.
-      constexpr int kBoxesV = kSumByMma ? kN / Tr::kVtChunk : 1;
-#pragma unroll
-      for (int c = 0; c < kBoxesV; ++c)
-        tma_load_5d(sv + s * Tr::kVBytes + c * Tr::kVtChunkBytes, &args.v, 0, 0, (n_begin + i) * (kN / Tr::kVtChunk) + c, hk, b,
-                    &v_full[s]);
+      // V^T of batch b (head dims x keys of this sequence, from key 0): one box of the block's chunks.
+      tma_load_5d(sv + s * Tr::kVBytes, &args.v, 0, 0, (n_begin + i) * (kN / Tr::kVtChunk), hk, b, &v_full[s]);
     } else {
 #pragma unroll
       for (int x = 0; x < Tr::kBoxes; ++x)
@@ -688,9 +684,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
   const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
 
-  float o[Tr::kOCols / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
+  float o[kHeadDim / 2];  // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
 #pragma unroll
-  for (int e = 0; e < Tr::kOCols / 2; ++e) o[e] = 0.f;
+  for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
+  float lsum[4];  // kSumByMma: a block's row sums (m64n8: rows g, g + 8 at lsum[0], lsum[2])
   float s[kN / 2];               // S, then P in fp32, same layout with key columns
   uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units; partial sums
@@ -714,7 +711,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   const bool v_steps = kPaged && args.v_step_major != 0;
   const uint32_t v_step_bytes = v_steps ? Tr::kBoxes * 2048 : 16 * 128, v_lbo = v_steps ? 2048 : kN * 128;
   const auto gemm_pv = [&](int stage) {
-    hopper_attn_gemm_pv<T, Tr, kDescAdvance>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo);
+    hopper_attn_gemm_pv<T, Tr, kDescAdvance>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo, lsum, smem_u32(ones));
   };
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
@@ -729,6 +726,16 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
   const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
+  // kSumByMma: the row sums of the P V just waited for into row_sum, then scaled by factor (the
+  // next block's rescale, as O).
+  const auto add_sums = [&](const float (&factor)[2]) {
+    if constexpr (kSumByMma) {
+      wgmma_fence_operands(lsum);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) row_sum[r] = (row_sum[r] + lsum[2 * r]) * factor[r];
+    }
+  };
+  constexpr float kOne[2] = {1.f, 1.f};
   const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };
 
   if (n_blocks > 0) {
@@ -769,13 +776,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
         release(&k_empty[st]);
         if (loader && i + 1 < n_blocks) load_k(i + 1);
         softmax(n_begin + i, rescale);
-        // P V done (kPinWait: only after the softmax; see wgmma_wait_after).
-        if constexpr (kPinWait) wgmma_wait_after<0>(row_sum[1]);
+        // P V done (kPinWait: only after the softmax; see wgmma_wait_after; kSumByMma: after its
+        // last exponent, non-negative too).
+        if constexpr (kPinWait) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
         else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
         if (loader) load_v(i);
         if constexpr (!kRescaleUnderQk) rescale_o(rescale);
+        add_sums(rescale);
         convert_p();
       }
       const int last = (n_blocks - 1) % kStages;
@@ -787,6 +796,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
       wgmma_wait<0>();
       wgmma_fence_operands(o);
       release(&v_empty[last]);
+      add_sums(kOne);
     } else {
       // One GEMM at a time: S_i, softmax, O += P_i V_i.
       for (int i = 0; i < n_blocks; ++i) {
@@ -801,6 +811,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
         release(&k_empty[st]);
         softmax(n_begin + i, rescale);
         rescale_o(rescale);
+        if constexpr (kSumByMma)
+          for (int r = 0; r < 2; ++r) row_sum[r] *= rescale[r];
         convert_p();
         wait_full(&v_full[st], phase);
         turn_begin();
@@ -809,6 +821,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
         wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[st]);
+        add_sums(kOne);
       }
     }
   }

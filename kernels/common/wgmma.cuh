@@ -85,7 +85,7 @@ struct Wgmma;
 template <typename T, int kN>
 struct WgmmaRs;
 
-// N = 64, 80, 96, 112, 128, 144, 160, 176, 192, 256 for bf16 and fp16 (m64nNk16), 64, 96, 128, 136, 160, 192, 224, 256
+// N = 64, 80, 96, 112, 128, 144, 160, 176, 192, 256 for bf16 and fp16 (m64nNk16), 8, 64, 96, 128, 160, 192, 224, 256
 // for e4m3 (m64nNk32: 32 k per instruction, K-major operands only; the register A fragment is
 // mma.sync m16n8k32's: a[0] = (row l / 4, k 4 (l % 4) + {0..3}, low byte first), a[1] = row + 8,
 // a[2] = k + 16, a[3] = both). Generated: every accumulator register named.
