@@ -30,13 +30,6 @@ constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : kHeadDi
 constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
 constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
 
-// FP8 (e4m3, head dim 128): the key-block width over seqlen_k keys (varlen: the longest). Without
-// softcap / ALiBi: 224 from 4k keys, 192 at 2k-4k, 128 below (V^T in chunks of 32, 64, 128 keys);
-// with them 128 (192 spilled 184 bytes). Measured: bench/experiments/attention_hopper_ablation.cu
-// --fp8, H100, 2026-11-26 (docs/ladder/attention.md).
-constexpr int attn_hopper_fp8_key_block(bool score_mod, int seqlen_k) {
-  return score_mod || seqlen_k < 2048 ? 128 : seqlen_k < 4096 ? 192 : 224;
-}
 
 // The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /
 // ALiBi (score_mod) or not, causal (window_right 0) or not, over seqlen_k keys (varlen: the

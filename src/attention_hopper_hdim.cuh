@@ -168,12 +168,13 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   if constexpr (kHeadDim == 128) {  // FP8: head dim 128 only (validated)
     if (dtype == DType::kE4M3) {
       using F8 = __nv_fp8_e4m3;
+      // With softcap / ALiBi: two consumer warpgroups, pingpong turns, intra-warpgroup overlap.
       if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_attn_hopper_variant<F8, kHeadDim, true, true, true>(p, dtype, stream);
-      switch (attn_hopper_fp8_key_block(false, p.seqlen_k)) {  // key blocks: wider over longer sequences
-        case 224: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 224, false, true, true, false, 2, true, false, true, true>(p, dtype, stream);
-        case 192: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 192, false, true, true, false, 2, true, false, true, true>(p, dtype, stream);
-        default: return launch_attn_hopper_variant<F8, kHeadDim, false, true, true, 128, false, true, true, false, 2, true, false, true, true>(p, dtype, stream);
-      }
+      // Without: three consumer warpgroups on 128-key blocks, one GEMM at a time (no overlap: S, P
+      // and O fit 160 registers so), no pingpong turns, the rows' sums by the tensor cores
+      // (kSumByMma). MEASURE (H100, bench/experiments/attention_hopper_ablation.cu --fp8).
+      return launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true, true>(
+          p, dtype, stream);
     }
   }
   // Varlen with no packed key (or query) rows: every row sees no key (0 output, -inf lse) or

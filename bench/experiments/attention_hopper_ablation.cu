@@ -345,10 +345,8 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
                                          {"fp8_n192", [&] { launch_fp8<false, true, 192>(p, h.stream()); }},
                                          {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
-                                         {"fp8_3c_n96", [&] { launch_fp8<false, true, 96, 3>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
                                          {"fp8_n128_sum", [&] { launch_fp8<false, true, 128, 2, true, true>(p, h.stream()); }},
-                                         {"fp8_n192_sum", [&] { launch_fp8<false, true, 192, 2, true, true>(p, h.stream()); }},
                                          {"fp8_n224_sum", [&] { launch_fp8<false, true, 224, 2, true, true>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);

@@ -198,9 +198,8 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 // v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk.
 // Tr::kSumByMma (FP8): in the same group, lsum = P x ones (an m64n8k32 wgmma per k-step against an
 // 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones): each row's sum of this block's P as
-// rounded to e4m3, in a fresh accumulator (the tensor cores add FP8 products with fewer bits than
-// fp32: O's own columns, accumulated over every block, measured 2.4-5.8x the test's error bound as
-// row sums), replacing the softmax's kBlockN / 2 FADDs per thread.
+// rounded to e4m3 (shifted: kAttnFp8PShiftLog2), replacing the softmax's kBlockN / 2 FADDs per
+// thread. (Eight more columns of O against rows of ones after V^T's chunks measured the same.)
 template <typename T, typename Tr, bool kDescAdvance = true>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo,
@@ -252,6 +251,14 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
 // 2^-4 relative) while l sums the unrounded values, and a peaked row's output moved by that much
 // (tests/python/test_attention.py::test_fp8 failed with it).
 constexpr float kAttnLazyRescaleLog2 = 8.f;  // P <= 256: within fp16's and bf16's range
+// FP8: the softmax's P is 2^kAttnFp8PShiftLog2 = 256 times larger (P in [0, 256], below e4m3's 448),
+// as FlashAttention-3 does: e4m3 keeps 3 mantissa bits only from 2^-6 on, and the small entries of
+// P rounded there (to 2^-9 steps below, to 0 under 2^-10) lose most of their value, the more so the
+// flatter the row. The shift moves that floor 256 times lower. O and l grow alike (O / l unchanged);
+// the LSE subtracts the shift. Needed for the rows' sums of the rounded P (kSumByMma): a float64
+// emulation of test_fp8's inputs (1000 keys) puts O / l with l = sum of the e4m3-rounded P at 0.435
+// max error unshifted (the naive rounding's error: 0.064; the GPU measured 0.456), 0.049 shifted.
+constexpr float kAttnFp8PShiftLog2 = 8.f;
 // Where it is the default: 16-bit inputs at head dims 128 and 256, where it measured faster
 // (bench/experiments/attention_hopper_ablation.cu, H100, 2026-11-26: d 256 +2-3%, the d 128 persistent
 // kernel +1-3.5%, the d 128 one-CTA kernel within 1%), and FP8. Not at d 64 (0.7-3% slower with three
@@ -344,8 +351,9 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     const bool moves = !kLazyRescale || mx > row_max[r] + (Tr::kFp8 ? 0.f : kAttnLazyRescaleLog2);
     if (!moves) mx = row_max[r];
     // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
-    const float off = mx == -INFINITY ? 0.f : mx;
-    rescale[r] = moves ? exp2_approx_ftz(row_max[r] - off) : 1.f;
+    // FP8: P is 2^kAttnFp8PShiftLog2 times larger (kAttnFp8PShiftLog2's comment).
+    const float base = mx == -INFINITY ? 0.f : mx, off = Tr::kFp8 ? base - kAttnFp8PShiftLog2 : base;
+    rescale[r] = moves ? exp2_approx_ftz(row_max[r] - base) : 1.f;
     row_max[r] = mx;
     float sum = 0.f, part[kGroups];
 #pragma unroll
@@ -436,7 +444,7 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
     }
     if (t == 0 && p.lse != nullptr && i < sb.sq)
       p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] =
-          l > 0.f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+          l > 0.f ? (row_max[r] + log2f(l) - (Tr::kFp8 ? kAttnFp8PShiftLog2 : 0.f)) * 0.6931471805599453f : -INFINITY;
   }
 }
 

@@ -478,8 +478,8 @@ def _fp8_inputs(shape_q, shape_k, seed: int, per_head: bool, b: int, hkv: int):
     return q, k, v, descales
 
 
-def _fp8_reference(q, k, v, descales, *, per_head, scale, causal):
-    """(float64 reference, naive FP8) outputs of fixed-length e4m3 inputs: the reference on the
+def _fp8_reference(q, k, v, descales, *, per_head, scale, causal, softcap=0.0):
+    """(float64 reference, naive FP8) (out, lse) of fixed-length e4m3 inputs: the reference on the
     dequantized values; the naive computation in fp32 with P rounded to e4m3 before P V, bf16 out."""
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -490,36 +490,48 @@ def _fp8_reference(q, k, v, descales, *, per_head, scale, causal):
         return xd.reshape(x.shape)
 
     qd, kd, vd = deq(q, descales[0]), deq(k, descales[1]), deq(v, descales[2])
-    ref, _, _ = _attend(qd, kd, vd, None, scale=scale, softcap=0.0, causal=causal, wl=-1, wr=-1)
+    ref, ref_lse, _ = _attend(qd, kd, vd, None, scale=scale, softcap=softcap, causal=causal, wl=-1, wr=-1)
     kx = kd.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
     vx = vd.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
     s = (qd.float().transpose(1, 2) @ kx.transpose(-1, -2)) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
     s = s.masked_fill(~_keep(sq, sk, causal, -1, -1), -math.inf)
     m = s.amax(-1, keepdim=True)
     p = torch.exp(s - m)
     l = p.sum(-1, keepdim=True)
     naive = ((p.to(torch.float8_e4m3fn).float() @ vx) / l).to(torch.bfloat16).transpose(1, 2)
-    return ref, naive
+    return (ref, ref_lse), (naive, (m + torch.log(l)).squeeze(-1))
 
 
 @gpu
 @pytest.mark.skipif(torch is None or not hasattr(torch, "float8_e4m3fn"), reason="torch without float8_e4m3fn")
 @pytest.mark.parametrize("per_head", [False, True], ids=["per_tensor", "per_head"])
-# Key lengths from 2k and 4k take 192- and 224-key blocks (src/attention_hopper_dispatch.h), past the
-# end of the transposed V (zero-filled chunks) where the length is not a multiple of the block.
-@pytest.mark.parametrize("b,sq,sk,h,hkv,causal", [(2, 128, 128, 4, 4, False), (1, 300, 517, 4, 2, True),
-                                                  (2, 1000, 1000, 2, 1, False), (1, 77, 1, 2, 2, False),
-                                                  (1, 200, 2100, 2, 1, True), (2, 130, 4500, 2, 2, False)])
-def test_fp8(b, sq, sk, h, hkv, causal, per_head):
+# Rows of up to 4.5k keys (ragged ends of the 128-key blocks and of the 192-row query tiles, the
+# zero-filled end of the transposed V); softcap takes the other FP8 kernel (two consumer warpgroups,
+# src/attention_hopper_hdim.cuh). The LSE too (the kernels' P is 256 times larger, kAttnFp8PShiftLog2).
+@pytest.mark.parametrize("b,sq,sk,h,hkv,causal,softcap", [
+    (2, 128, 128, 4, 4, False, 0.0), (1, 300, 517, 4, 2, True, 0.0), (2, 1000, 1000, 2, 1, False, 0.0),
+    (1, 77, 1, 2, 2, False, 0.0), (1, 200, 2100, 2, 1, True, 0.0), (2, 130, 4500, 2, 2, False, 0.0),
+    (1, 300, 700, 4, 2, True, 20.0)])
+def test_fp8(b, sq, sk, h, hkv, causal, softcap, per_head):
     if not _hopper_here():
         pytest.skip("FP8 attention runs on sm_90 only")
     d = 128
     q, k, v, descales = _fp8_inputs((b, sq, h, d), (b, sk, hkv, d), sq + sk, per_head, b, hkv)
-    out = flashlab.flash_attn_func(q, k, v, causal=causal, q_descale=descales[0], k_descale=descales[1],
-                                   v_descale=descales[2])
+    out = flashlab.flash_attn_func(q, k, v, causal=causal, softcap=softcap, q_descale=descales[0],
+                                   k_descale=descales[1], v_descale=descales[2])
     assert out.dtype == torch.bfloat16 and out.shape == (b, sq, h, d)
-    ref, naive = _fp8_reference(q, k, v, descales, per_head=per_head, scale=d ** -0.5, causal=causal)
-    check_close(out, _np(ref), _np(naive), "bfloat16", f"fp8 b{b} sq{sq} sk{sk} h{h}/{hkv} causal={causal}")
+    ref, naive = _fp8_reference(q, k, v, descales, per_head=per_head, scale=d ** -0.5, causal=causal, softcap=softcap)
+    what = f"fp8 b{b} sq{sq} sk{sk} h{h}/{hkv} causal={causal} softcap={softcap}"
+    check_close(out, _np(ref[0]), _np(naive[0]), "bfloat16", what)
+    # The same call with the LSE, into outputs poisoned with NaN.
+    out2 = torch.full_like(out, math.nan)
+    lse = torch.full((b, h, sq), math.nan, device="cuda")
+    flashlab.attention_fwd(q, k, v, out2, softmax_lse=lse, causal=causal, softcap=softcap, q_descale=descales[0],
+                           k_descale=descales[1], v_descale=descales[2])
+    assert torch.equal(out2, out), f"{what}: attention_fwd and flash_attn_func differ"
+    check_close(lse, _np(ref[1]), _np(naive[1]), "bfloat16", f"{what}: lse")
 
 
 def _hopper_here() -> bool:
