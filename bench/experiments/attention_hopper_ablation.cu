@@ -348,7 +348,8 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
                                          {"fp8_n128_sum", [&] { launch_fp8<false, true, 128, 2, true, true>(p, h.stream()); }},
                                          {"fp8_n224_sum", [&] { launch_fp8<false, true, 224, 2, true, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }}};
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tree", [&] { launch_fp8<true, false, 128, 3, false, true>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());
