@@ -31,6 +31,10 @@ constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
 constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
 
 
+// Keys (seqlen_k, varlen: the longest) up to which causal FP8 without softcap / ALiBi keeps the
+// two-warpgroup kernel (src/attention_hopper_hdim.cuh).
+constexpr int kAttnHopperFp8TwoWarpgroupsUpToCausal = 1024;
+
 // The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /
 // ALiBi (score_mod) or not, causal (window_right 0) or not, over seqlen_k keys (varlen: the
 // longest), outside a CUDA-graph capture.

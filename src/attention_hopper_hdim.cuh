@@ -171,10 +171,19 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       // With softcap / ALiBi: two consumer warpgroups, pingpong turns, intra-warpgroup overlap.
       if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_attn_hopper_variant<F8, kHeadDim, true, true, true>(p, dtype, stream);
       // Without: three consumer warpgroups on 128-key blocks, one GEMM at a time (no overlap: S, P
-      // and O fit 160 registers so), no pingpong turns, the rows' sums by the tensor cores
-      // (kSumByMma). MEASURE (H100, bench/experiments/attention_hopper_ablation.cu --fp8).
-      return launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true, true>(
-          p, dtype, stream);
+      // and O fit 160 registers so), no pingpong turns; without an LSE out, the rows' sums by the
+      // tensor cores (kSumByMma: the sums of the e4m3-rounded P; O / l as accurate, the LSE not to
+      // fp32's 2^-12 of the logits: 0.004-0.02 off in Attention.Fp8Rung4). Against the kernel before
+      // (two warpgroups, pingpong, overlap), H100, 2026-11-26, 91b6165, bench/experiments/
+      // attention_hopper_ablation.cu --fp8 (docs/ladder/attention.md): without a mask +5.5..+17.9%
+      // (sums by the tensor cores) / +3.2..+8.7% (fp32 sums) at 512-16k keys; causal +5.6..+12.3% /
+      // +2.1..+5.6% from 2k, but 0.4-4.4% slower at 512-1k, where the kernel before stays.
+      if (p.window_right == 0 && p.seqlen_k <= kAttnHopperFp8TwoWarpgroupsUpToCausal)
+        return launch_attn_hopper_variant<F8, kHeadDim, false, true, true>(p, dtype, stream);
+      if (p.lse == nullptr)
+        return launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true, true>(
+            p, dtype, stream);
+      return launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3>(p, dtype, stream);
     }
   }
   // Varlen with no packed key (or query) rows: every row sees no key (0 output, -inf lse) or
