@@ -28,6 +28,7 @@ softmax_lse and attn_probs are not differentiable. Needs torch >= 2.4 (``torch.l
 Varlen is told from cu_seqlens: either given means varlen (C++ then insists on both).
 """
 
+import math
 import operator
 from typing import Any, Optional
 
@@ -61,7 +62,13 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor
                   deterministic: bool, rung: int, dropout_p: float = 0.0,
                   dropout_seed: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     out, lse, probs = _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
-    _fa.attention_fwd(q, k, v, out, softmax_lse=lse, attn_probs=probs if return_attn_probs else None,
+    # FP8 has no backward, so its lse is only for the caller who asks (return_attn_probs): without it
+    # the kernel that sums P by the tensor cores runs (faster; src/attention_hopper_hdim.cuh), and the
+    # unused lse is NaN.
+    want_lse = return_attn_probs or q.dtype != torch.float8_e4m3fn
+    if not want_lse:
+        lse.fill_(math.nan)
+    _fa.attention_fwd(q, k, v, out, softmax_lse=lse if want_lse else None, attn_probs=probs if return_attn_probs else None,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                       window_left=window_left, window_right=window_right, softcap=softcap, q_descale=q_descale,
