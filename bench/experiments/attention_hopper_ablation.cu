@@ -320,10 +320,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // (kTreeReduce on), without pingpong turns, and with key blocks of 160, 192 and 224 (V^T in
 // chunks of 32 / 64 keys; 256 spills) (2^-6 relative). Timed with the pass that transposes V, as
 // the library's call.
-template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false>
+template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
+          bool kQkAhead = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
-                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma>(
+                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma, kQkAhead>(
       p, DType::kE4M3, s);
 }
 
@@ -346,10 +347,9 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
                                          {"fp8_n192", [&] { launch_fp8<false, true, 192>(p, h.stream()); }},
                                          {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
-                                         {"fp8_n128_sum", [&] { launch_fp8<false, true, 128, 2, true, true>(p, h.stream()); }},
-                                         {"fp8_n224_sum", [&] { launch_fp8<false, true, 224, 2, true, true>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tree", [&] { launch_fp8<true, false, 128, 3, false, true>(p, h.stream()); }}};
+                                         {"fp8_3c_n96_no_pingpong_sum", [&] { launch_fp8<false, false, 96, 3, true, true>(p, h.stream()); }},
+                                         {"fp8_3c_n96_qk_ahead_sum", [&] { launch_fp8<false, false, 96, 3, false, true, true>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());

@@ -501,7 +501,7 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kQkAhead = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -511,6 +511,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
+  static_assert(!kQkAhead || (!kOverlap && kSpecialized), "kQkAhead: a form of the loop without kOverlap");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   using To = HopperAttnOut<T>;  // output element
@@ -805,6 +806,43 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
       wgmma_fence_operands(o);
       release(&v_empty[last]);
       add_sums(kOne);
+    } else if constexpr (kQkAhead) {
+      // kQkAhead: O += P_i V_i and S_{i+1} = Q K_{i+1}^T issued together, one wait for both, then
+      // the softmax of block i + 1 (nothing under it: P_i is no longer live there, so S, P and O
+      // fit the registers of three consumer warpgroups; the tensor cores get two GEMMs per wait).
+      wait_full(&k_full[0], 0);
+      turn_begin();
+      gemm_qk(0);
+      turn_end(false);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      release(&k_empty[0]);
+      softmax(n_begin, rescale);
+      if constexpr (kSumByMma)
+        for (int r = 0; r < 2; ++r) row_sum[r] *= rescale[r];
+      convert_p();
+      for (int i = 0; i < n_blocks; ++i) {
+        const int st = i % kStages, nx = (i + 1) % kStages;
+        const bool more = i + 1 < n_blocks;
+        wait_full(&v_full[st], (i / kStages) & 1);
+        if (more) wait_full(&k_full[nx], ((i + 1) / kStages) & 1);
+        turn_begin();
+        gemm_pv(st);
+        if (more) gemm_qk(nx);
+        turn_end(!more);
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        wgmma_fence_operands(s);
+        release(&v_empty[st]);
+        add_sums(kOne);
+        if (!more) break;
+        release(&k_empty[nx]);
+        softmax(n_begin + i + 1, rescale);
+        rescale_o(rescale);
+        if constexpr (kSumByMma)
+          for (int r = 0; r < 2; ++r) row_sum[r] *= rescale[r];
+        convert_p();
+      }
     } else {
       // One GEMM at a time: S_i, softmax, O += P_i V_i.
       for (int i = 0; i < n_blocks; ++i) {
