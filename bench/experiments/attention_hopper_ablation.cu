@@ -315,16 +315,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   }
 }
 
-// FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128: the library's kernel
-// (the softmax's row max and sum as running values) against the same with them folded as trees
-// (kTreeReduce on), without pingpong turns, and with key blocks of 160, 192 and 224 (V^T in
-// chunks of 32 / 64 keys; 256 spills) (2^-6 relative). Timed with the pass that transposes V, as
-// the library's call.
-template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
-          bool kQkAhead = false>
+// FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128: the kernels the library
+// takes and their alternatives (below), against the first (2^-6 relative; 2^-4 where the key blocks
+// or the row sums differ: P rounds to e4m3 at other running maxima, l sums the rounded P). Timed
+// with the pass that transposes V, as the library's call.
+template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
-                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma, kQkAhead>(
+                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma>(
       p, DType::kE4M3, s);
 }
 
@@ -338,18 +336,21 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   const auto [want, max_ref] = reference_output(ref.p, n, h.stream());
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = attention_flops(c);
-  // fp8: 128-key blocks (the library's kernel below 2k keys); fp8_n192 / fp8_n224 the library's
-  // from 2k / 4k. Left out once measured: fp8_tree and fp8_no_pingpong (8bb39f1 / 17d4575: slower,
-  // within 1.5%), fp8_n160, fp8_n192_no_pingpong, fp8_3c_n64 (dc1c35e: slower than fp8_n192 /
-  // fp8_n224 from 2k). *_no_overlap: kOverlap off (S, softmax, then P V), which lets three
-  // consumer warpgroups hold 128-key blocks in 160 registers (with kOverlap they spill 144 bytes).
+  // fp8: two consumer warpgroups, pingpong, overlap, 128-key blocks (the library's with softcap /
+  // ALiBi, and causal up to 1k keys); fp8_n192 / fp8_n224: wider key blocks (V^T in chunks of 64 /
+  // 32 keys; 256 spills). *_3c_*_no_overlap_no_pingpong: three consumer warpgroups, kOverlap off
+  // (S, softmax, then P V: 128-key blocks fit 160 registers so; with kOverlap they spill 144 bytes),
+  // no pingpong turns; the library's otherwise, *_sum (kSumByMma) without an LSE out. _tree:
+  // kTreeReduce. Left out once measured (docs/ladder/attention.md): fp8_tree / fp8_no_pingpong
+  // (17d4575 / 8bb39f1), fp8_n160, fp8_n192_no_pingpong, fp8_3c_n64, fp8_3c_n96 (dc1c35e), the
+  // two-warpgroup *_sum kernels (91b6165), three warpgroups on 96-key blocks with overlap or with
+  // P V and the next Q K^T issued together (85db2aa).
   const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
                                          {"fp8_n192", [&] { launch_fp8<false, true, 192>(p, h.stream()); }},
                                          {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n96_no_pingpong_sum", [&] { launch_fp8<false, false, 96, 3, true, true>(p, h.stream()); }},
-                                         {"fp8_3c_n96_qk_ahead_sum", [&] { launch_fp8<false, false, 96, 3, false, true, true>(p, h.stream()); }}};
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tree", [&] { launch_fp8<true, false, 128, 3, false, true>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());

@@ -39,8 +39,11 @@
 // 0 x inf = NaN (rung 3 zero-fills instead; FlashAttention-3 reads them too).
 // FP8 (T = __nv_fp8_e4m3, head dim 128): the same kernel with 8-bit wgmma (k32) for both GEMMs,
 // V read transposed (a pass before the kernel, 04_hopper_fp8_v.cuh: 8-bit wgmma takes K-major
-// operands only), P packed to e4m3 in registers without shuffles (convert_p), the descale factors
-// folded into the scale and 1 / l, and bf16 O stored from registers (twice Q's tile size).
+// operands only; a block's V^T one 5-D box, in chunks of 128, 64 or 32 keys), P 256 times larger
+// (kAttnFp8PShiftLog2) packed to e4m3 in registers without shuffles (convert_p), the descale factors
+// folded into the scale and 1 / l, bf16 O stored from registers (twice Q's tile size), and
+// optionally the rows' sums by the tensor cores (kSumByMma). The library's FP8 kernel without
+// softcap / ALiBi: three consumer warpgroups, 128-key blocks, no overlap, no pingpong.
 // Paged K/V (kPaged; the paged prefill, include/flashlab/serving.h): the same kernel with the
 // producer loading whole key blocks as a TMA box per page (and V k-step-major at pages of 16),
 // the last block of a request by cp.async copies, zero-filled (HopperAttnArgs, below).
@@ -48,8 +51,9 @@
 // max grows by at most 2^8 (FP8: while it does not grow; hopper_attn_softmax).
 // Limits: one CTA per query block (the persistent form, 04_hopper_persistent.cuh, serves short and
 // medium key sequences at d 64, 128 and 256; from 8k keys at d 128 this kernel with 176-key blocks is as
-// fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.34x the bf16
-// rate at 8k (cf57815): its softmax is now the larger part.
+// fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.35x the bf16
+// rate at 8k (dc5fc09): its exponentials take as long as its GEMMs (MUFU and tensor pipe each ~55%
+// busy), and three consumer warpgroups cannot overlap a block's softmax with its P V (registers).
 #pragma once
 
 #include <climits>
@@ -76,7 +80,8 @@ namespace flashlab::kernels {
 // kElemBytes_: bytes of an input element, 2 (fp16 / bf16) or 1 (FP8 e4m3).
 // kConsumers_: consumer warpgroups, 2, or 3 (FlashAttention-3's 192-row tile at head dim 64: a
 // third warp per scheduler hides the softmax's latencies; 7-24% faster there, H100 2026-11-26, the
-// library's choice at d 64 without softcap / ALiBi). Three fit 160 registers where S, P and O do:
+// library's choice at d 64 without softcap / ALiBi; and FP8 at d 128 with 128-key blocks without
+// kOverlap, the library's FP8 kernel without softcap / ALiBi). Three fit 160 registers where S, P and O do:
 // d 64 with 128-key blocks, d 96 with 96, d 128 with 64 or 80 (experiments).
 // kSumByMma_ (FP8): the rows' sums of P by the tensor cores (hopper_attn_gemm_pv).
 template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2, int kConsumers_ = 2, bool kSumByMma_ = false>
@@ -91,14 +96,15 @@ struct HopperAttnTraits {
   // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three.
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
   static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim <= 128),
-                "two consumer warpgroups, or three up to head dim 128 (16-bit)");
+                "two consumer warpgroups, or three up to head dim 128");
   static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
   // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9, 8773645): 176 at d 128
   // 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (the launcher takes it from 8k keys on); 80
   // at d 256 3-5% faster than 64; 192 at d 64 1-5% slower.
-  // FP8: 128 keys by default (attn_hopper_fp8_key_block for the library's choice).
+  // FP8: 128 keys by default (the library's choice; 160-224 measured faster with two consumer
+  // warpgroups from 2k keys; three hold 128 at most).
   static constexpr int kBlockN = kBlockN_ > 0 ? kBlockN_ : kFp8 ? 128 : attn_hopper_default_key_block(kHeadDim);
   static constexpr int kStages = 2;  // 3 where it fits (d <= 128) measured 3-6% slower (08ecfe9)
   static constexpr int kThreads = 128 * (kConsumers + 1);  // producer + consumer warpgroups
@@ -501,7 +507,7 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kQkAhead = false>
+          bool kSpecialized = true, bool kSumByMma = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -511,7 +517,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
-  static_assert(!kQkAhead || (!kOverlap && kSpecialized), "kQkAhead: a form of the loop without kOverlap");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   using To = HopperAttnOut<T>;  // output element
@@ -806,43 +811,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
       wgmma_fence_operands(o);
       release(&v_empty[last]);
       add_sums(kOne);
-    } else if constexpr (kQkAhead) {
-      // kQkAhead: O += P_i V_i and S_{i+1} = Q K_{i+1}^T issued together, one wait for both, then
-      // the softmax of block i + 1 (nothing under it: P_i is no longer live there, so S, P and O
-      // fit the registers of three consumer warpgroups; the tensor cores get two GEMMs per wait).
-      wait_full(&k_full[0], 0);
-      turn_begin();
-      gemm_qk(0);
-      turn_end(false);
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
-      release(&k_empty[0]);
-      softmax(n_begin, rescale);
-      if constexpr (kSumByMma)
-        for (int r = 0; r < 2; ++r) row_sum[r] *= rescale[r];
-      convert_p();
-      for (int i = 0; i < n_blocks; ++i) {
-        const int st = i % kStages, nx = (i + 1) % kStages;
-        const bool more = i + 1 < n_blocks;
-        wait_full(&v_full[st], (i / kStages) & 1);
-        if (more) wait_full(&k_full[nx], ((i + 1) / kStages) & 1);
-        turn_begin();
-        gemm_pv(st);
-        if (more) gemm_qk(nx);
-        turn_end(!more);
-        wgmma_wait<0>();
-        wgmma_fence_operands(o);
-        wgmma_fence_operands(s);
-        release(&v_empty[st]);
-        add_sums(kOne);
-        if (!more) break;
-        release(&k_empty[nx]);
-        softmax(n_begin + i + 1, rescale);
-        rescale_o(rescale);
-        if constexpr (kSumByMma)
-          for (int r = 0; r < 2; ++r) row_sum[r] *= rescale[r];
-        convert_p();
-      }
     } else {
       // One GEMM at a time: S_i, softmax, O += P_i V_i.
       for (int i = 0; i < n_blocks; ++i) {

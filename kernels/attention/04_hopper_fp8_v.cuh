@@ -3,8 +3,9 @@
 // 16-bit kernels read V as an MN-major operand. This pass writes it once per call:
 //   vt[b][hk][c][position(j)] = v[b][j][hk][c],  j < sk of batch b;  0 for j in [sk, sk_pad)
 // with the keys of each 16-key group in the order of P's register fragment (attn_fp8_v_position,
-// kernels/attention/04_hopper.cuh) and each row padded with zeros to sk_pad (a multiple of the
-// 128-key block), so that blocks past a sequence's end multiply masked probabilities by zeros.
+// kernels/attention/04_hopper.cuh) and each row padded with zeros to sk_pad (a multiple of 128
+// keys; a key block reaching past sk_pad gets zero-filled chunks from the TMA), so that blocks past
+// a sequence's end multiply masked probabilities by zeros.
 // vt: (batch, nheads_kv, d, sk_pad) e4m3, contiguous; v: any strides (varlen: packed rows).
 // Cost: a read and a write of V (the attention itself reads K and V once per query block).
 #pragma once

@@ -62,9 +62,9 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor
                   deterministic: bool, rung: int, dropout_p: float = 0.0,
                   dropout_seed: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     out, lse, probs = _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
-    # FP8 has no backward, so its lse is only for the caller who asks (return_attn_probs): without it
-    # the kernel that sums P by the tensor cores runs (faster; src/attention_hopper_hdim.cuh), and the
-    # unused lse is NaN.
+    # FP8 has no backward (and no attn_probs: return_attn_probs is rejected below, as before), so
+    # its lse is not asked for: the kernel that sums P by the tensor cores runs (faster;
+    # src/attention_hopper_hdim.cuh), and the unused lse is NaN.
     want_lse = return_attn_probs or q.dtype != torch.float8_e4m3fn
     if not want_lse:
         lse.fill_(math.nan)

@@ -36,6 +36,8 @@ What differs from flash-attn:
 * FP8 as FlashAttention-3 takes it: ``flash_attn_func`` and ``flash_attn_varlen_func`` accept
   e4m3 (``float8_e4m3fn``) q, k, v with optional fp32 ``q_descale``, ``k_descale``, ``v_descale``
   (one element, or (batch, nheads_kv)) and return bf16; head dim 128 on Hopper only (rung 4).
+  Forward only, without ``return_attn_probs``; these compute no lse for it (the faster kernel,
+  which sums P by the tensor cores, runs); ``attention_fwd`` with ``softmax_lse`` gives one.
 
 Masks are aligned bottom-right (flash-attn >= 2.1): with sq / sk a batch's lengths, row i sees
 keys j in [i + sk - sq - window_left, i + sk - sq + window_right], -1 (any negative size, as
