@@ -34,7 +34,8 @@
 // --persistent-pingpong: the persistent kernels with and without pingpong turns (*_no_pingpong) at
 // d 64 and 128, 512..4k.
 // --fp8: the FP8 variants (run_fp8) at d 128, 512..16k.
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8]
+// --seq128: d 128, three consumer warpgroups without overlap and pingpong, 2k..16k.
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -206,6 +207,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     // leave room for O in 160 registers (96 keys spill).
     variants.push_back({"3_consumers_n64", [&] { launch<kD, true, true, 64, false, true, false, 3>(p, h.stream()); }});
     variants.push_back({"3_consumers_n80", [&] { launch<kD, true, true, 80, false, true, false, 3>(p, h.stream()); }});
+    // Three consumer warpgroups one GEMM at a time, no pingpong (the library's FP8 kernel's form):
+    // without the overlap 112- and 128-key blocks fit 160 registers.
+    variants.push_back({"3_consumers_n128_seq", [&] { launch<kD, false, false, 128, false, true, false, 3>(p, h.stream()); }});
+    variants.push_back({"3_consumers_n112_seq", [&] { launch<kD, false, false, 112, false, true, false, 3>(p, h.stream()); }});
   }
   if constexpr (kD == 64) {
     variants.push_back({"kBlockN=192", [&] { launch<kD, true, true, 192>(p, h.stream()); }});
@@ -419,6 +424,11 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--seq128") {  // d 128: three consumer warpgroups without overlap and pingpong
+    const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n128_seq",
+                                            "3_consumers_n112_seq"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({2048, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -429,7 +439,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128)\n", mode.c_str());
     return 2;
   }
   h.write_json();
