@@ -180,10 +180,12 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       // +2.1..+5.6% from 2k, but 0.4-4.4% slower at 512-1k, where the kernel before stays.
       if (p.window_right == 0 && p.seqlen_k <= kAttnHopperFp8TwoWarpgroupsUpToCausal)
         return launch_attn_hopper_variant<F8, kHeadDim, false, true, true>(p, dtype, stream);
-      if (p.lse == nullptr)
-        return launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true, true>(
-            p, dtype, stream);
-      return launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3>(p, dtype, stream);
+      BOOL_SWITCH(p.lse == nullptr, kSumByMma, [&] {
+        // (no pingpong, no overlap, 128-key blocks, ..., 3 consumers, lazy rescale, no tree, a producer warpgroup)
+        launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true,
+                                   kSumByMma>(p, dtype, stream);
+      });
+      return;
     }
   }
   // Varlen with no packed key (or query) rows: every row sees no key (0 output, -inf lse) or

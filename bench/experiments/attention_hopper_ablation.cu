@@ -360,9 +360,11 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());
     // Other key-block widths round P to e4m3 at other running maxima (the max moves at block
-    // boundaries): compared at e4m3's relative step (2^-4) instead.
-    const bool other_blocks = std::string(variants[vi].name).find("_n") != std::string::npos;
-    const bool ok = nans == 0 && rel <= (other_blocks ? 1.0 / 16 : 1.0 / 64);
+    // boundaries), and the sums by the tensor cores add the rounded P: compared at e4m3's relative
+    // step (2^-4) instead.
+    const std::string name = variants[vi].name;
+    const bool other_rounding = name == "fp8_n192" || name == "fp8_n224" || name.find("_sum") != std::string::npos;
+    const bool ok = nans == 0 && rel <= (other_rounding ? 1.0 / 16 : 1.0 / 64);
     all_ok &= ok;
     std::printf("e4m3 d 128 seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
                 static_cast<long long>(c.seqlen), c.causal ? 1 : 0, variants[vi].name, ms[vi], flops / (ms[vi] * 1e-3) / 1e12,

@@ -366,12 +366,11 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     for (int j = 0; j < kGroups; ++j) {
       s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
       s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
-      if constexpr (Tr::kSumByMma) continue;  // the sums come with P V (hopper_attn_gemm_pv)
+      if constexpr (Tr::kSumByMma) continue;  // the block's sums come with P V (hopper_attn_gemm_pv)
       if constexpr (kTreeReduce) part[j] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
       else sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     }
-    if constexpr (Tr::kSumByMma) continue;
-    if constexpr (kTreeReduce) sum = hopper_attn_tree(part, add2);
+    if constexpr (kTreeReduce && !Tr::kSumByMma) sum = hopper_attn_tree(part, add2);
     row_sum[r] = row_sum[r] * rescale[r] + sum;
   }
 }
@@ -740,13 +739,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
   const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
-  // kSumByMma: the row sums of the P V just waited for into row_sum, then scaled by factor (the
-  // next block's rescale, as O).
+  // kSumByMma: the row sums of the P V just waited for into row_sum, times factor (the rescale of
+  // the blocks since, which the softmax has applied to row_sum already).
   const auto add_sums = [&](const float (&factor)[2]) {
     if constexpr (kSumByMma) {
       wgmma_fence_operands(lsum);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) row_sum[r] = (row_sum[r] + lsum[2 * r]) * factor[r];
+      for (int r = 0; r < 2; ++r) row_sum[r] = fmaf(lsum[2 * r], factor[r], row_sum[r]);
     }
   };
   constexpr float kOne[2] = {1.f, 1.f};
@@ -825,8 +824,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
         release(&k_empty[st]);
         softmax(n_begin + i, rescale);
         rescale_o(rescale);
-        if constexpr (kSumByMma)
-          for (int r = 0; r < 2; ++r) row_sum[r] *= rescale[r];
         convert_p();
         wait_full(&v_full[st], phase);
         turn_begin();

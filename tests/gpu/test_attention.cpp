@@ -420,15 +420,19 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
   opt.q_descale = &desc_v[0], opt.k_descale = &desc_v[1], opt.v_descale = &desc_v[2];
 
   const ::testing::Message what = ::testing::Message(describe(c, DType::kE4M3, 4)) << (per_head ? " descale per head" : " descale per tensor");
-  dout.poison();
-  dlse.poison();
-  attention_fwd(qv, kv, vv, ov, nullptr, kAttnFwdRungAuto, opt);
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<double> got = gather(decode(DType::kBF16, download(dout.ptr, dout.bytes)), lo, c, cuq, c.h);
-  expect_no_nan(got, what);
   double max_ref = 0;
   for (double x : ref.out) max_ref = std::max(max_ref, std::fabs(x));
-  expect_within_tolerance(got, naive.out, ref.out, unit_roundoff(DType::kBF16) * max_ref, what);
+  // The output of a launch with options o (poisoned before) against the reference.
+  const auto check_out = [&](const AttnFwdOptions& o, const ::testing::Message& label) {
+    dout.poison();
+    attention_fwd(qv, kv, vv, ov, nullptr, kAttnFwdRungAuto, o);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> got = gather(decode(DType::kBF16, download(dout.ptr, dout.bytes)), lo, c, cuq, c.h);
+    expect_no_nan(got, label);
+    expect_within_tolerance(got, naive.out, ref.out, unit_roundoff(DType::kBF16) * max_ref, label);
+  };
+  dlse.poison();
+  check_out(opt, what);
   const std::vector<double> lse_dev = decode(DType::kF32, download(dlse.ptr, dlse.bytes));
   std::vector<double> lse(ref.lse.size()), lse_ref = ref.lse, lse_naive = naive.lse;
   int64_t inf_mismatch = 0;
@@ -451,12 +455,7 @@ void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
   // src/attention_hopper_hdim.cuh): the output against the same reference.
   AttnFwdOptions no_lse = opt;
   no_lse.softmax_lse = nullptr;
-  dout.poison();
-  attention_fwd(qv, kv, vv, ov, nullptr, kAttnFwdRungAuto, no_lse);
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<double> got2 = gather(decode(DType::kBF16, download(dout.ptr, dout.bytes)), lo, c, cuq, c.h);
-  expect_no_nan(got2, ::testing::Message(what) << " (no lse)");
-  expect_within_tolerance(got2, naive.out, ref.out, unit_roundoff(DType::kBF16) * max_ref, ::testing::Message(what) << " (no lse)");
+  check_out(no_lse, ::testing::Message(what) << " (no lse)");
 }
 
 TEST(Attention, Fp8Rung4) {
