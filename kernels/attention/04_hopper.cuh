@@ -299,7 +299,7 @@ __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
   }
 }
 
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false>
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, int kExpPoly = 0>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                     int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
@@ -364,8 +364,13 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     float sum = 0.f, part[kGroups];
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
-      s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off));
-      s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off));
+      // kExpPoly: every kExpPoly-th n8 tile's exponents on the FMA pipe (exp2_poly3_nonpos).
+      const bool poly = kExpPoly > 0 && j % (kExpPoly > 0 ? kExpPoly : 1) == kExpPoly - 1;  // known once unrolled
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float x = fmaf(s[4 * j + 2 * r + c], to_log2, -off);
+        s[4 * j + 2 * r + c] = poly ? exp2_poly3_nonpos(x) : exp2_approx_ftz(x);
+      }
       if constexpr (Tr::kSumByMma) continue;  // the block's sums come with P V (hopper_attn_gemm_pv)
       if constexpr (kTreeReduce) part[j] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
       else sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
@@ -506,7 +511,7 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false>
+          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -736,7 +741,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     if constexpr (kPaged) fence_proxy_async_smem();
   };
   const auto softmax = [&](int n, float (&rescale)[2]) {
-    hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+    hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kExpPoly>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
   const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
   // kSumByMma: the row sums of the P V just waited for into row_sum, times factor (the rescale of
