@@ -118,7 +118,7 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0>
+          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0, bool kPvSplit = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   const kernels::HopperAttnArgs args =
@@ -127,7 +127,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
       args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kExpPoly>;
+                                                   kSumByMma, kExpPoly, kPvSplit>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const int threads = kSpecialized ? Tr::kThreads : 128 * kConsumers;  // without the producer warpgroup
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);

@@ -325,10 +325,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // or the row sums differ: P rounds to e4m3 at other running maxima, l sums the rounded P). Timed
 // with the pass that transposes V, as the library's call.
 template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
-          int kExpPoly = 0>
+          int kExpPoly = 0, bool kPvSplit = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
-                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma, kExpPoly>(
+                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma, kExpPoly,
+                                     kPvSplit>(
       p, DType::kE4M3, s);
 }
 
@@ -347,8 +348,10 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   // 32 keys; 256 spills). *_3c_*_no_overlap_no_pingpong: three consumer warpgroups, kOverlap off
   // (S, softmax, then P V: 128-key blocks fit 160 registers so; with kOverlap they spill 144 bytes),
   // no pingpong turns; the library's otherwise, *_sum (kSumByMma) without an LSE out. _tree:
-  // kTreeReduce; _polyK: every K-th n8 tile's exponents on the FMA pipe (kExpPoly). Left out once
-  // measured (docs/ladder/attention.md): fp8_3c_n128_no_overlap_no_pingpong_sum_tree (29af8c4), fp8_tree / fp8_no_pingpong
+  // kTreeReduce; _polyK: every K-th n8 tile's exponents on the FMA pipe (kExpPoly); _split: P V in
+  // two halves, the first under the second's exponents (kPvSplit). Left out once measured
+  // (docs/ladder/attention.md): _sum_poly2 / 3 / 4 and _poly4 (db8231b),
+  // fp8_3c_n128_no_overlap_no_pingpong_sum_tree (29af8c4), fp8_tree / fp8_no_pingpong
   // (17d4575 / 8bb39f1), fp8_n160, fp8_n192_no_pingpong, fp8_3c_n64, fp8_3c_n96 (dc1c35e), the
   // two-warpgroup *_sum kernels (91b6165), three warpgroups on 96-key blocks with overlap or with
   // P V and the next Q K^T issued together (85db2aa).
@@ -357,11 +360,9 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
                                          {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_poly4", [&] { launch_fp8<false, false, 128, 3, false, false, 4>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_poly8", [&] { launch_fp8<false, false, 128, 3, false, true, 8>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_poly4", [&] { launch_fp8<false, false, 128, 3, false, true, 4>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_poly3", [&] { launch_fp8<false, false, 128, 3, false, true, 3>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_poly2", [&] { launch_fp8<false, false, 128, 3, false, true, 2>(p, h.stream()); }}};
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_split", [&] { launch_fp8<false, false, 128, 3, false, false, 0, true>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_split", [&] { launch_fp8<false, false, 128, 3, false, true, 0, true>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_poly8", [&] { launch_fp8<false, false, 128, 3, false, true, 8>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());

@@ -201,12 +201,13 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 }
 
 // O += P V, P from registers (pa), V at v_base: k-steps v_step_bytes apart, 64-column boxes (LBO)
-// v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk.
+// v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk. [kFrom, kTo): the
+// k-steps of P taken (kPvSplit: the block in two groups).
 // Tr::kSumByMma (FP8): in the same group, lsum = P x ones (an m64n8k32 wgmma per k-step against an
 // 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones): each row's sum of this block's P as
 // rounded to e4m3 (shifted: kAttnFp8PShiftLog2), replacing the softmax's kBlockN / 2 FADDs per
 // thread. (Eight more columns of O against rows of ones after V^T's chunks measured the same.)
-template <typename T, typename Tr, bool kDescAdvance = true>
+template <typename T, typename Tr, bool kDescAdvance = true, int kFrom = 0, int kTo = Tr::kPvSteps>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo,
                                                     float* lsum = nullptr, uint32_t ones_base = 0) {
@@ -220,7 +221,7 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
   wgmma_fence_operands(pa);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
+  for (int kk = kFrom; kk < kTo; ++kk) {
     const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kHeadDim * kChunk + kk * 32 % kChunk : kk * v_step_bytes;
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, off)
                       : Tr::kFp8     ? wgmma_desc_swizzled(v_base + off, 16, 8 * kChunk, kChunk)
@@ -233,7 +234,7 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
     wgmma_fence_operands(l);
     const uint64_t d1 = wgmma_desc_swizzled(ones_base, 16, 256, 32);  // 8 rows x 32 bytes: every k-step the same
 #pragma unroll
-    for (int kk = 0; kk < Tr::kPvSteps; ++kk) WgmmaRs<T, 8>::template mma<0>(l, pa[kk], d1, kk > 0 ? 1 : 0);
+    for (int kk = kFrom; kk < kTo; ++kk) WgmmaRs<T, 8>::template mma<0>(l, pa[kk], d1, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }
@@ -299,10 +300,12 @@ __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
   }
 }
 
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, int kExpPoly = 0>
-__device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
-                                                    float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
-                                                    int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
+// The softmax's first half: scores modified and masked, each row's new max (row_max), the offset
+// its exponents subtract (off, log2 units) and the factor for O and l (rescale).
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false>
+__device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&off)[2],
+                                                        float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
+                                                        int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
   const int k0 = n * Tr::kBlockN;
   if constexpr (Tr::kScoreMod) {
 #pragma unroll
@@ -328,15 +331,14 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
       for (int j = 0; j < Tr::kBlockN / 8; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int off = j * 8 + c;
-          s[4 * j + 2 * r + c] = off >= lo && off <= hi ? s[4 * j + 2 * r + c] : -INFINITY;
+          const int col = j * 8 + c;
+          s[4 * j + 2 * r + c] = col >= lo && col <= hi ? s[4 * j + 2 * r + c] : -INFINITY;
         }
     }
   }
   const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
   constexpr int kGroups = Tr::kBlockN / 8;  // n8 tiles: two scores of each row per thread
   const auto fmax2 = [](float a, float b) { return fmaxf(a, b); };
-  const auto add2 = [](float a, float b) { return a + b; };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
@@ -358,26 +360,51 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
     if (!moves) mx = row_max[r];
     // A row with every key so far masked keeps max -inf: offset 0 gives 2^(-inf) = 0, not NaN.
     // FP8: P is 2^kAttnFp8PShiftLog2 times larger (kAttnFp8PShiftLog2's comment).
-    const float base = mx == -INFINITY ? 0.f : mx, off = Tr::kFp8 ? base - kAttnFp8PShiftLog2 : base;
+    const float base = mx == -INFINITY ? 0.f : mx;
+    off[r] = Tr::kFp8 ? base - kAttnFp8PShiftLog2 : base;
     rescale[r] = moves ? exp2_approx_ftz(row_max[r] - base) : 1.f;
     row_max[r] = mx;
-    float sum = 0.f, part[kGroups];
+  }
+}
+
+// The softmax's second half for the n8 tiles [kFrom, kTo) of the block: s = 2^(s x to_log2 - off)
+// and, unless Tr::kSumByMma, their sum into row_sum (rescaled first by the part with tile 0).
+// kExpPoly: every kExpPoly-th n8 tile's exponents by exp2_poly3_nonpos on the FMA pipe instead of
+// MUFU (an experiment: slower, docs/ladder/attention.md).
+template <typename Tr, bool kTreeReduce = false, int kExpPoly = 0, int kFrom = 0, int kTo = Tr::kBlockN / 8>
+__device__ __forceinline__ void hopper_attn_softmax_exp(float (&s)[Tr::kBlockN / 2], float (&row_sum)[2], const float (&off)[2],
+                                                        const float (&rescale)[2], float scale_log2) {
+  const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;
+  const auto add2 = [](float a, float b) { return a + b; };
 #pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-      // kExpPoly: every kExpPoly-th n8 tile's exponents on the FMA pipe (exp2_poly3_nonpos).
+  for (int r = 0; r < 2; ++r) {
+    float sum = 0.f, part[kTo - kFrom];
+#pragma unroll
+    for (int j = kFrom; j < kTo; ++j) {
       const bool poly = kExpPoly > 0 && j % (kExpPoly > 0 ? kExpPoly : 1) == kExpPoly - 1;  // known once unrolled
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const float x = fmaf(s[4 * j + 2 * r + c], to_log2, -off);
+        const float x = fmaf(s[4 * j + 2 * r + c], to_log2, -off[r]);
         s[4 * j + 2 * r + c] = poly ? exp2_poly3_nonpos(x) : exp2_approx_ftz(x);
       }
       if constexpr (Tr::kSumByMma) continue;  // the block's sums come with P V (hopper_attn_gemm_pv)
-      if constexpr (kTreeReduce) part[j] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      if constexpr (kTreeReduce) part[j - kFrom] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
       else sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     }
     if constexpr (kTreeReduce && !Tr::kSumByMma) sum = hopper_attn_tree(part, add2);
-    row_sum[r] = row_sum[r] * rescale[r] + sum;
+    row_sum[r] = kFrom == 0 ? row_sum[r] * rescale[r] + sum : row_sum[r] + sum;
   }
+}
+
+// The whole online softmax of block n (hopper_attn_softmax_max, then _exp over every n8 tile).
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, int kExpPoly = 0>
+__device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
+                                                    float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
+                                                    int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
+  float off[2];
+  hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t, scale_log2,
+                                                         slope_log2);
+  hopper_attn_softmax_exp<Tr, kTreeReduce, kExpPoly>(s, row_sum, off, rescale, scale_log2);
 }
 
 // The named barrier on which consumer warpgroup cw lets the next one (cyclically) take its
@@ -404,10 +431,11 @@ __device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kHeadDim / 
 // the thread's scores of a 16-key group are keys 2t, 2t + 1, 2t + 8, 2t + 9: it packs those,
 // and the transposed V tile holds its keys in the same order (attn_fp8_v_position), so P V
 // pairs each probability with its key's row of V without moving bytes between threads.
-template <typename T, typename Tr>
+// [kFrom, kTo): the k-steps converted.
+template <typename T, typename Tr, int kFrom = 0, int kTo = Tr::kPvSteps>
 __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBlockN / 2], uint32_t (&pa)[Tr::kPvSteps][4]) {
 #pragma unroll
-  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
+  for (int kk = kFrom; kk < kTo; ++kk) {
     if constexpr (Tr::kFp8) {
       const float* x = s + 16 * kk;  // keys 32 kk .. 32 kk + 31: n8 tiles 4 kk .. 4 kk + 3
       pa[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);     // row g,     keys 0 .. 15 of the step
@@ -511,7 +539,7 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0>
+          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0, bool kPvSplit = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -728,9 +756,16 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   // (paged, pages of 16: HopperAttnArgs::v_step_major).
   const bool v_steps = kPaged && args.v_step_major != 0;
   const uint32_t v_step_bytes = v_steps ? Tr::kBoxes * 2048 : 16 * 128, v_lbo = v_steps ? 2048 : kN * 128;
-  const auto gemm_pv = [&](int stage) {
-    hopper_attn_gemm_pv<T, Tr, kDescAdvance>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo, lsum, smem_u32(ones));
+  // (from, to: std::integral_constant k-step bounds, hopper_attn_gemm_pv's kFrom, kTo.)
+  const auto gemm_pv_steps = [&](int stage, auto from, auto to) {
+    hopper_attn_gemm_pv<T, Tr, kDescAdvance, decltype(from)::value, decltype(to)::value>(
+        o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo, lsum, smem_u32(ones));
   };
+  constexpr int kPvHalf = Tr::kPvSteps / 2;  // kPvSplit: P V's first k-steps
+  using Step0 = std::integral_constant<int, 0>;
+  using StepHalf = std::integral_constant<int, kPvHalf>;
+  using StepEnd = std::integral_constant<int, Tr::kPvSteps>;
+  const auto gemm_pv = [&](int stage) { gemm_pv_steps(stage, Step0{}, StepEnd{}); };
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
@@ -755,6 +790,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   };
   constexpr float kOne[2] = {1.f, 1.f};
   const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };
+  static_assert(!kPvSplit || (!kOverlap && Tr::kPvSteps % 2 == 0), "P V in halves: the loop without kOverlap, an even k-step count");
 
   if (n_blocks > 0) {
     if (loader) {  // Q, then block 0's K and V
@@ -827,13 +863,32 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
         wgmma_wait<0>();
         wgmma_fence_operands(s);
         release(&k_empty[st]);
-        softmax(n_begin + i, rescale);
-        rescale_o(rescale);
-        convert_p();
-        wait_full(&v_full[st], phase);
-        turn_begin();
-        gemm_pv(st);
-        turn_end(i == n_blocks - 1);
+        if constexpr (kPvSplit) {
+          // P V in two groups of k-steps: the product of the first half of the keys runs under the
+          // exponents of the second (half the k-steps hold half the n8 tiles).
+          constexpr int kTiles = kN / 8, kTileHalf = kTiles / 2;
+          float off[2];
+          hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce>(s, row_max, off, rescale, n_begin + i, mod, sb.sk, wg_row0, row0, t,
+                                                                 scale_log2, slope_log2);
+          rescale_o(rescale);
+          hopper_attn_softmax_exp<Tr, kTreeReduce, kExpPoly, 0, kTileHalf>(s, row_sum, off, rescale, scale_log2);
+          hopper_attn_convert_p<T, Tr, 0, kPvHalf>(s, pa);
+          wait_full(&v_full[st], phase);
+          turn_begin();
+          gemm_pv_steps(st, Step0{}, StepHalf{});
+          hopper_attn_softmax_exp<Tr, kTreeReduce, kExpPoly, kTileHalf, kTiles>(s, row_sum, off, rescale, scale_log2);
+          hopper_attn_convert_p<T, Tr, kPvHalf, Tr::kPvSteps>(s, pa);
+          gemm_pv_steps(st, StepHalf{}, StepEnd{});
+          turn_end(i == n_blocks - 1);
+        } else {
+          softmax(n_begin + i, rescale);
+          rescale_o(rescale);
+          convert_p();
+          wait_full(&v_full[st], phase);
+          turn_begin();
+          gemm_pv(st);
+          turn_end(i == n_blocks - 1);
+        }
         wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[st]);
