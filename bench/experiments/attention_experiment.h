@@ -1,9 +1,10 @@
 // What the attention experiments (attention_hopper_ablation.cu, attention_bwd_hopper_ablation.cu)
-// share: their shapes (16k tokens, model dim 2048, self-attention), a bf16 download, and the
+// share: their shapes (16k tokens, model dim 2048, self-attention; FLASHLAB_HEADS overrides the heads), a bf16 download, and the
 // results row of one variant.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -14,11 +15,20 @@
 
 namespace flashlab::bench::attention_experiment {
 
+// FLASHLAB_HEADS=n: n heads instead of model dim 2048's (e.g. a tile count that fills every wave).
+inline int64_t heads_override() {
+  static const int64_t n = [] {
+    const char* s = std::getenv("FLASHLAB_HEADS");
+    return s != nullptr ? std::atoll(s) : 0;
+  }();
+  return n;
+}
+
 struct Config {
   int64_t seqlen, headdim;
   bool causal;
   int64_t batch() const { return 16384 / seqlen; }
-  int64_t heads() const { return 2048 / headdim; }
+  int64_t heads() const { return heads_override() > 0 ? heads_override() : 2048 / headdim; }
   int64_t elements() const { return batch() * seqlen * heads() * headdim; }  // of q (= k, v, out)
 };
 
