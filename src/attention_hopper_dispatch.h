@@ -35,6 +35,26 @@ constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at
 // two-warpgroup kernel (src/attention_hopper_hdim.cuh).
 constexpr int kAttnHopperFp8TwoWarpgroupsUpToCausal = 1024;
 
+// Rung 4's split of the last, partial wave (kSplitTail, kernels/attention/04_hopper.cuh): with
+// `tiles` equal tiles (no mask, fixed lengths) of n_blocks key blocks each on `sms` SMs, one CTA
+// per SM, the last tiles % sms tiles run alone; split into k parts along the keys (at most
+// kAttnSplitTailMax, at most n_blocks, k x leftover <= sms) they take 1 / k of a tile's time. Taken
+// when that saves at least 2% (the parts' fp32 O and the merge cost about 1%). splits 1: no split.
+constexpr int kAttnSplitTailMax = 4;
+struct AttnSplitTail {
+  int from, splits;  // the tiles from `from` on split in `splits` parts
+};
+constexpr AttnSplitTail attn_hopper_split_tail(long long tiles, int sms, int n_blocks) {
+  if (tiles <= 0 || sms <= 0) return {0, 1};
+  const long long left = tiles % sms, waves = tiles / sms;
+  if (left == 0) return {0, 1};
+  long long k = sms / left;
+  if (k > kAttnSplitTailMax) k = kAttnSplitTailMax;
+  if (k > n_blocks) k = n_blocks;
+  if (k < 2 || (1.0 - 1.0 / static_cast<double>(k)) / static_cast<double>(waves + 1) < 0.02) return {0, 1};
+  return {static_cast<int>(tiles - left), static_cast<int>(k)};
+}
+
 // The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /
 // ALiBi (score_mod) or not, causal (window_right 0) or not, over seqlen_k keys (varlen: the
 // longest), outside a CUDA-graph capture.

@@ -38,12 +38,15 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
 // FP8: V transposed into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch,
 // kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
 // (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
-// chunk's bytes; chunks past sk_pad come zero-filled.
+// chunk's bytes; chunks past sk_pad come zero-filled. extra_bytes > 0: as many more bytes of the
+// workspace after V's, at *extra (256-byte aligned).
 template <typename Tr>
-CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
+CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream, int64_t extra_bytes = 0, void** extra = nullptr) {
   constexpr int kHeadDim = Tr::kHeadDim, kChunk = Tr::kVtChunk;
   const int64_t sk_pad = ceil_div(std::max(p.seqlen_k, 1), 128) * 128;
-  auto* vt = static_cast<uint8_t*>(workspace(stream, static_cast<int64_t>(p.batch) * p.nheads_kv * kHeadDim * sk_pad));
+  const int64_t vt_bytes = ceil_div(static_cast<int64_t>(p.batch) * p.nheads_kv * kHeadDim * sk_pad, 256) * 256;
+  auto* vt = static_cast<uint8_t*>(workspace(stream, vt_bytes + extra_bytes));
+  if (extra_bytes > 0) *extra = vt + vt_bytes;
   const dim3 grid(static_cast<unsigned>(sk_pad / kernels::kAttnFp8TransposeKeys), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernels::attn_fp8_transpose_v_kernel<kHeadDim>, grid, kernels::kAttnFp8TransposeThreads, 0, stream, p, vt,
                   sk_pad);
@@ -54,9 +57,10 @@ CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream) {
 }
 
 // The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8: V transposed into the
-// stream's workspace first.
+// stream's workspace first. extra_bytes > 0: as many bytes of the workspace at *extra (after V's).
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kPaged = false, int kConsumers = 2, bool kSumByMma = false>
-kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cudaStream_t stream, int64_t extra_bytes = 0,
+                                         void** extra = nullptr) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
@@ -93,13 +97,15 @@ kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cu
                              p.k_batch_stride, Tr::kBlockN);
   }
   if constexpr (Tr::kFp8) {  // bf16 output, stored from registers: no map for o
-    args.v = attn_fp8_transposed_v<Tr>(p, stream);
+    args.v = attn_fp8_transposed_v<Tr>(p, stream, extra_bytes, extra);
   } else if constexpr (!kPaged) {
     args.v = attn_tensor_map(p.v, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
                              p.v_batch_stride, Tr::kBlockN);
     args.o = attn_tensor_map(p.o, dtype, kHeadDim, total_q, p.nheads, batch, p.o_row_stride, p.o_head_stride,
                              p.o_batch_stride, 64);
   }
+  if constexpr (!Tr::kFp8)
+    if (extra_bytes > 0) *extra = workspace(stream, extra_bytes);
   args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
   return args;
 }
@@ -115,22 +121,46 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
   return static_cast<int>(tiles);
 }
 
+// kSplitTail (no mask, fixed lengths, not paged): the last, partial wave's tiles split along the
+// keys (attn_hopper_split_tail; HopperAttnArgs), their parts merged by a second kernel.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0, bool kPvSplit = false>
+          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0, bool kPvSplit = false, bool kSplitTail = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
-  const kernels::HopperAttnArgs args =
-      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma>(p, dtype, stream);
-  const int ctas = attn_hopper_tiles<Tr>(
+  // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
+  const AttnSplitTail split =
+      kSplitTail ? attn_hopper_split_tail(ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch, sm_count(),
+                                          static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)))
+                 : AttnSplitTail{0, 1};
+  const int64_t tiles_split = split.splits > 1 ? ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch - split.from : 0;
+  const int64_t units = tiles_split * split.splits;
+  const int64_t part_o_bytes = units * Tr::kBlockM * kHeadDim * 4, part_bytes = part_o_bytes + units * Tr::kBlockM * 4;
+  void* parts = nullptr;
+  kernels::HopperAttnArgs args =
+      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma>(p, dtype, stream, part_bytes, &parts);
+  const int tiles = attn_hopper_tiles<Tr>(
       args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
+  args.split_from = split.splits > 1 ? split.from : tiles;
+  args.splits = split.splits;
+  args.part_o = static_cast<float*>(parts);
+  args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + part_o_bytes) : nullptr;
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kExpPoly, kPvSplit>;
+                                                   kSumByMma, kExpPoly, kPvSplit, kSplitTail>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const int threads = kSpecialized ? Tr::kThreads : 128 * kConsumers;  // without the producer warpgroup
+  const int64_t ctas = tiles + tiles_split * (split.splits - 1);
+  FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 CTAs, got ", ctas);
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);
+  if constexpr (kSplitTail) {
+    if (tiles_split == 0) return;
+    constexpr int kRowsPerCta = 8;  // a warp per row
+    const auto merge = kernels::attn_hopper_merge_tail_kernel<kHeadDim, Tr::kBlockM, kAttnSplitTailMax, kernels::HopperAttnOut<T>>;
+    FLASHLAB_LAUNCH(merge, static_cast<unsigned>(ceil_div(tiles_split * Tr::kBlockM, kRowsPerCta)), 32 * kRowsPerCta, 0, stream,
+                    args, static_cast<int>(tiles_split));
+  }
 }
 
 // The persistent kernel's two counters (next tile, CTAs done), in the stream's counters workspace.
@@ -180,10 +210,15 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       // +2.1..+5.6% from 2k, but 0.4-4.4% slower at 512-1k, where the kernel before stays.
       if (p.window_right == 0 && p.seqlen_k <= kAttnHopperFp8TwoWarpgroupsUpToCausal)
         return launch_attn_hopper_variant<F8, kHeadDim, false, true, true>(p, dtype, stream);
+      // Without a mask and varlen: the last, partial wave's tiles split along the keys (kSplitTail,
+      // attn_hopper_split_tail; docs/ladder/attention.md).
+      const bool split_tail = p.window_left < 0 && p.window_right < 0 && p.cu_seqlens_q == nullptr;
       BOOL_SWITCH(p.lse == nullptr, kSumByMma, [&] {
-        // (no pingpong, no overlap, 128-key blocks, ..., 3 consumers, lazy rescale, no tree, a producer warpgroup)
-        launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true,
-                                   kSumByMma>(p, dtype, stream);
+        BOOL_SWITCH(split_tail, kSplitTail, [&] {
+          // (no pingpong, no overlap, 128-key blocks, ..., 3 consumers, lazy rescale, no tree, a producer warpgroup)
+          launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true,
+                                     kSumByMma, 0, false, kSplitTail>(p, dtype, stream);
+        });
       });
       return;
     }

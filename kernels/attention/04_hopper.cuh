@@ -159,6 +159,14 @@ struct HopperAttnArgs {
   // column box, 16 rows, 128 bytes), so one 3-D box (64 columns x 16 rows x column boxes) of a
   // 5-D map (columns, page rows, column boxes, kv heads, pages) loads a page's V (kBoxes boxes -> 1).
   int v_step_major;
+  // kSplitTail: the tiles from split_from on (the last, partial wave of CTAs) split their keys into
+  // `splits` parts, one CTA each (CTA split_from + splits x (tile - split_from) + part); a part
+  // writes O / l (fp32, its rows of kBlockM, head dim columns) to part_o and its LSE (log2 units)
+  // to part_lse, both indexed by the CTA's unit (blockIdx - split_from), and
+  // attn_hopper_merge_tail_kernel combines them into o and lse.
+  int split_from, splits;
+  float* part_o;
+  float* part_lse;
 };
 
 // Byte offset of element (row, col) of a k-step-major V tile (HopperAttnArgs::v_step_major): 16
@@ -456,6 +464,34 @@ __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBloc
 // warpgroup's own wgmmas, the only readers of those rows, have completed) or, FP8 (a bf16 O is
 // twice Q's tile), straight to out_rows; LSE from registers. kLseRowStride: attn_lse_offset's.
 // Thread coordinates as hopper_attn_softmax, plus cw, warp, g (its warpgroup, warp, lane / 4).
+// Row r's l (row_sum over the row's 4 threads; kSumByMma: each thread holds the whole sum).
+template <typename Tr>
+__device__ __forceinline__ float hopper_attn_row_l(float row_sum) {
+  if constexpr (!Tr::kSumByMma) {
+    row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 1);
+    row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
+  }
+  return row_sum;
+}
+
+// A split CTA's epilogue (kSplitTail): O / l times o_scale in fp32 and the LSE in log2 units
+// (-inf for a row that saw no key) of its rows to its unit's part_o / part_lse rows.
+template <typename Tr>
+__device__ __forceinline__ void hopper_attn_store_part(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
+                                                       const float (&row_max)[2], float o_scale, float* part_o,
+                                                       float* part_lse, int unit, int cw, int warp, int g, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = hopper_attn_row_l<Tr>(row_sum[r]);
+    const float inv = l > 0.f ? o_scale / l : 0.f;
+    const int64_t row = static_cast<int64_t>(unit) * Tr::kBlockM + 64 * cw + warp * 16 + g + 8 * r;
+#pragma unroll
+    for (int j = 0; j < Tr::kHeadDim / 8; ++j)
+      *reinterpret_cast<float2*>(part_o + row * Tr::kHeadDim + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    if (t == 0) part_lse[row] = l > 0.f ? row_max[r] + log2f(l) - (Tr::kFp8 ? kAttnFp8PShiftLog2 : 0.f) : -INFINITY;
+  }
+}
+
 template <typename Tr, typename To, bool kLseRowStride = false>
 __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
@@ -463,11 +499,7 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
                                                         const AttnBatch& sb, int cw, int warp, int g, int t, int row0) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    if constexpr (!Tr::kSumByMma) {  // kSumByMma: each thread of the row holds the whole sum
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-    }
+    const float l = hopper_attn_row_l<Tr>(row_sum[r]);
     const float inv = l > 0.f ? o_scale / l : 0.f;  // a row that saw no key: O = 0
     const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the tile's kBlockM
     const int i = row0 + 8 * r;
@@ -539,7 +571,7 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0, bool kPvSplit = false>
+          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0, bool kPvSplit = false, bool kSplitTail = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -549,6 +581,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
+  static_assert(!kSplitTail || (!kPaged && kSpecialized), "split tail tiles: not paged, a producer warpgroup");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   using To = HopperAttnOut<T>;  // output element
@@ -564,10 +597,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
 
   // Work: query blocks fastest, from the last one down (causal: the longest first), then heads,
   // then batches. CTAs running at once share their heads' K and V in L2, and the query heads of
-  // a GQA group (adjacent heads) follow each other.
-  const int hb = static_cast<int>(blockIdx.x / static_cast<unsigned>(args.m_blocks));
+  // a GQA group (adjacent heads) follow each other. kSplitTail: the CTAs from split_from on are
+  // parts of the tiles from split_from on (HopperAttnArgs).
+  const bool split = kSplitTail && static_cast<int>(blockIdx.x) >= args.split_from;
+  const int unit = split ? static_cast<int>(blockIdx.x) - args.split_from : 0;
+  const int tile = split ? args.split_from + unit / args.splits : static_cast<int>(blockIdx.x);
+  const int part = split ? unit % args.splits : 0;
+  const int hb = static_cast<int>(static_cast<unsigned>(tile) / static_cast<unsigned>(args.m_blocks));
   const int h = hb % p.nheads, b = hb / p.nheads;
-  const int mb = args.m_blocks - 1 - static_cast<int>(blockIdx.x % static_cast<unsigned>(args.m_blocks));
+  const int mb = args.m_blocks - 1 - static_cast<int>(static_cast<unsigned>(tile) % static_cast<unsigned>(args.m_blocks));
   const int m0 = mb * kM;
   const AttnBatch sb = attn_batch<kPaged>(p, b);
   if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)
@@ -583,8 +621,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   }
   const int rows_hi = sb.sq - m0 < kM ? sb.sq : m0 + kM;
   const AttnKeyRange kr = attn_key_range(m0, rows_hi, sb.sk, mod.diag, mod.window_left, mod.window_right);
-  const int n_begin = kr.lo / kN;
-  const int n_blocks = kr.hi > kr.lo ? (kr.hi + kN - 1) / kN - n_begin : 0;
+  const int n_first = kr.lo / kN, n_all = kr.hi > kr.lo ? (kr.hi + kN - 1) / kN - n_first : 0;
+  // A split part: blocks [n_all part / splits, n_all (part + 1) / splits) of the tile's.
+  const int n_lo = split ? n_all * part / args.splits : 0, n_hi = split ? n_all * (part + 1) / args.splits : n_all;
+  const int n_begin = n_first + n_lo, n_blocks = n_hi - n_lo;
 
   if (threadIdx.x == 0) {
     mbarrier_init(&q_full, 1);
@@ -897,7 +937,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     }
   }
 
-  // Epilogue: O / l and LSE (hopper_attn_normalize_o), then the TMA store or the varlen copy.
+  // Epilogue: O / l and LSE (hopper_attn_normalize_o), then the TMA store or the varlen copy; a
+  // split part's to its unit's rows of part_o / part_lse.
+  if constexpr (kSplitTail)
+    if (split) return hopper_attn_store_part<Tr>(o, row_sum, row_max, v_descale, args.part_o, args.part_lse, unit, cw, warp, g, t);
   To* out_rows = static_cast<To*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   hopper_attn_normalize_o<Tr, To, kPaged>(o, row_sum, row_max, v_descale, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
   if constexpr (kFp8) return;
@@ -906,6 +949,51 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   if (wg_row0 >= sb.sq) return;
   hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, sb.sq, h, b, cw, t128);
 #endif
+}
+
+// kSplitTail's second pass: row `row` of split tile split_from + ti (HopperAttnArgs) from its
+// parts, one warp per row (kHeadDim / 32 columns per lane): O = sum_s w_s O_s / sum_s w_s with w_s =
+// 2^(lse_s - max lse) (a part that saw no key has lse -inf: weight 0), LSE = max + log2(sum w).
+// Grid: split tiles x kBlockM rows, 32 threads each, any block size; fixed-length batches only.
+template <int kHeadDim, int kBlockM, int kMaxSplits, typename To>
+__global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttnArgs args, int split_tiles) {
+  static_assert(kHeadDim % 64 == 0, "an even number of columns per lane");
+  constexpr int kCols = kHeadDim / 32;  // per lane, contiguous
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= static_cast<int64_t>(split_tiles) * kBlockM) return;
+  const int ti = static_cast<int>(w / kBlockM), row = static_cast<int>(w % kBlockM);
+  const AttnFwdParams& p = args.p;
+  const int tile = args.split_from + ti;
+  const int hb = tile / args.m_blocks, h = hb % p.nheads, b = hb / p.nheads;
+  const int i = (args.m_blocks - 1 - tile % args.m_blocks) * kBlockM + row;
+  if (i >= p.seqlen_q) return;
+  const int splits = args.splits;
+  const int64_t first = static_cast<int64_t>(ti) * splits * kBlockM + row;  // part 0's row; part s: + s kBlockM
+  float lse[kMaxSplits], mx = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    lse[s] = s < splits ? args.part_lse[first + s * kBlockM] : -INFINITY;
+    mx = fmaxf(mx, lse[s]);
+  }
+  float acc[kCols] = {}, total = 0.f;
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    if (s >= splits) break;
+    const float ws = mx == -INFINITY ? 0.f : exp2f(lse[s] - mx);
+    total += ws;
+    const float* src = args.part_o + (first + s * kBlockM) * kHeadDim + lane * kCols;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] = fmaf(ws, src[c], acc[c]);
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  To* out = static_cast<To*>(p.o) + attn_offset(p, b, 0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + lane * kCols;
+#pragma unroll
+  for (int c = 0; c < kCols; c += 2) *reinterpret_cast<uint32_t*>(out + c) = pack2<To>(acc[c] * inv, acc[c + 1] * inv);
+  if (lane == 0 && p.lse != nullptr) {
+    const AttnBatch sb = attn_batch(p, b);
+    p.lse[attn_lse_offset(p, b, h, sb, i)] = total > 0.f ? (mx + log2f(total)) * 0.6931471805599453f : -INFINITY;
+  }
 }
 
 }  // namespace flashlab::kernels

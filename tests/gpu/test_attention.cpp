@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "flashlab/attention.h"
+#include "src/attention_hopper_dispatch.h"
 #include "src/reference/attention.h"
 #include "src/reference/quant.h"
 #include "tests/common/attention_cases.h"
@@ -492,8 +493,10 @@ TEST(Attention, Fp8Rung4) {
   }
 }
 
-// Two small FP8 cases (GQA causal with ragged lengths; varlen with empty sequences): the reduced
-// sweep compute-sanitizer runs (scripts/device.sh FLASHLAB_SANITIZE_FILTER=Attention.Fp8Small).
+// Three small FP8 cases (GQA causal with ragged lengths; varlen with empty sequences; GQA without a
+// mask, whose 16 tiles the library splits in 3 parts each on any GPU of 48 SMs or more,
+// src/attention_hopper_dispatch.h): the reduced sweep compute-sanitizer runs (scripts/device.sh
+// FLASHLAB_SANITIZE_FILTER=Attention.Fp8Small).
 TEST(Attention, Fp8Small) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "FP8 attention runs on sm_90 only";
@@ -506,6 +509,26 @@ TEST(Attention, Fp8Small) {
   varlen.lk = {150, 9, 0};
   check_case_fp8(causal, true, rng);
   check_case_fp8(varlen, false, rng);
+  check_case_fp8(fixed(2, 200, 333, 4, 2, 128), true, rng);
+}
+
+// The last, partial wave's tiles split along the keys (kSplitTail, src/attention_hopper_dispatch.h:
+// FP8 without a mask, fixed lengths): MQA with as many heads as make more tiles than SMs and a
+// split in at least 3 parts; 650 keys are 6 blocks of 128 (the last partial), so the parts are
+// uneven (4 parts: 1, 2, 1, 2 blocks). Against the reference with and without the LSE.
+TEST(Attention, Fp8SplitTail) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "FP8 attention runs on sm_90 only";
+  int sms = 0;
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  constexpr int64_t kSq = 600, kSk = 650, kQueryBlocks = 4;  // ceil(600 / 192): the FP8 kernel's 192-row tiles
+  constexpr int kKeyBlocks = 6;
+  int64_t heads = 0;
+  for (int64_t h = 1; h <= 4 * sms && heads == 0; ++h)
+    if (kQueryBlocks * h > sms && detail::attn_hopper_split_tail(kQueryBlocks * h, sms, kKeyBlocks).splits >= 3) heads = h;
+  ASSERT_GT(heads, 0) << "no head count splits the last wave of " << sms << " SMs";
+  std::mt19937_64 rng(82);
+  check_case_fp8(fixed(1, kSq, kSk, heads, 1, 128), false, rng);
 }
 
 // Self-attention on one random bf16 (batch, seqlen, heads, d) tensor as q, k and v: run(rung,
