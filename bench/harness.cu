@@ -28,6 +28,12 @@ __global__ void fill_kernel(void* p, int64_t n, int dtype_code, uint64_t seed) {
     const float v = static_cast<float>(h >> 40) / static_cast<float>(1 << 23) * 2.f - 1.f;  // [-1, 1)
     if (dtype_code == 0) static_cast<float*>(p)[i] = v;
     else if (dtype_code == 2) static_cast<__nv_fp8_e4m3*>(p)[i] = __nv_fp8_e4m3(4.f * v);  // e4m3 in [-4, 4]
+    else if (dtype_code == 3) {  // e4m3 of a standard normal (Box-Muller: v and a second hash)
+      uint64_t h2 = h * 0x94D049BB133111EBull;
+      h2 ^= h2 >> 31;
+      const float u1 = (static_cast<float>(h2 >> 40) + 1.f) / static_cast<float>(1 << 24);  // (0, 1]
+      static_cast<__nv_fp8_e4m3*>(p)[i] = __nv_fp8_e4m3(sqrtf(-2.f * logf(u1)) * cospif(v));
+    }
     else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
   }
 }

@@ -325,20 +325,23 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // or the row sums differ: P rounds to e4m3 at other running maxima, l sums the rounded P). Timed
 // with the pass that transposes V, as the library's call.
 template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
-          int kExpPoly = 0, bool kPvSplit = false, bool kSplitTail = false>
+          bool kSplitTail = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
-                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma, kExpPoly,
-                                     kPvSplit, kSplitTail>(
+                                     kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma,
+                                     kSplitTail>(
       p, DType::kE4M3, s);
 }
 
 void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
   bench::DeviceMem q(n), k(n), v(n), out(n * 2), ref(n * 2);
-  bench::fill_random(q.p, n, 2, 81, h.stream());
-  bench::fill_random(k.p, n, 2, 82, h.stream());
-  bench::fill_random(v.p, n, 2, 83, h.stream());
+  // FLASHLAB_FP8_NORMAL=1: e4m3 of standard normals (as attention_vs_sdpa.py's) instead of uniform in [-4, 4].
+  const char* normal = std::getenv("FLASHLAB_FP8_NORMAL");
+  const int code = normal != nullptr && normal[0] == '1' ? 3 : 2;
+  bench::fill_random(q.p, n, code, 81, h.stream());
+  bench::fill_random(k.p, n, code, 82, h.stream());
+  bench::fill_random(v.p, n, code, 83, h.stream());
   launch_fp8<false>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
   const auto [want, max_ref] = reference_output(ref.p, n, h.stream());
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
@@ -349,10 +352,10 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   // (S, softmax, then P V: 128-key blocks fit 160 registers so; with kOverlap they spill 144 bytes),
   // no pingpong turns; the library's otherwise, *_sum (kSumByMma) without an LSE out. _tree:
   // kTreeReduce; _tail: the last, partial wave's tiles split along the keys (kSplitTail; the
-  // library's without a mask). Left out once measured (docs/ladder/attention.md): _polyK (every
-  // K-th n8 tile's exponents on the FMA pipe, kExpPoly: _sum_poly2 / 3 / 4 / 8 and _poly4, db8231b,
-  // 30aee62), _split and _sum_split (P V in two halves, the first under the second's exponents,
-  // kPvSplit, 30aee62),
+  // library's without a mask). Left out once measured, with their kernel switches
+  // (docs/ladder/attention.md): _polyK (every K-th n8 tile's exponents on the FMA pipe, kExpPoly:
+  // _sum_poly2 / 3 / 4 / 8 and _poly4, db8231b, 30aee62), _split and _sum_split (P V in two halves,
+  // the first under the second's exponents, kPvSplit, 30aee62),
   // fp8_3c_n128_no_overlap_no_pingpong_sum_tree (29af8c4), fp8_tree / fp8_no_pingpong
   // (17d4575 / 8bb39f1), fp8_n160, fp8_n192_no_pingpong, fp8_3c_n64, fp8_3c_n96 (dc1c35e), the
   // two-warpgroup *_sum kernels (91b6165), three warpgroups on 96-key blocks with overlap or with
@@ -362,8 +365,8 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
                                          {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_tail", [&] { launch_fp8<false, false, 128, 3, false, false, 0, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", [&] { launch_fp8<false, false, 128, 3, false, true, 0, false, true>(p, h.stream()); }}};
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_tail", [&] { launch_fp8<false, false, 128, 3, false, false, true>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", [&] { launch_fp8<false, false, 128, 3, false, true, true>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());

@@ -43,7 +43,9 @@
 // (kAttnFp8PShiftLog2) packed to e4m3 in registers without shuffles (convert_p), the descale factors
 // folded into the scale and 1 / l, bf16 O stored from registers (twice Q's tile size), and
 // optionally the rows' sums by the tensor cores (kSumByMma). The library's FP8 kernel without
-// softcap / ALiBi: three consumer warpgroups, 128-key blocks, no overlap, no pingpong.
+// softcap / ALiBi: three consumer warpgroups, 128-key blocks, no overlap, no pingpong; without a
+// mask also kSplitTail: the last, partial wave of CTAs splits its tiles along the keys, each part
+// writing O / l and its LSE in fp32, attn_hopper_merge_tail_kernel combining them (HopperAttnArgs).
 // Paged K/V (kPaged; the paged prefill, include/flashlab/serving.h): the same kernel with the
 // producer loading whole key blocks as a TMA box per page (and V k-step-major at pages of 16),
 // the last block of a request by cp.async copies, zero-filled (HopperAttnArgs, below).
@@ -51,9 +53,10 @@
 // max grows by at most 2^8 (FP8: while it does not grow; hopper_attn_softmax).
 // Limits: one CTA per query block (the persistent form, 04_hopper_persistent.cuh, serves short and
 // medium key sequences at d 64, 128 and 256; from 8k keys at d 128 this kernel with 176-key blocks is as
-// fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.35x the bf16
-// rate at 8k (dc5fc09): its exponentials take as long as its GEMMs (MUFU and tensor pipe each ~55%
-// busy), and three consumer warpgroups cannot overlap a block's softmax with its P V (registers).
+// fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.38x the bf16
+// rate at 8k (d5a28f9): its exponentials take as long as its GEMMs (MUFU and tensor pipe each ~55%
+// busy), and three consumer warpgroups cannot overlap a block's softmax with its P V (registers);
+// moving a share of the exponentials to the FMA pipe or P V in halves measured slower (d5a28f9).
 #pragma once
 
 #include <climits>
@@ -209,13 +212,12 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 }
 
 // O += P V, P from registers (pa), V at v_base: k-steps v_step_bytes apart, 64-column boxes (LBO)
-// v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk. [kFrom, kTo): the
-// k-steps of P taken (kPvSplit: the block in two groups).
+// v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk.
 // Tr::kSumByMma (FP8): in the same group, lsum = P x ones (an m64n8k32 wgmma per k-step against an
 // 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones): each row's sum of this block's P as
 // rounded to e4m3 (shifted: kAttnFp8PShiftLog2), replacing the softmax's kBlockN / 2 FADDs per
 // thread. (Eight more columns of O against rows of ones after V^T's chunks measured the same.)
-template <typename T, typename Tr, bool kDescAdvance = true, int kFrom = 0, int kTo = Tr::kPvSteps>
+template <typename T, typename Tr, bool kDescAdvance = true>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo,
                                                     float* lsum = nullptr, uint32_t ones_base = 0) {
@@ -229,7 +231,7 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
   wgmma_fence_operands(pa);
   wgmma_fence();
 #pragma unroll
-  for (int kk = kFrom; kk < kTo; ++kk) {
+  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
     const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kHeadDim * kChunk + kk * 32 % kChunk : kk * v_step_bytes;
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, off)
                       : Tr::kFp8     ? wgmma_desc_swizzled(v_base + off, 16, 8 * kChunk, kChunk)
@@ -242,7 +244,7 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
     wgmma_fence_operands(l);
     const uint64_t d1 = wgmma_desc_swizzled(ones_base, 16, 256, 32);  // 8 rows x 32 bytes: every k-step the same
 #pragma unroll
-    for (int kk = kFrom; kk < kTo; ++kk) WgmmaRs<T, 8>::template mma<0>(l, pa[kk], d1, kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < Tr::kPvSteps; ++kk) WgmmaRs<T, 8>::template mma<0>(l, pa[kk], d1, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }
@@ -375,44 +377,39 @@ __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN /
   }
 }
 
-// The softmax's second half for the n8 tiles [kFrom, kTo) of the block: s = 2^(s x to_log2 - off)
-// and, unless Tr::kSumByMma, their sum into row_sum (rescaled first by the part with tile 0).
-// kExpPoly: every kExpPoly-th n8 tile's exponents by exp2_poly3_nonpos on the FMA pipe instead of
-// MUFU (an experiment: slower, docs/ladder/attention.md).
-template <typename Tr, bool kTreeReduce = false, int kExpPoly = 0, int kFrom = 0, int kTo = Tr::kBlockN / 8>
+// The softmax's second half: s = 2^(s x to_log2 - off) and, unless Tr::kSumByMma, the rows' sums
+// into row_sum (rescaled first).
+template <typename Tr, bool kTreeReduce = false>
 __device__ __forceinline__ void hopper_attn_softmax_exp(float (&s)[Tr::kBlockN / 2], float (&row_sum)[2], const float (&off)[2],
                                                         const float (&rescale)[2], float scale_log2) {
   const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;
+  constexpr int kGroups = Tr::kBlockN / 8;
   const auto add2 = [](float a, float b) { return a + b; };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float sum = 0.f, part[kTo - kFrom];
+    float sum = 0.f, part[kGroups];
 #pragma unroll
-    for (int j = kFrom; j < kTo; ++j) {
-      const bool poly = kExpPoly > 0 && j % (kExpPoly > 0 ? kExpPoly : 1) == kExpPoly - 1;  // known once unrolled
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float x = fmaf(s[4 * j + 2 * r + c], to_log2, -off[r]);
-        s[4 * j + 2 * r + c] = poly ? exp2_poly3_nonpos(x) : exp2_approx_ftz(x);
-      }
+    for (int j = 0; j < kGroups; ++j) {
+      s[4 * j + 2 * r] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r], to_log2, -off[r]));
+      s[4 * j + 2 * r + 1] = exp2_approx_ftz(fmaf(s[4 * j + 2 * r + 1], to_log2, -off[r]));
       if constexpr (Tr::kSumByMma) continue;  // the block's sums come with P V (hopper_attn_gemm_pv)
-      if constexpr (kTreeReduce) part[j - kFrom] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      if constexpr (kTreeReduce) part[j] = s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
       else sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     }
     if constexpr (kTreeReduce && !Tr::kSumByMma) sum = hopper_attn_tree(part, add2);
-    row_sum[r] = kFrom == 0 ? row_sum[r] * rescale[r] + sum : row_sum[r] + sum;
+    row_sum[r] = row_sum[r] * rescale[r] + sum;
   }
 }
 
-// The whole online softmax of block n (hopper_attn_softmax_max, then _exp over every n8 tile).
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, int kExpPoly = 0>
+// The online softmax of block n: hopper_attn_softmax_max, then _exp.
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                     int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
   float off[2];
   hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t, scale_log2,
                                                          slope_log2);
-  hopper_attn_softmax_exp<Tr, kTreeReduce, kExpPoly>(s, row_sum, off, rescale, scale_log2);
+  hopper_attn_softmax_exp<Tr, kTreeReduce>(s, row_sum, off, rescale, scale_log2);
 }
 
 // The named barrier on which consumer warpgroup cw lets the next one (cyclically) take its
@@ -439,11 +436,10 @@ __device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kHeadDim / 
 // the thread's scores of a 16-key group are keys 2t, 2t + 1, 2t + 8, 2t + 9: it packs those,
 // and the transposed V tile holds its keys in the same order (attn_fp8_v_position), so P V
 // pairs each probability with its key's row of V without moving bytes between threads.
-// [kFrom, kTo): the k-steps converted.
-template <typename T, typename Tr, int kFrom = 0, int kTo = Tr::kPvSteps>
+template <typename T, typename Tr>
 __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBlockN / 2], uint32_t (&pa)[Tr::kPvSteps][4]) {
 #pragma unroll
-  for (int kk = kFrom; kk < kTo; ++kk) {
+  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
     if constexpr (Tr::kFp8) {
       const float* x = s + 16 * kk;  // keys 32 kk .. 32 kk + 31: n8 tiles 4 kk .. 4 kk + 3
       pa[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);     // row g,     keys 0 .. 15 of the step
@@ -568,10 +564,11 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 // between its own block steps: K of block i + 1 after S_i's product, V of block i after P_{i-1}
 // V_{i-1}'s, each after the wait for its stage's release by every consumer warp; the consumers
 // keep the launch's register share (no setmaxnreg).
+// kSplitTail: the CTAs from args.split_from on are parts of the last tiles (HopperAttnArgs).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, int kExpPoly = 0, bool kPvSplit = false, bool kSplitTail = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -796,16 +793,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   // (paged, pages of 16: HopperAttnArgs::v_step_major).
   const bool v_steps = kPaged && args.v_step_major != 0;
   const uint32_t v_step_bytes = v_steps ? Tr::kBoxes * 2048 : 16 * 128, v_lbo = v_steps ? 2048 : kN * 128;
-  // (from, to: std::integral_constant k-step bounds, hopper_attn_gemm_pv's kFrom, kTo.)
-  const auto gemm_pv_steps = [&](int stage, auto from, auto to) {
-    hopper_attn_gemm_pv<T, Tr, kDescAdvance, decltype(from)::value, decltype(to)::value>(
-        o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo, lsum, smem_u32(ones));
+  const auto gemm_pv = [&](int stage) {
+    hopper_attn_gemm_pv<T, Tr, kDescAdvance>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo, lsum, smem_u32(ones));
   };
-  constexpr int kPvHalf = Tr::kPvSteps / 2;  // kPvSplit: P V's first k-steps
-  using Step0 = std::integral_constant<int, 0>;
-  using StepHalf = std::integral_constant<int, kPvHalf>;
-  using StepEnd = std::integral_constant<int, Tr::kPvSteps>;
-  const auto gemm_pv = [&](int stage) { gemm_pv_steps(stage, Step0{}, StepEnd{}); };
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
@@ -816,7 +806,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     if constexpr (kPaged) fence_proxy_async_smem();
   };
   const auto softmax = [&](int n, float (&rescale)[2]) {
-    hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kExpPoly>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+    hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
   const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
   // kSumByMma: the row sums of the P V just waited for into row_sum, times factor (the rescale of
@@ -830,7 +820,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   };
   constexpr float kOne[2] = {1.f, 1.f};
   const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };
-  static_assert(!kPvSplit || (!kOverlap && Tr::kPvSteps % 2 == 0), "P V in halves: the loop without kOverlap, an even k-step count");
 
   if (n_blocks > 0) {
     if (loader) {  // Q, then block 0's K and V
@@ -903,32 +892,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
         wgmma_wait<0>();
         wgmma_fence_operands(s);
         release(&k_empty[st]);
-        if constexpr (kPvSplit) {
-          // P V in two groups of k-steps: the product of the first half of the keys runs under the
-          // exponents of the second (half the k-steps hold half the n8 tiles).
-          constexpr int kTiles = kN / 8, kTileHalf = kTiles / 2;
-          float off[2];
-          hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce>(s, row_max, off, rescale, n_begin + i, mod, sb.sk, wg_row0, row0, t,
-                                                                 scale_log2, slope_log2);
-          rescale_o(rescale);
-          hopper_attn_softmax_exp<Tr, kTreeReduce, kExpPoly, 0, kTileHalf>(s, row_sum, off, rescale, scale_log2);
-          hopper_attn_convert_p<T, Tr, 0, kPvHalf>(s, pa);
-          wait_full(&v_full[st], phase);
-          turn_begin();
-          gemm_pv_steps(st, Step0{}, StepHalf{});
-          hopper_attn_softmax_exp<Tr, kTreeReduce, kExpPoly, kTileHalf, kTiles>(s, row_sum, off, rescale, scale_log2);
-          hopper_attn_convert_p<T, Tr, kPvHalf, Tr::kPvSteps>(s, pa);
-          gemm_pv_steps(st, StepHalf{}, StepEnd{});
-          turn_end(i == n_blocks - 1);
-        } else {
-          softmax(n_begin + i, rescale);
-          rescale_o(rescale);
-          convert_p();
-          wait_full(&v_full[st], phase);
-          turn_begin();
-          gemm_pv(st);
-          turn_end(i == n_blocks - 1);
-        }
+        softmax(n_begin + i, rescale);
+        rescale_o(rescale);
+        convert_p();
+        wait_full(&v_full[st], phase);
+        turn_begin();
+        gemm_pv(st);
+        turn_end(i == n_blocks - 1);
         wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[st]);
