@@ -126,7 +126,7 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kStagger = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
@@ -148,7 +148,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + part_o_bytes) : nullptr;
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kSplitTail, kStagger>;
+                                                   kSumByMma, kSplitTail>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const int threads = kSpecialized ? Tr::kThreads : 128 * kConsumers;  // without the producer warpgroup
   const int64_t ctas = tiles + tiles_split * (split.splits - 1);

@@ -325,11 +325,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // or the row sums differ: P rounds to e4m3 at other running maxima, l sums the rounded P). Timed
 // with the pass that transposes V, as the library's call.
 template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
-          bool kSplitTail = false, bool kStagger = false>
+          bool kSplitTail = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
                                      kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma,
-                                     kSplitTail, kStagger>(
+                                     kSplitTail>(
       p, DType::kE4M3, s);
 }
 
@@ -352,8 +352,9 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   // (S, softmax, then P V: 128-key blocks fit 160 registers so; with kOverlap they spill 144 bytes),
   // no pingpong turns; the library's otherwise, *_sum (kSumByMma) without an LSE out. _tree:
   // kTreeReduce; _tail: the last, partial wave's tiles split along the keys (kSplitTail; the
-  // library's without a mask); _stagger: the consumer warpgroups start each tile a GEMM apart. Left out once measured, with their kernel switches
-  // (docs/ladder/attention.md): _polyK (every K-th n8 tile's exponents on the FMA pipe, kExpPoly:
+  // library's without a mask). Left out once measured, with their kernel switches
+  // (docs/ladder/attention.md): _sum_tail_stagger (the consumer warpgroups starting each tile a
+  // GEMM apart, kStagger, cb18863), _polyK (every K-th n8 tile's exponents on the FMA pipe, kExpPoly:
   // _sum_poly2 / 3 / 4 / 8 and _poly4, db8231b, 30aee62), _split and _sum_split (P V in two halves,
   // the first under the second's exponents, kPvSplit, 30aee62),
   // fp8_3c_n128_no_overlap_no_pingpong_sum_tree (29af8c4), fp8_tree / fp8_no_pingpong
@@ -366,8 +367,7 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_tail", [&] { launch_fp8<false, false, 128, 3, false, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", [&] { launch_fp8<false, false, 128, 3, false, true, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail_stagger", [&] { launch_fp8<false, false, 128, 3, false, true, true, true>(p, h.stream()); }}};
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", [&] { launch_fp8<false, false, 128, 3, false, true, true>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());

@@ -565,13 +565,10 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 // V_{i-1}'s, each after the wait for its stage's release by every consumer warp; the consumers
 // keep the launch's register share (no setmaxnreg).
 // kSplitTail: the CTAs from args.split_from on are parts of the last tiles (HopperAttnArgs).
-// kStagger (without kOverlap and pingpong): consumer warpgroup c > 0 issues its first Q K^T once
-// warpgroup c - 1's first S is done (named barrier c), so the warpgroups start a tile a GEMM apart
-// instead of side by side.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kStagger = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -582,7 +579,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
   static_assert(!kSplitTail || (!kPaged && kSpecialized), "split tail tiles: not paged, a producer warpgroup");
-  static_assert(!kStagger || (!kOverlap && !kPingpong), "the staggered start: the loop without overlap, no pingpong turns");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   using To = HopperAttnOut<T>;  // output element
@@ -891,14 +887,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
         const uint32_t phase = (i / kStages) & 1;
         wait_full(&k_full[st], phase);
         turn_begin();
-        if constexpr (kStagger)
-          if (i == 0 && cw > 0) named_barrier_sync(cw, 256);  // warpgroup cw - 1's first S is done
         gemm_qk(st);
         turn_end(false);
         wgmma_wait<0>();
         wgmma_fence_operands(s);
-        if constexpr (kStagger)
-          if (i == 0 && cw < kConsumers - 1) named_barrier_arrive(cw + 1, 256);
         release(&k_empty[st]);
         softmax(n_begin + i, rescale);
         rescale_o(rescale);
