@@ -493,8 +493,9 @@ TEST(Attention, Fp8Rung4) {
   }
 }
 
-// Three small FP8 cases (GQA causal with ragged lengths; varlen with empty sequences; GQA without a
-// mask, whose 16 tiles the library splits in 3 parts each on any GPU of 48 SMs or more,
+// Four small FP8 cases (GQA causal with ragged lengths; varlen with empty sequences; GQA without a
+// mask, whose 16 tiles the library splits in 3 parts each on any GPU of 48 SMs or more; causal over
+// 1030 keys (the three-warpgroup kernel), 12 tiles in 4 parts, some without a key;
 // src/attention_hopper_dispatch.h): the reduced sweep compute-sanitizer runs (scripts/device.sh
 // FLASHLAB_SANITIZE_FILTER=Attention.Fp8Small).
 TEST(Attention, Fp8Small) {
@@ -510,12 +511,17 @@ TEST(Attention, Fp8Small) {
   check_case_fp8(causal, true, rng);
   check_case_fp8(varlen, false, rng);
   check_case_fp8(fixed(2, 200, 333, 4, 2, 128), true, rng);
+  Case long_causal = fixed(1, 1030, 1030, 2, 1, 128);
+  long_causal.causal = true;
+  check_case_fp8(long_causal, false, rng);
 }
 
 // The last, partial wave's tiles split along the keys (kSplitTail, src/attention_hopper_dispatch.h:
-// FP8 without a mask, fixed lengths): MQA with as many heads as make more tiles than SMs and a
+// FP8 without a mask or causal, fixed lengths): MQA with as many heads as make more tiles than SMs and a
 // split in at least 3 parts; 650 keys are 6 blocks of 128 (the last partial), so the parts are
-// uneven (4 parts: 1, 2, 1, 2 blocks). Against the reference with and without the LSE.
+// uneven (4 parts: 1, 2, 1, 2 blocks). And causal over 1100 keys (the three-warpgroup kernel from
+// 1k keys), 4 heads: 24 tiles in 4 parts, the first query block's 2 key blocks leaving 2 parts
+// without a key. Against the reference with and without the LSE.
 TEST(Attention, Fp8SplitTail) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "FP8 attention runs on sm_90 only";
@@ -529,6 +535,10 @@ TEST(Attention, Fp8SplitTail) {
   ASSERT_GT(heads, 0) << "no head count splits the last wave of " << sms << " SMs";
   std::mt19937_64 rng(82);
   check_case_fp8(fixed(1, kSq, kSk, heads, 1, 128), false, rng);
+  ASSERT_GE(detail::attn_hopper_split_tail(6 * 4, sms, 9).splits, 2) << "6 query blocks x 4 heads, 9 key blocks, " << sms << " SMs";
+  Case causal = fixed(1, 1100, 1100, 4, 2, 128);
+  causal.causal = true;
+  check_case_fp8(causal, true, rng);
 }
 
 // Self-attention on one random bf16 (batch, seqlen, heads, d) tensor as q, k and v: run(rung,
