@@ -36,11 +36,11 @@ constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at
 constexpr int kAttnHopperFp8TwoWarpgroupsUpToCausal = 1024;
 
 // Rung 4's split of the last, partial wave (kSplitTail, kernels/attention/04_hopper.cuh): with
-// `tiles` equal tiles (no mask, fixed lengths; causal takes it too, its tiles of up to n_blocks key
-// blocks) of n_blocks key blocks each on `sms` SMs, one CTA per SM, the last tiles % sms tiles run
-// alone; split into k parts along the keys (at most
-// kAttnSplitTailMax, at most n_blocks, k x leftover <= sms) they take 1 / k of a tile's time. Taken
-// when that saves at least 2% (the parts' fp32 O and the merge cost about 1%). splits 1: no split.
+// `tiles` equal tiles of n_blocks key blocks each (no mask, fixed lengths; causal takes it too,
+// its tiles of up to n_blocks) on `sms` SMs, one CTA per SM, the last tiles % sms tiles run alone;
+// split into k parts along the keys (k x leftover <= sms, at most kAttnSplitTailMax and n_blocks)
+// they take 1 / k of a tile's time. Taken when that saves at least 2% of the whole (the parts' fp32
+// O and the merge cost about 1%). splits 1: no split.
 constexpr int kAttnSplitTailMax = 4;
 struct AttnSplitTail {
   int from, splits;  // the tiles from `from` on split in `splits` parts
