@@ -264,9 +264,17 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
           return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 64>(p, dtype, stream);
       // Head dim 64: three consumer warpgroups on 192-row tiles (as FlashAttention-3), 7-24%
       // faster than two at 2k-8k keys (interleaved timing, H100, 2026-11-26; docs/ladder/attention.md).
-      // Not with softcap / ALiBi: 280 bytes spilled in 160 registers.
-      if constexpr (kHeadDim == 64 && !kScoreMod)
-        return launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 0, false, false, true, false, 3>(p, dtype, stream);
+      // Not with softcap / ALiBi: 280 bytes spilled in 160 registers. Without a mask, fixed lengths:
+      // the last, partial wave's tiles split along the keys (kSplitTail, attn_hopper_split_tail).
+      if constexpr (kHeadDim == 64 && !kScoreMod) {
+        const bool split_tail = p.window_left < 0 && p.window_right < 0 && p.cu_seqlens_q == nullptr;
+        BOOL_SWITCH(split_tail, kSplitTail, [&] {
+          launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, 0, false, false, true, false, 3,
+                                     kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kernels::kAttnTreeReduceDefault<T, kHeadDim>,
+                                     true, false, kSplitTail>(p, dtype, stream);
+        });
+        return;
+      }
       launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true>(p, dtype, stream);
     });
   });

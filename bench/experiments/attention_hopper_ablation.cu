@@ -23,8 +23,8 @@
 // at d 128 below 8k keys (176-key blocks from 8k on) and at d 256 (80-key blocks there); at d 64 the
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
 // --sweep: only the library, pingpong+overlap, kBlockN=176, persistent and persistent_176 at
-// d 128, seqlen 512..16k. --sweep64: the library, 3_consumers, persistent, persistent_3c_n96 and
-// persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
+// d 128, seqlen 512..16k. --sweep64: the library, 3_consumers, 3_consumers_tail, persistent,
+// persistent_3c_n96 and persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
 // blocks), kBlockN=64 and the persistent kernel on 80- and 64-key blocks (persistent_n80,
 // persistent_n64) at d 256, seqlen 512..4k. FLASHLAB_ROUNDS=n: n rounds
 // (default 20; 200 gave the same ratios, H100 2026-11-26). FLASHLAB_SEQLEN=n: a sweep at seqlen n only.
@@ -79,10 +79,11 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
-          bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true>
+          bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true, bool kSplitTail = false>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
-                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized>(p, DType::kBF16, s);
+                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized, false, kSplitTail>(
+      p, DType::kBF16, s);
 }
 
 // The persistent kernel (bf16, no softcap / ALiBi); kArgs: launch_attn_hopper_persistent's
@@ -219,6 +220,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     variants.push_back({"3_consumers", [&] { launch<kD, true, true, 0, false, true, false, 3>(p, h.stream()); }});
     variants.push_back({"3_consumers_no_pingpong", [&] { launch<kD, false, true, 0, false, true, false, 3>(p, h.stream()); }});
     variants.push_back({"3_consumers_lazy", [&] { launch<kD, true, true, 0, false, true, false, 3, true>(p, h.stream()); }});
+    // ... with the last, partial wave's tiles split along the keys (kSplitTail; the library's
+    // without a mask).
+    variants.push_back({"3_consumers_tail", [&] {
+                          constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+                          launch<kD, true, true, 0, false, true, false, 3, false, kTree, true, true>(p, h.stream());
+                        }});
   }
   if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
   // The persistent kernel with its dynamic tile scheduler (kernels/attention/04_hopper_persistent.cuh;
@@ -307,7 +314,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
         name == "persistent_176" || name == "persistent_n64" || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
-        name.find("chain") != std::string::npos || name.find("tree") != std::string::npos ||
+        name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
         name == "rung4_library";  // the library may take any of the kernels
     const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
     all_ok &= ok;
@@ -414,8 +421,8 @@ int main(int argc, char** argv) {
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<256>(h, {s, 256, causal}, all_ok, names);
   } else if (mode == "--sweep64") {  // d 64, 512..16k
-    const std::vector<std::string> names = {"rung4_library", "3_consumers", "persistent", "persistent_3c_n96",
-                                            "persistent_3c_n112"};
+    const std::vector<std::string> names = {"rung4_library", "3_consumers", "3_consumers_tail", "persistent",
+                                            "persistent_3c_n96", "persistent_3c_n112"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<64>(h, {s, 64, causal}, all_ok, names);
   } else if (mode == "--tree") {  // the softmax's reductions as trees against running values

@@ -541,6 +541,21 @@ TEST(Attention, Fp8SplitTail) {
   check_case_fp8(causal, true, rng);
 }
 
+// The split tail at 16 bits (src/attention_hopper_hdim.cuh: head dim 64 without a mask over more
+// than 1k keys, the three-warpgroup kernel): 6 query blocks of 192 rows x 4 heads x batch 2 = 48
+// tiles over 11 key blocks, split in 2 parts on an H100's 132 SMs; fp16 and bf16, GQA, out and lse
+// of rungs 3 and 4 against the reference.
+TEST(Attention, SplitTail16Bit) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() == 9) {
+    int sms = 0;
+    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    ASSERT_GE(detail::attn_hopper_split_tail(6 * 4 * 2, sms, 11).splits, 2) << "48 tiles, 11 key blocks, " << sms << " SMs";
+  }
+  std::mt19937_64 rng(83);
+  for (DType dt : {DType::kF16, DType::kBF16}) check_case(dt, fixed(2, 1100, 1300, 4, 2, 64), {3}, rng);
+}
+
 // Self-attention on one random bf16 (batch, seqlen, heads, d) tensor as q, k and v: run(rung,
 // opt) launches attention_fwd and returns out's bytes.
 struct SelfAttention {
