@@ -40,11 +40,17 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
 // (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
 // chunk's bytes; chunks past sk_pad come zero-filled. extra_bytes > 0: as many more bytes of the
 // workspace after V's, at *extra (256-byte aligned).
+// The bytes of V^T in the workspace (a multiple of 256).
+inline int64_t attn_fp8_vt_bytes(const AttnFwdParams& p, int headdim) {
+  const int64_t sk_pad = ceil_div(std::max(p.seqlen_k, 1), 128) * 128;
+  return ceil_div(static_cast<int64_t>(p.batch) * p.nheads_kv * headdim * sk_pad, 256) * 256;
+}
+
 template <typename Tr>
 CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream, int64_t extra_bytes = 0, void** extra = nullptr) {
   constexpr int kHeadDim = Tr::kHeadDim, kChunk = Tr::kVtChunk;
   const int64_t sk_pad = ceil_div(std::max(p.seqlen_k, 1), 128) * 128;
-  const int64_t vt_bytes = ceil_div(static_cast<int64_t>(p.batch) * p.nheads_kv * kHeadDim * sk_pad, 256) * 256;
+  const int64_t vt_bytes = attn_fp8_vt_bytes(p, kHeadDim);
   auto* vt = static_cast<uint8_t*>(workspace(stream, vt_bytes + extra_bytes));
   if (extra_bytes > 0) *extra = vt + vt_bytes;
   const dim3 grid(static_cast<unsigned>(sk_pad / kernels::kAttnFp8TransposeKeys), p.nheads_kv, p.batch);
@@ -131,13 +137,22 @@ template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverla
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
-  const AttnSplitTail split =
-      kSplitTail ? attn_hopper_split_tail(ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch, sm_count(),
-                                          static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)))
+  const int64_t all_tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
+  AttnSplitTail split =
+      kSplitTail ? attn_hopper_split_tail(all_tiles, sm_count(), static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)))
                  : AttnSplitTail{0, 1};
-  const int64_t tiles_split = split.splits > 1 ? ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch - split.from : 0;
-  const int64_t units = tiles_split * split.splits;
-  const int64_t part_o_bytes = units * Tr::kBlockM * kHeadDim * 4, part_bytes = part_o_bytes + units * Tr::kBlockM * 4;
+  const auto part_bytes_of = [&](const AttnSplitTail& sp) {
+    const int64_t units = sp.splits > 1 ? (all_tiles - sp.from) * sp.splits : 0;
+    return units * Tr::kBlockM * (kHeadDim + 1) * 4;  // O / l, then the LSEs
+  };
+  // Under CUDA-graph capture (no cudaMalloc) only into a workspace that holds the parts already
+  // (and FP8's V^T): else no split, as the persistent kernel's choice (launch_attn_hopper_hdim).
+  if (split.splits > 1 && capturing(stream) &&
+      workspace_if_ready(stream, (Tr::kFp8 ? attn_fp8_vt_bytes(p, kHeadDim) : 0) + part_bytes_of(split), Workspace::kScratch) ==
+          nullptr)
+    split = AttnSplitTail{0, 1};
+  const int64_t tiles_split = split.splits > 1 ? all_tiles - split.from : 0;
+  const int64_t part_bytes = part_bytes_of(split), part_o_bytes = tiles_split * split.splits * Tr::kBlockM * kHeadDim * 4;
   void* parts = nullptr;
   kernels::HopperAttnArgs args =
       attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma>(p, dtype, stream, part_bytes, &parts);
