@@ -127,9 +127,9 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
   return static_cast<int>(tiles);
 }
 
-// kSplitTail (fixed lengths, not paged; the library's FP8 kernel without a mask and causal): the
-// last, partial wave's tiles split along the keys (attn_hopper_split_tail; HopperAttnArgs), their
-// parts merged by a second kernel.
+// kSplitTail (fixed lengths, not paged; the library's FP8 kernel without a mask and causal, head
+// dim 64's without a mask): the last, partial wave's tiles split along the keys
+// (attn_hopper_split_tail; HopperAttnArgs), their parts merged by a second kernel.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,

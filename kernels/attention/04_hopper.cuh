@@ -43,9 +43,10 @@
 // (kAttnFp8PShiftLog2) packed to e4m3 in registers without shuffles (convert_p), the descale factors
 // folded into the scale and 1 / l, bf16 O stored from registers (twice Q's tile size), and
 // optionally the rows' sums by the tensor cores (kSumByMma). The library's FP8 kernel without
-// softcap / ALiBi: three consumer warpgroups, 128-key blocks, no overlap, no pingpong; without a
-// mask also kSplitTail: the last, partial wave of CTAs splits its tiles along the keys, each part
-// writing O / l and its LSE in fp32, attn_hopper_merge_tail_kernel combining them (HopperAttnArgs).
+// softcap / ALiBi: three consumer warpgroups, 128-key blocks, no overlap, no pingpong.
+// kSplitTail (the library's FP8 kernel without a mask and causal, and head dim 64's without a mask):
+// the last, partial wave of CTAs splits its tiles along the keys, each part writing O / l and its
+// LSE in fp32, attn_hopper_merge_tail_kernel combining them (HopperAttnArgs).
 // Paged K/V (kPaged; the paged prefill, include/flashlab/serving.h): the same kernel with the
 // producer loading whole key blocks as a TMA box per page (and V k-step-major at pages of 16),
 // the last block of a request by cp.async copies, zero-filled (HopperAttnArgs, below).
