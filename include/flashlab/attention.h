@@ -108,7 +108,10 @@ void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v
 
 // Bytes of device workspace a rung needs for these shapes (rung 1: the fp32 S/P matrix; rung 2:
 // the fp32 output accumulator and the running max and sum of every row; rungs 3 and 4: none;
-// kAttnFwdRungAuto: none).
+// kAttnFwdRungAuto: none). Not counted: rung 4's per-stream scratch, FP8's transposed V (batch x
+// kv heads x headdim x seqlen_k rounded up to 128, bytes) and the parts of a split last wave of
+// tiles (FP8 without a mask or causal, head dim 64 without a mask: at most SMs x 192 x (headdim +
+// 1) x 4 bytes).
 // attention_fwd allocates it itself (stream-ordered, on `stream`); exposed for the memory
 // comparison of the ladder. For varlen, seqlen_q / seqlen_k are the totals (rung 1: the sum
 // over batches of seqlen_q x seqlen_k is at most total_q x max_seqlen_k).
