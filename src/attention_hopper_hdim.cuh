@@ -141,21 +141,19 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   AttnSplitTail split =
       kSplitTail ? attn_hopper_split_tail(all_tiles, sm_count(), static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)))
                  : AttnSplitTail{0, 1};
-  const auto part_bytes_of = [&](const AttnSplitTail& sp) {
-    const int64_t units = sp.splits > 1 ? (all_tiles - sp.from) * sp.splits : 0;
-    return units * Tr::kBlockM * (kHeadDim + 1) * 4;  // O / l, then the LSEs
-  };
+  int64_t units = split.splits > 1 ? (all_tiles - split.from) * split.splits : 0;  // the parts' CTAs
+  constexpr int64_t kUnitBytes = Tr::kBlockM * (kHeadDim + 1) * 4;                 // O / l, then the LSEs
   // Under CUDA-graph capture (no cudaMalloc) only into a workspace that holds the parts already
   // (and FP8's V^T): else no split, as the persistent kernel's choice (launch_attn_hopper_hdim).
-  if (split.splits > 1 && capturing(stream) &&
-      workspace_if_ready(stream, (Tr::kFp8 ? attn_fp8_vt_bytes(p, kHeadDim) : 0) + part_bytes_of(split), Workspace::kScratch) ==
-          nullptr)
+  if (units > 0 && capturing(stream) &&
+      workspace_if_ready(stream, (Tr::kFp8 ? attn_fp8_vt_bytes(p, kHeadDim) : 0) + units * kUnitBytes, Workspace::kScratch) == nullptr) {
     split = AttnSplitTail{0, 1};
-  const int64_t tiles_split = split.splits > 1 ? all_tiles - split.from : 0;
-  const int64_t part_bytes = part_bytes_of(split), part_o_bytes = tiles_split * split.splits * Tr::kBlockM * kHeadDim * 4;
+    units = 0;
+  }
+  const int64_t tiles_split = units / split.splits, part_o_bytes = units * Tr::kBlockM * kHeadDim * 4;
   void* parts = nullptr;
   kernels::HopperAttnArgs args =
-      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma>(p, dtype, stream, part_bytes, &parts);
+      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma>(p, dtype, stream, units * kUnitBytes, &parts);
   const int tiles = attn_hopper_tiles<Tr>(
       args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
   args.split_from = split.splits > 1 ? split.from : tiles;
@@ -167,7 +165,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
                                                    kSumByMma, kSplitTail>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const int threads = kSpecialized ? Tr::kThreads : 128 * kConsumers;  // without the producer warpgroup
-  const int64_t ctas = tiles + tiles_split * (split.splits - 1);
+  const int64_t ctas = tiles + units - tiles_split;
   FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 CTAs, got ", ctas);
   FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);
   if constexpr (kSplitTail) {

@@ -173,6 +173,16 @@ struct HopperAttnArgs {
   float* part_lse;
 };
 
+// Tile `tile` of the grid (attn_hopper_kernel's order: query blocks fastest, from the last one
+// down, then heads, then batches): its head h, batch b and query block mb.
+struct HopperAttnTile {
+  int h, b, mb;
+};
+__device__ __forceinline__ HopperAttnTile hopper_attn_tile(int tile, int m_blocks, int nheads) {
+  const int hb = static_cast<int>(static_cast<unsigned>(tile) / static_cast<unsigned>(m_blocks));
+  return {hb % nheads, hb / nheads, m_blocks - 1 - static_cast<int>(static_cast<unsigned>(tile) % static_cast<unsigned>(m_blocks))};
+}
+
 // Byte offset of element (row, col) of a k-step-major V tile (HopperAttnArgs::v_step_major): 16
 // rows per step, kBoxes 64-column boxes of 2048 bytes each per step, 128B-swizzled.
 template <int kBoxes>
@@ -471,6 +481,13 @@ __device__ __forceinline__ float hopper_attn_row_l(float row_sum) {
   return row_sum;
 }
 
+// Row r's LSE in log2 units from its max (log2 units) and l: -inf for a row that saw no key (l = 0);
+// FP8 subtracts P's shift (kAttnFp8PShiftLog2).
+template <typename Tr>
+__device__ __forceinline__ float hopper_attn_lse_log2(float row_max, float l) {
+  return l > 0.f ? row_max + log2f(l) - (Tr::kFp8 ? kAttnFp8PShiftLog2 : 0.f) : -INFINITY;
+}
+
 // A split CTA's epilogue (kSplitTail): O / l times o_scale in fp32 and the LSE in log2 units
 // (-inf for a row that saw no key) of its rows to its unit's part_o / part_lse rows.
 template <typename Tr>
@@ -485,7 +502,7 @@ __device__ __forceinline__ void hopper_attn_store_part(const float (&o)[Tr::kHea
 #pragma unroll
     for (int j = 0; j < Tr::kHeadDim / 8; ++j)
       *reinterpret_cast<float2*>(part_o + row * Tr::kHeadDim + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    if (t == 0) part_lse[row] = l > 0.f ? row_max[r] + log2f(l) - (Tr::kFp8 ? kAttnFp8PShiftLog2 : 0.f) : -INFINITY;
+    if (t == 0) part_lse[row] = hopper_attn_lse_log2<Tr>(row_max[r], l);
   }
 }
 
@@ -510,8 +527,7 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
       }
     }
     if (t == 0 && p.lse != nullptr && i < sb.sq)
-      p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] =
-          l > 0.f ? (row_max[r] + log2f(l) - (Tr::kFp8 ? kAttnFp8PShiftLog2 : 0.f)) * 0.6931471805599453f : -INFINITY;
+      p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] = hopper_attn_lse_log2<Tr>(row_max[r], l) * 0.6931471805599453f;
   }
 }
 
@@ -601,10 +617,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   const int unit = split ? static_cast<int>(blockIdx.x) - args.split_from : 0;
   const int tile = split ? args.split_from + unit / args.splits : static_cast<int>(blockIdx.x);
   const int part = split ? unit % args.splits : 0;
-  const int hb = static_cast<int>(static_cast<unsigned>(tile) / static_cast<unsigned>(args.m_blocks));
-  const int h = hb % p.nheads, b = hb / p.nheads;
-  const int mb = args.m_blocks - 1 - static_cast<int>(static_cast<unsigned>(tile) % static_cast<unsigned>(args.m_blocks));
-  const int m0 = mb * kM;
+  const HopperAttnTile tc = hopper_attn_tile(tile, args.m_blocks, p.nheads);
+  const int h = tc.h, b = tc.b, m0 = tc.mb * kM;
   const AttnBatch sb = attn_batch<kPaged>(p, b);
   if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -926,6 +940,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
 // parts, one warp per row (kHeadDim / 32 columns per lane): O = sum_s w_s O_s / sum_s w_s with w_s =
 // 2^(lse_s - max lse) (a part that saw no key has lse -inf: weight 0), LSE = max + log2(sum w).
 // Grid: split tiles x kBlockM rows, 32 threads each, any block size; fixed-length batches only.
+// (The serving merge, merge_state_kernel, does the same sums over packed (query, head) rows of
+// natural-log states into a packed output; here the rows are a tile's, in log2 units, into o's
+// strides and the lse's layout.)
 template <int kHeadDim, int kBlockM, int kMaxSplits, typename To>
 __global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttnArgs args, int split_tiles) {
   static_assert(kHeadDim % 64 == 0, "an even number of columns per lane");
@@ -935,9 +952,8 @@ __global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttn
   if (w >= static_cast<int64_t>(split_tiles) * kBlockM) return;
   const int ti = static_cast<int>(w / kBlockM), row = static_cast<int>(w % kBlockM);
   const AttnFwdParams& p = args.p;
-  const int tile = args.split_from + ti;
-  const int hb = tile / args.m_blocks, h = hb % p.nheads, b = hb / p.nheads;
-  const int i = (args.m_blocks - 1 - tile % args.m_blocks) * kBlockM + row;
+  const HopperAttnTile tc = hopper_attn_tile(args.split_from + ti, args.m_blocks, p.nheads);
+  const int h = tc.h, b = tc.b, i = tc.mb * kBlockM + row;
   if (i >= p.seqlen_q) return;
   const int splits = args.splits;
   const int64_t first = static_cast<int64_t>(ti) * splits * kBlockM + row;  // part 0's row; part s: + s kBlockM
