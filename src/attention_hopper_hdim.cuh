@@ -35,8 +35,8 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
   return make_tensor_map_4d(base, dtype, dims, strides, box);
 }
 
-// FP8: V transposed into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch,
-// kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
+// FP8 with kFp8VtPass (the ablation's; the library's kernel transposes V itself): V transposed
+// into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch, kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
 // (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
 // chunk's bytes; chunks past sk_pad come zero-filled. extra_bytes > 0: as many more bytes of the
 // workspace after V's, at *extra (256-byte aligned).
@@ -62,9 +62,11 @@ CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream, i
   return make_tensor_map_5d(vt, DType::kE4M3, dims, strides, box, kChunk);
 }
 
-// The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8: V transposed into the
-// stream's workspace first. extra_bytes > 0: as many bytes of the workspace at *extra (after V's).
-template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kPaged = false, int kConsumers = 2, bool kSumByMma = false>
+// The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8 with kFp8VtPass: V
+// transposed into the stream's workspace first (else the kernel transposes V as it loads it).
+// extra_bytes > 0: as many bytes of the workspace at *extra (after V^T's).
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kPaged = false, int kConsumers = 2, bool kSumByMma = false,
+          bool kFp8VtPass = false>
 kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cudaStream_t stream, int64_t extra_bytes = 0,
                                          void** extra = nullptr) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
@@ -102,15 +104,16 @@ kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cu
     args.k = attn_tensor_map(p.k, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
                              p.k_batch_stride, Tr::kBlockN);
   }
-  if constexpr (Tr::kFp8) {  // bf16 output, stored from registers: no map for o
+  if constexpr (Tr::kFp8 && kFp8VtPass) {  // bf16 output, stored from registers: no map for o
     args.v = attn_fp8_transposed_v<Tr>(p, stream, extra_bytes, extra);
   } else if constexpr (!kPaged) {
     args.v = attn_tensor_map(p.v, dtype, kHeadDim, total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
                              p.v_batch_stride, Tr::kBlockN);
-    args.o = attn_tensor_map(p.o, dtype, kHeadDim, total_q, p.nheads, batch, p.o_row_stride, p.o_head_stride,
-                             p.o_batch_stride, 64);
+    if constexpr (!Tr::kFp8)
+      args.o = attn_tensor_map(p.o, dtype, kHeadDim, total_q, p.nheads, batch, p.o_row_stride, p.o_head_stride,
+                               p.o_batch_stride, 64);
   }
-  if constexpr (!Tr::kFp8)
+  if constexpr (!(Tr::kFp8 && kFp8VtPass))
     if (extra_bytes > 0) *extra = workspace(stream, extra_bytes);
   args.m_blocks = static_cast<int>(ceil_div(p.seqlen_q, Tr::kBlockM));
   return args;
@@ -133,7 +136,7 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
@@ -144,16 +147,18 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   int64_t units = split.splits > 1 ? (all_tiles - split.from) * split.splits : 0;  // the parts' CTAs
   constexpr int64_t kUnitBytes = Tr::kBlockM * (kHeadDim + 1) * 4;                 // O / l, then the LSEs
   // Under CUDA-graph capture (no cudaMalloc) only into a workspace that holds the parts already
-  // (and FP8's V^T): else no split, as the persistent kernel's choice (launch_attn_hopper_hdim).
+  // (and kFp8VtPass's V^T): else no split, as the persistent kernel's choice (launch_attn_hopper_hdim).
   if (units > 0 && capturing(stream) &&
-      workspace_if_ready(stream, (Tr::kFp8 ? attn_fp8_vt_bytes(p, kHeadDim) : 0) + units * kUnitBytes, Workspace::kScratch) == nullptr) {
+      workspace_if_ready(stream, (Tr::kFp8 && kFp8VtPass ? attn_fp8_vt_bytes(p, kHeadDim) : 0) + units * kUnitBytes,
+                         Workspace::kScratch) == nullptr) {
     split = AttnSplitTail{0, 1};
     units = 0;
   }
   const int64_t tiles_split = units / split.splits, part_o_bytes = units * Tr::kBlockM * kHeadDim * 4;
   void* parts = nullptr;
   kernels::HopperAttnArgs args =
-      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma>(p, dtype, stream, units * kUnitBytes, &parts);
+      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, kPaged, kConsumers, kSumByMma, kFp8VtPass>(p, dtype, stream,
+                                                                                                  units * kUnitBytes, &parts);
   const int tiles = attn_hopper_tiles<Tr>(
       args, p, kPaged ? "batch_prefill_paged: arguments 'q', 'max_qo_len'" : "attention_fwd: arguments 'q', 'max_seqlen_q'");
   args.split_from = split.splits > 1 ? split.from : tiles;
@@ -162,7 +167,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + part_o_bytes) : nullptr;
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kSplitTail>;
+                                                   kSumByMma, kSplitTail, kFp8VtPass>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const int threads = kSpecialized ? Tr::kThreads : 128 * kConsumers;  // without the producer warpgroup
   const int64_t ctas = tiles + units - tiles_split;

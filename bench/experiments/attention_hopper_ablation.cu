@@ -329,15 +329,15 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 
 // FP8 (e4m3 q, k, v in [-4, 4], no descale factors, bf16 out) at d 128: the kernels the library
 // takes and their alternatives (below), against the first (2^-6 relative; 2^-4 where the key blocks
-// or the row sums differ: P rounds to e4m3 at other running maxima, l sums the rounded P). Timed
-// with the pass that transposes V, as the library's call.
+// or the row sums differ: P rounds to e4m3 at other running maxima, l sums the rounded P). The
+// reference: the two-warpgroup kernel on V^T from the pass before it (kFp8VtPass, the rung until
+// 2026-11-27). Timed as the library's call (with the pass where a variant takes it).
 template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
-          bool kSplitTail = false>
+          bool kSplitTail = false, bool kVtPass = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
                                      kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma,
-                                     kSplitTail>(
-      p, DType::kE4M3, s);
+                                     kSplitTail, kVtPass>(p, DType::kE4M3, s);
 }
 
 void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
@@ -349,17 +349,18 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   bench::fill_random(q.p, n, code, 81, h.stream());
   bench::fill_random(k.p, n, code, 82, h.stream());
   bench::fill_random(v.p, n, code, 83, h.stream());
-  launch_fp8<false>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
+  launch_fp8<false, true, 128, 2, true, false, false, true>(params(c, batch, heads, q.p, k.p, v.p, ref.p), h.stream());
   const auto [want, max_ref] = reference_output(ref.p, n, h.stream());
   const AttnFwdParams p = params(c, batch, heads, q.p, k.p, v.p, out.p);
   const double flops = attention_flops(c);
   // fp8: two consumer warpgroups, pingpong, overlap, 128-key blocks (the library's with softcap /
   // ALiBi, and causal up to 1k keys); fp8_n192 / fp8_n224: wider key blocks (V^T in chunks of 64 /
-  // 32 keys; 256 spills). *_3c_*_no_overlap_no_pingpong: three consumer warpgroups, kOverlap off
+  // 32 keys; 256 spills), on the pass's V^T (the producer's transpose spills 4-8 bytes there). *_3c_*_no_overlap_no_pingpong: three consumer warpgroups, kOverlap off
   // (S, softmax, then P V: 128-key blocks fit 160 registers so; with kOverlap they spill 144 bytes),
   // no pingpong turns; the library's otherwise, *_sum (kSumByMma) without an LSE out. _tree:
   // kTreeReduce; _tail: the last, partial wave's tiles split along the keys (kSplitTail; the
-  // library's without a mask). Left out once measured, with their kernel switches
+  // library's without a mask); _vtpass: V^T from the pass before the kernel (kFp8VtPass; else the
+  // producer warpgroup transposes V in the kernel). Left out once measured, with their kernel switches
   // (docs/ladder/attention.md): _sum_tail_stagger (the consumer warpgroups starting each tile a
   // GEMM apart, kStagger, cb18863), _polyK (every K-th n8 tile's exponents on the FMA pipe, kExpPoly:
   // _sum_poly2 / 3 / 4 / 8 and _poly4, db8231b, 30aee62), _split and _sum_split (P V in two halves,
@@ -369,12 +370,15 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   // two-warpgroup *_sum kernels (91b6165), three warpgroups on 96-key blocks with overlap or with
   // P V and the next Q K^T issued together (85db2aa).
   const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
-                                         {"fp8_n192", [&] { launch_fp8<false, true, 192>(p, h.stream()); }},
-                                         {"fp8_n224", [&] { launch_fp8<false, true, 224>(p, h.stream()); }},
+                                         {"fp8_vtpass", [&] { launch_fp8<false, true, 128, 2, true, false, false, true>(p, h.stream()); }},
+                                         {"fp8_n192", [&] { launch_fp8<false, true, 192, 2, true, false, false, true>(p, h.stream()); }},
+                                         {"fp8_n224", [&] { launch_fp8<false, true, 224, 2, true, false, false, true>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong", [&] { launch_fp8<false, false, 128, 3, false>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum", [&] { launch_fp8<false, false, 128, 3, false, true>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_tail", [&] { launch_fp8<false, false, 128, 3, false, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", [&] { launch_fp8<false, false, 128, 3, false, true, true>(p, h.stream()); }}};
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_tail_vtpass", [&] { launch_fp8<false, false, 128, 3, false, false, true, true>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", [&] { launch_fp8<false, false, 128, 3, false, true, true>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail_vtpass", [&] { launch_fp8<false, false, 128, 3, false, true, true, true>(p, h.stream()); }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());

@@ -38,8 +38,10 @@
 // tensor is zero-filled); they are masked, but a non-finite value there would reach P V as
 // 0 x inf = NaN (rung 3 zero-fills instead; FlashAttention-3 reads them too).
 // FP8 (T = __nv_fp8_e4m3, head dim 128): the same kernel with 8-bit wgmma (k32) for both GEMMs,
-// V read transposed (a pass before the kernel, 04_hopper_fp8_v.cuh: 8-bit wgmma takes K-major
-// operands only; a block's V^T one 5-D box, in chunks of 128, 64 or 32 keys), P 256 times larger
+// V read transposed (8-bit wgmma takes K-major operands only): two warps of the producer
+// warpgroup transpose each V block in shared memory as TMA lands it (ldmatrix .trans, byte
+// permutes, stmatrix: hopper_attn_fp8_transpose_v; until 2026-11-27 a pass before the kernel,
+// 04_hopper_fp8_v.cuh, kept for the ablation as kFp8VtPass), P 256 times larger
 // (kAttnFp8PShiftLog2) packed to e4m3 in registers without shuffles (convert_p), the descale factors
 // folded into the scale and 1 / l, bf16 O stored from registers (twice Q's tile size), and
 // optionally the rows' sums by the tensor cores (kSumByMma). The library's FP8 kernel without
@@ -74,6 +76,7 @@
 #include "kernels/attention/params.h"
 #include "kernels/attention/paged.cuh"
 #include "kernels/common/dtype.cuh"
+#include "kernels/common/mma.cuh"
 #include "kernels/common/online_softmax.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/common/wgmma.cuh"
@@ -122,9 +125,12 @@ struct HopperAttnTraits {
   // its width (one TMA box of a 5-D map loads a block's chunks, HopperAttnArgs).
   static constexpr int kVtChunk = !kFp8 ? 0 : kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
   static constexpr int kVBytes = kFp8 ? kHeadDim * kBlockN : kKBytes;
+  // FP8: V as TMA loads it (kBlockN rows of 128 bytes, like K), transposed by the producer
+  // warpgroup into V^T's buffer (hopper_attn_fp8_transpose_v); one per stage.
+  static constexpr int kVRawBytes = kFp8 ? kKBytes : 0;
   // wgmma k-steps of 32 bytes of k (16 values of 16 bits, or 32 of 8 bits) in Q K^T and in P V.
   static constexpr int kQkSteps = kHeadDim * kElemBytes_ / 32, kPvSteps = kBlockN * kElemBytes_ / 32;
-  static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes + kVRawBytes) + 1024;  // + alignment slack
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dims 64, 96, 128, 192, 256");
   static_assert(!kFp8 || (kHeadDim == 128 && kBlockN % 32 == 0), "FP8: head dim 128 and key blocks of k32 steps");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; a wgmma N and a TMA box of at most 256");
@@ -146,6 +152,55 @@ __device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float 
 // FP8 P V: where key j of a 16-key group sits in the transposed V tile (and in P's register A
 // fragment, see convert_p): keys 2t + c + 8h (t < 4, c, h in {0, 1}) at position 4t + 2h + c.
 FLASHLAB_HD inline int attn_fp8_v_position(int j) { return (j & ~15) | (4 * ((j % 8) / 2) + 2 * ((j % 16) / 8) + j % 2); }
+
+// FP8, V^T in the kernel (the library's; kFp8VtPass false): warp w's share (of kWarps) of one V
+// block's transpose, from V as TMA loaded it (src: kBlockN keys x 128 bytes of head dims,
+// 128B-swizzled) into V^T's layout (dst: chunks of head dims x 128 keys, 128B-swizzled, the keys of
+// each 16-key group in attn_fp8_v_position's order; key blocks of 128 or 256),
+// in units of 16 keys x 32 head dims, warp w taking head dims 32 w .. and every kWarps-th 32 after.
+// In a unit, ldmatrix .trans (b16) gives lane l = 4 c + q, of each 8-key x 16-byte matrix, the bytes
+// (keys 2q + {0, 1}) x (dims 2c + {0, 1}); two byte permutes join the matrices of keys 0-7 and
+// 8-15 into dims 2c's and 2c + 1's 4 bytes at positions 4q .. 4q + 3, which hold keys 2q, 2q + 1,
+// 2q + 8, 2q + 9: the stmatrix layout (row c, bytes 4q) of matrices whose rows are every other
+// head dim. Keys from valid_keys on come out 0 (a varlen block reaching into the next sequence,
+// whose values may hold NaN). The reads are free of bank conflicts; the stores conflict 2-way (a
+// matrix's 8 rows fall in 4 swizzle phases).
+template <typename Tr, int kWarps>
+__device__ __forceinline__ void hopper_attn_fp8_transpose_v(uint32_t src, uint32_t dst, int w, int lane, int valid_keys) {
+  constexpr int kKeyGroups = Tr::kBlockN / 16, kDimGroups = Tr::kHeadDim / 32;
+  static_assert(kDimGroups % kWarps == 0, "whole head-dim groups per warp");
+  static_assert(Tr::kVtChunk == 128, "V^T in chunks of 128 keys (128-byte swizzled rows)");
+  const int m = lane / 8, q = lane % 4;
+  // Lane l's ldmatrix row: matrix m is keys 8 (m % 2) .. + 7 of a group (key % 8 = l % 8), at V's
+  // 16-byte chunk 2 dg + m / 2; its stmatrix row: matrix m is head dims 32 dg + 16 (m / 2) + m % 2
+  // + 2 j (row j = l % 8).
+  const uint32_t src_lane = src + (8 * (m % 2) + lane % 8) * 128;
+  const int d_lane = 16 * (m / 2) + m % 2 + 2 * (lane % 8);
+#pragma unroll 1
+  for (int dg = w; dg < kDimGroups; dg += kWarps) {
+    const uint32_t src_dg = src_lane + (((2 * dg + m / 2) ^ (lane % 8)) * 16);
+    const int d = 32 * dg + d_lane;
+#pragma unroll 2
+    for (int kg = 0; kg < kKeyGroups; ++kg) {
+      uint32_t r[4];
+      ldmatrix_x4_trans(r, src_dg + kg * 16 * 128);
+      uint32_t o[4] = {__byte_perm(r[0], r[1], 0x6420), __byte_perm(r[0], r[1], 0x7531), __byte_perm(r[2], r[3], 0x6420),
+                       __byte_perm(r[2], r[3], 0x7531)};
+      if (16 * kg + 16 > valid_keys) {
+        uint32_t keep = 0;
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          if (16 * kg + 2 * q + x % 2 + 8 * (x / 2) < valid_keys) keep |= 0xffu << (8 * x);
+#pragma unroll
+        for (int x = 0; x < 4; ++x) o[x] &= keep;
+      }
+      // Chunk kg / 8 of V^T, row d, 16-byte unit kg % 8 swizzled with d % 8 (bits 4-6 of the
+      // offset XOR bits 7-9).
+      const uint32_t off = static_cast<uint32_t>(d * 128 + (16 * kg) % 128);
+      stmatrix_x4(o, dst + (16 * kg / 128) * Tr::kHeadDim * 128 + (off ^ (((off >> 7) & 7) << 4)));
+    }
+  }
+}
 
 // Tensor maps over (head dim, rows, heads, batch): q and o with 128- and 64-row boxes, k and v
 // with kBlockN-row boxes, all 128 bytes wide. Varlen: rows are the packed rows, batch 1. FP8: v
@@ -582,10 +637,14 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 // V_{i-1}'s, each after the wait for its stage's release by every consumer warp; the consumers
 // keep the launch's register share (no setmaxnreg).
 // kSplitTail: the CTAs from args.split_from on are parts of the last tiles (HopperAttnArgs).
+// FP8: the producer warpgroup's warps 1 and 2 transpose each V block that TMA loads (args.v maps V as
+// it is) into the buffer P V reads (hopper_attn_fp8_transpose_v); kFp8VtPass (the rung until
+// 2026-11-27, kept for the ablation): V^T from a pass before the kernel (04_hopper_fp8_v.cuh), loaded
+// by TMA (args.v maps it).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -598,15 +657,19 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   static_assert(!kSplitTail || (!kPaged && kSpecialized), "split tail tiles: not paged, a producer warpgroup");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
+  constexpr bool kVtInKernel = kFp8 && !kFp8VtPass;  // V^T by the producer warpgroup's warps 1, 2
+  constexpr int kTransposeWarps = 2;  // warps 1 and 2 of the producer warpgroup
   using To = HopperAttnOut<T>;  // output element
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t q_full, k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+  __shared__ uint64_t vraw_full[kVtInKernel ? kStages : 1], vraw_empty[kVtInKernel ? kStages : 1];  // kVtInKernel: V as loaded
   // The 128B swizzle pattern repeats every 1024 bytes: tiles start on a 1024-byte boundary.
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sq = smem;                           // Q (kBoxes x 128 rows), later O
   unsigned char* sk = sq + Tr::kQBytes;               // (kStages, kBoxes x kN rows)
   unsigned char* sv = sk + kStages * Tr::kKBytes;     // (kStages, kBoxes x kN rows; FP8: chunks of d rows x kVtChunk keys)
+  unsigned char* sv_raw = sv + kStages * Tr::kVBytes;  // FP8: (kStages, kN rows of 128 bytes), V as loaded
   const AttnFwdParams& p = args.p;
 
   // Work: query blocks fastest, from the last one down (causal: the longest first), then heads,
@@ -643,9 +706,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     for (int s = 0; s < kStages; ++s) {
       // The producer's arrive + the TMA bytes; paged: an arrive per producer thread when its copies land.
       mbarrier_init(&k_full[s], kPaged ? 128 : 1);
-      mbarrier_init(&v_full[s], kPaged ? 128 : 1);
+      mbarrier_init(&v_full[s], kPaged ? 128 : kVtInKernel ? kTransposeWarps : 1);  // kVtInKernel: each transposing warp's arrive
       mbarrier_init(&k_empty[s], 4 * kConsumers);  // one arrive per consumer warp
       mbarrier_init(&v_empty[s], 4 * kConsumers);
+      if constexpr (kVtInKernel) {
+        mbarrier_init(&vraw_full[s], 1);  // the producer's arrive + the TMA bytes
+        mbarrier_init(&vraw_empty[s], kTransposeWarps);
+      }
     }
     fence_barrier_init();
   }
@@ -745,6 +812,12 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
   };
   const auto load_v = [&](int i) {
     const int s = i % kStages, row = k_row + (n_begin + i) * kN;
+    if constexpr (kVtInKernel) {  // V as it is, into the transposing warps' buffer
+      mbarrier_wait(&vraw_empty[s], ((i / kStages) & 1) ^ 1);
+      mbarrier_arrive_expect_tx(&vraw_full[s], Tr::kVRawBytes);
+      tma_load_4d(sv_raw + s * Tr::kVRawBytes, &args.v, 0, row, hk, qb, &vraw_full[s]);
+      return;
+    }
     mbarrier_wait(&v_empty[s], ((i / kStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
     if constexpr (kFp8) {
@@ -757,7 +830,34 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     }
   };
   if (kSpecialized && wg == 0) {  // producer
+    // 24 registers, the V transpose too (no spills at 128-key blocks; the ablation's 224-key blocks
+    // spill 8 bytes): two consumer warpgroups launched at 168 registers reach 240 only if the
+    // producer gives back 144.
     setmaxnreg_dec<24>();
+    if constexpr (kVtInKernel) {
+      // Warps 1, 2: each block's V, once loaded, into V^T's buffer of its stage once the consumers
+      // have released it; a proxy fence (generic writes, read by wgmma), then an arrive per warp.
+      // (Warp 3 has nothing to do.)
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+      if (warp > kTransposeWarps) return;
+      if (warp > 0) {
+        for (int i = 0; i < n_blocks; ++i) {
+          const int s = i % kStages;
+          const uint32_t phase = (i / kStages) & 1;
+          mbarrier_wait(&vraw_full[s], phase);
+          mbarrier_wait(&v_empty[s], phase ^ 1);
+          hopper_attn_fp8_transpose_v<Tr, kTransposeWarps>(smem_u32(sv_raw + s * Tr::kVRawBytes), smem_u32(sv + s * Tr::kVBytes),
+                                                           warp - 1, lane, sb.sk - (n_begin + i) * kN);
+          fence_proxy_async_smem();
+          __syncwarp();
+          if (lane == 0) {
+            mbarrier_arrive(&vraw_empty[s]);
+            mbarrier_arrive(&v_full[s]);
+          }
+        }
+        return;
+      }
+    }
     if (threadIdx.x == 0 && n_blocks > 0) {
       prefetch_tensor_map(&args.q);
       prefetch_tensor_map(&args.k);

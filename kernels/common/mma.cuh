@@ -1,4 +1,4 @@
-// Ampere-class tensor-core primitives (sm_80+, also on Hopper): ldmatrix, mma.sync
+// Ampere-class tensor-core primitives (sm_80+, also on Hopper): ldmatrix (and sm_90's stmatrix), mma.sync
 // m16n8k16 with fp32 accumulators, and the XOR swizzle of 16-byte chunks that keeps ldmatrix
 // reads of row-major shared tiles free of bank conflicts. Used by GEMM rung 8 and the
 // FlashAttention-2 rung.
@@ -25,6 +25,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t sme
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr));
+}
+
+// stmatrix .x4 (sm_90): the store of ldmatrix_x4's layout; lanes 8q .. 8q+7 give the shared addresses
+// of the 8 rows (16 bytes each) of matrix q, lane l supplies in r[q] its elements (l / 4, 2 (l % 4) + {0, 1}).
+__device__ __forceinline__ void stmatrix_x4(const uint32_t (&r)[4], uint32_t smem_addr) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // d += a (16 x 16, row) * b (16 x 8, col), fp32 accumulators. With g = lane / 4, t = lane % 4:

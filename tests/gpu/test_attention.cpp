@@ -360,14 +360,20 @@ HostTensor random_e4m3(int64_t n, std::mt19937_64& rng, double range) {
   return t;
 }
 
-// One FP8 case: descales per tensor (per_head = false) or per (batch, kv head).
-void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng) {
+// One FP8 case: descales per tensor (per_head = false) or per (batch, kv head). nan_v_rows: packed
+// key rows [first, last) whose V is NaN (e4m3 code 0x7f), for a varlen case where they belong to a
+// sequence without queries.
+void check_case_fp8(const Case& c, bool per_head, std::mt19937_64& rng, std::pair<int64_t, int64_t> nan_v_rows = {0, 0}) {
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
   const HostTensor q = random_e4m3(total_q * c.h * c.d, rng, c.range);
   const HostTensor k = random_e4m3(total_k * c.hk * c.d, rng, c.range);
-  const HostTensor v = random_e4m3(total_k * c.hk * c.d, rng, 4.0);
+  HostTensor v = random_e4m3(total_k * c.hk * c.d, rng, 4.0);
+  for (int64_t x = nan_v_rows.first * c.hk * c.d; x < nan_v_rows.second * c.hk * c.d; ++x) {
+    v.bytes[x] = 0x7f;
+    v.values[x] = std::nan("");
+  }
   const int64_t n_desc = per_head ? c.batch * c.hk : 1;
   std::uniform_real_distribution<double> unit(0.25, 1.0);
   std::vector<float> desc[3];  // q, k, v
@@ -514,6 +520,23 @@ TEST(Attention, Fp8Small) {
   Case long_causal = fixed(1, 1030, 1030, 2, 1, 128);
   long_causal.causal = true;
   check_case_fp8(long_causal, false, rng);
+}
+
+// Varlen FP8 whose second sequence (9 keys, no query) has NaN in every value of V: the first
+// sequence's last key block (keys 128-255 of its 150) reads those rows, as the next sequence's; rung
+// 4 zeroes V^T there (keys past the sequence's end: masked probabilities times 0), so the first
+// and third sequences' outputs stay finite and match the reference.
+TEST(Attention, Fp8VarlenNaNPastEnd) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "FP8 attention runs on sm_90 only";
+  std::mt19937_64 rng(84);
+  Case varlen;
+  varlen.batch = 3, varlen.h = 2, varlen.hk = 1, varlen.d = 128, varlen.varlen = true;
+  varlen.lq = {70, 0, 129};
+  varlen.lk = {150, 9, 40};
+  check_case_fp8(varlen, false, rng, {150, 159});
+  varlen.causal = true;
+  check_case_fp8(varlen, true, rng, {150, 159});
 }
 
 // The last, partial wave's tiles split along the keys (kSplitTail, src/attention_hopper_dispatch.h:
