@@ -162,44 +162,49 @@ FLASHLAB_HD inline int attn_fp8_v_position(int j) { return (j & ~15) | (4 * ((j 
 // (keys 2q + {0, 1}) x (dims 2c + {0, 1}); two byte permutes join the matrices of keys 0-7 and
 // 8-15 into dims 2c's and 2c + 1's 4 bytes at positions 4q .. 4q + 3, which hold keys 2q, 2q + 1,
 // 2q + 8, 2q + 9: the stmatrix layout (row c, bytes 4q) of matrices whose rows are every other
-// head dim. Keys from valid_keys on come out 0 (a varlen block reaching into the next sequence,
-// whose values may hold NaN). The reads are free of bank conflicts; the stores conflict 2-way (a
-// matrix's 8 rows fall in 4 swizzle phases).
-template <typename Tr, int kWarps>
-__device__ __forceinline__ void hopper_attn_fp8_transpose_v(uint32_t src, uint32_t dst, int w, int lane, int valid_keys) {
+// head dim. The reads are free of bank conflicts; the stores conflict 2-way (a matrix's 8 rows fall
+// in 4 swizzle phases). kUnroll: key groups unrolled (registers).
+template <typename Tr, int kWarps, int kUnroll>
+__device__ __forceinline__ void hopper_attn_fp8_transpose_v(uint32_t src, uint32_t dst, int w, int lane) {
   constexpr int kKeyGroups = Tr::kBlockN / 16, kDimGroups = Tr::kHeadDim / 32;
   static_assert(kDimGroups % kWarps == 0, "whole head-dim groups per warp");
   static_assert(Tr::kVtChunk == 128, "V^T in chunks of 128 keys (128-byte swizzled rows)");
-  const int m = lane / 8, q = lane % 4;
+  const int m = lane / 8;
   // Lane l's ldmatrix row: matrix m is keys 8 (m % 2) .. + 7 of a group (key % 8 = l % 8), at V's
   // 16-byte chunk 2 dg + m / 2; its stmatrix row: matrix m is head dims 32 dg + 16 (m / 2) + m % 2
-  // + 2 j (row j = l % 8).
+  // + 2 j (row j = l % 8), d % 8 = x below. In V^T, row d's 16-byte unit kg % 8 sits at (kg % 8) ^ x:
+  // dst + 128 d has those address bits (4-6) clear (dst is 1024-byte aligned), so the store address
+  // is (dst + 128 d) | 16 x, XORed with 16 (kg % 8): one instruction per unit.
   const uint32_t src_lane = src + (8 * (m % 2) + lane % 8) * 128;
-  const int d_lane = 16 * (m / 2) + m % 2 + 2 * (lane % 8);
+  const int d_lane = 16 * (m / 2) + m % 2 + 2 * (lane % 8), x = d_lane % 8;
 #pragma unroll 1
   for (int dg = w; dg < kDimGroups; dg += kWarps) {
     const uint32_t src_dg = src_lane + (((2 * dg + m / 2) ^ (lane % 8)) * 16);
-    const int d = 32 * dg + d_lane;
-#pragma unroll 2
+    const uint32_t dst_dg = (dst + (32 * dg + d_lane) * 128) | (x * 16);
+#pragma unroll kUnroll
     for (int kg = 0; kg < kKeyGroups; ++kg) {
       uint32_t r[4];
       ldmatrix_x4_trans(r, src_dg + kg * 16 * 128);
       uint32_t o[4] = {__byte_perm(r[0], r[1], 0x6420), __byte_perm(r[0], r[1], 0x7531), __byte_perm(r[2], r[3], 0x6420),
                        __byte_perm(r[2], r[3], 0x7531)};
-      if (16 * kg + 16 > valid_keys) {
-        uint32_t keep = 0;
-#pragma unroll
-        for (int x = 0; x < 4; ++x)
-          if (16 * kg + 2 * q + x % 2 + 8 * (x / 2) < valid_keys) keep |= 0xffu << (8 * x);
-#pragma unroll
-        for (int x = 0; x < 4; ++x) o[x] &= keep;
-      }
-      // Chunk kg / 8 of V^T, row d, 16-byte unit kg % 8 swizzled with d % 8 (bits 4-6 of the
-      // offset XOR bits 7-9).
-      const uint32_t off = static_cast<uint32_t>(d * 128 + (16 * kg) % 128);
-      stmatrix_x4(o, dst + (16 * kg / 128) * Tr::kHeadDim * 128 + (off ^ (((off >> 7) & 7) << 4)));
+      stmatrix_x4(o, (dst_dg ^ static_cast<uint32_t>((kg % 8) * 16)) + (kg / 8) * Tr::kHeadDim * 128);
     }
   }
+}
+
+// The block that holds a sequence's end: warp w of kWarps zeroes its head dims' bytes (as
+// hopper_attn_fp8_transpose_v splits them) of V's rows from valid_keys on in src (as TMA loaded it),
+// so that the transpose writes 0 for keys past the end (in a varlen batch they are the next
+// sequence's, which may hold NaN; P is 0 there, and 0 x NaN is NaN).
+template <typename Tr, int kWarps>
+__device__ __forceinline__ void hopper_attn_fp8_zero_v_rows(uint32_t src, int w, int lane, int valid_keys) {
+#pragma unroll 1
+  for (int dg = w; dg < Tr::kHeadDim / 32; dg += kWarps)
+#pragma unroll 1
+    for (int e = lane; e < 2 * (Tr::kBlockN - valid_keys); e += 32) {
+      const int row = valid_keys + e / 2, chunk = 2 * dg + e % 2;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(src + row * 128 + ((chunk ^ (row % 8)) * 16)), "r"(0) : "memory");
+    }
 }
 
 // Tensor maps over (head dim, rows, heads, batch): q and o with 128- and 64-row boxes, k and v
@@ -830,10 +835,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
     }
   };
   if (kSpecialized && wg == 0) {  // producer
-    // 24 registers, the V transpose too (no spills at 128-key blocks; the ablation's 224-key blocks
-    // spill 8 bytes): two consumer warpgroups launched at 168 registers reach 240 only if the
-    // producer gives back 144.
-    setmaxnreg_dec<24>();
+    // 24 registers; 32 for the V transpose with three consumer warpgroups (launched at 128, they
+    // take the 3 x 32 that the producer gives back). Two consumer warpgroups launched at 168 reach
+    // 240 only if the producer gives back 144: 24.
+    setmaxnreg_dec<kVtInKernel && kConsumers == 3 ? 32 : 24>();
     if constexpr (kVtInKernel) {
       // Warps 1, 2: each block's V, once loaded, into V^T's buffer of its stage once the consumers
       // have released it; a proxy fence (generic writes, read by wgmma), then an arrive per warp.
@@ -846,8 +851,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
           const uint32_t phase = (i / kStages) & 1;
           mbarrier_wait(&vraw_full[s], phase);
           mbarrier_wait(&v_empty[s], phase ^ 1);
-          hopper_attn_fp8_transpose_v<Tr, kTransposeWarps>(smem_u32(sv_raw + s * Tr::kVRawBytes), smem_u32(sv + s * Tr::kVBytes),
-                                                           warp - 1, lane, sb.sk - (n_begin + i) * kN);
+          const int valid_keys = sb.sk - (n_begin + i) * kN;
+          if (valid_keys < kN) {
+            hopper_attn_fp8_zero_v_rows<Tr, kTransposeWarps>(smem_u32(sv_raw + s * Tr::kVRawBytes), warp - 1, lane, valid_keys);
+            __syncwarp();
+          }
+          // Key groups all unrolled with 32 registers; one at a time with 24 (two spilled 4 bytes).
+          constexpr int kUnroll = kConsumers == 3 ? kN / 16 : 1;
+          hopper_attn_fp8_transpose_v<Tr, kTransposeWarps, kUnroll>(smem_u32(sv_raw + s * Tr::kVRawBytes), smem_u32(sv + s * Tr::kVBytes),
+                                                                    warp - 1, lane);
           fence_proxy_async_smem();
           __syncwarp();
           if (lane == 0) {
