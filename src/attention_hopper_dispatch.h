@@ -34,6 +34,12 @@ constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at
 // Keys (seqlen_k, varlen: the longest) up to which causal FP8 without softcap / ALiBi keeps the
 // two-warpgroup kernel (src/attention_hopper_hdim.cuh).
 constexpr int kAttnHopperFp8TwoWarpgroupsUpToCausal = 1024;
+// Keys (seqlen_k, varlen: the longest) up to which FP8 transposes V in the kernel (the producer
+// warpgroup's two transposing warps) rather than in a pass before it: the kernel's transpose wins
+// at 512-2k keys (+4..+20%), the pass from 4k (+4..+15% at 4k-16k without a mask, +5..+11% at
+// 8k-16k causal) (bench/experiments/attention_hopper_ablation.cu --fp8, H100, 2026-11-27, a2f06b1;
+// docs/ladder/attention.md). Under CUDA-graph capture without V^T's workspace ready: the kernel's.
+constexpr int kAttnHopperFp8VtInKernelUpTo = 2048;
 
 // Rung 4's split of the last, partial wave (kSplitTail, kernels/attention/04_hopper.cuh): with
 // `tiles` equal tiles of n_blocks key blocks each (no mask, fixed lengths; causal takes it too,

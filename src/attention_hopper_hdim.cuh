@@ -35,7 +35,7 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
   return make_tensor_map_4d(base, dtype, dims, strides, box);
 }
 
-// FP8 with kFp8VtPass (the ablation's; the library's kernel transposes V itself): V transposed
+// FP8 with kFp8VtPass (over more than 2k keys; else the kernel transposes V itself): V transposed
 // into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch, kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
 // (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
 // chunk's bytes; chunks past sk_pad come zero-filled. extra_bytes > 0: as many more bytes of the
@@ -217,27 +217,42 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
   if constexpr (kHeadDim == 128) {  // FP8: head dim 128 only (validated)
     if (dtype == DType::kE4M3) {
       using F8 = __nv_fp8_e4m3;
-      // With softcap / ALiBi: two consumer warpgroups, pingpong turns, intra-warpgroup overlap.
-      if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_attn_hopper_variant<F8, kHeadDim, true, true, true>(p, dtype, stream);
-      // Without: three consumer warpgroups on 128-key blocks, one GEMM at a time (no overlap: S, P
-      // and O fit 160 registers so), no pingpong turns; without an LSE out, the rows' sums by the
-      // tensor cores (kSumByMma: the sums of the e4m3-rounded P; O / l as accurate, the LSE not to
-      // fp32's 2^-12 of the logits: 0.004-0.02 off in Attention.Fp8Rung4). Against the kernel before
-      // (two warpgroups, pingpong, overlap), H100, 2026-11-26, 91b6165, bench/experiments/
-      // attention_hopper_ablation.cu --fp8 (docs/ladder/attention.md): without a mask +5.5..+17.9%
-      // (sums by the tensor cores) / +3.2..+8.7% (fp32 sums) at 512-16k keys; causal +5.6..+12.3% /
-      // +2.1..+5.6% from 2k, but 0.4-4.4% slower at 512-1k, where the kernel before stays.
-      if (p.window_right == 0 && p.seqlen_k <= kAttnHopperFp8TwoWarpgroupsUpToCausal)
-        return launch_attn_hopper_variant<F8, kHeadDim, false, true, true>(p, dtype, stream);
-      // Without a mask or causal, fixed lengths: the last, partial wave's tiles split along the keys
-      // (kSplitTail, attn_hopper_split_tail; H100, d5a28f9: +3.8% / +4.3% at 8k / 16k keys, causal
-      // +0.3..+2.6% from 2k although its tiles are unequal; docs/ladder/attention.md).
-      const bool split_tail = p.window_left < 0 && p.window_right <= 0 && p.cu_seqlens_q == nullptr;
-      BOOL_SWITCH(p.lse == nullptr, kSumByMma, [&] {
-        BOOL_SWITCH(split_tail, kSplitTail, [&] {
-          // (no pingpong, no overlap, 128-key blocks, ..., 3 consumers, lazy rescale, no tree, a producer warpgroup)
-          launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true,
-                                     kSumByMma, kSplitTail>(p, dtype, stream);
+      // V^T from the pass before the kernel over long keys (kAttnHopperFp8VtInKernelUpTo), into the
+      // stream's workspace: under CUDA-graph capture only if that holds it already (no cudaMalloc).
+      const bool vt_pass = p.seqlen_k > kAttnHopperFp8VtInKernelUpTo &&
+                           (!capturing(stream) || workspace_if_ready(stream, attn_fp8_vt_bytes(p, kHeadDim), Workspace::kScratch) != nullptr);
+      BOOL_SWITCH(vt_pass, kVtPass, [&] {
+        // With softcap / ALiBi: two consumer warpgroups, pingpong turns, intra-warpgroup overlap.
+        if (p.softcap > 0.f || p.alibi_slopes != nullptr) {
+          launch_attn_hopper_variant<F8, kHeadDim, true, true, true, 0, false, true, true, false, 2,
+                                     kernels::kAttnLazyRescaleDefault<F8, kHeadDim>, kernels::kAttnTreeReduceDefault<F8, kHeadDim>,
+                                     true, false, false, kVtPass>(p, dtype, stream);
+          return;
+        }
+        // Without: three consumer warpgroups on 128-key blocks, one GEMM at a time (no overlap: S, P
+        // and O fit 160 registers so), no pingpong turns; without an LSE out, the rows' sums by the
+        // tensor cores (kSumByMma: the sums of the e4m3-rounded P; O / l as accurate, the LSE not to
+        // fp32's 2^-12 of the logits: 0.004-0.02 off in Attention.Fp8Rung4). Against the kernel before
+        // (two warpgroups, pingpong, overlap), H100, 2026-11-26, 91b6165, bench/experiments/
+        // attention_hopper_ablation.cu --fp8 (docs/ladder/attention.md): without a mask +5.5..+17.9%
+        // (sums by the tensor cores) / +3.2..+8.7% (fp32 sums) at 512-16k keys; causal +5.6..+12.3% /
+        // +2.1..+5.6% from 2k, but 0.4-4.4% slower at 512-1k, where the kernel before stays (its
+        // transpose in the kernel: kVtPass is false there).
+        if constexpr (!kVtPass)
+          if (p.window_right == 0 && p.seqlen_k <= kAttnHopperFp8TwoWarpgroupsUpToCausal) {
+            launch_attn_hopper_variant<F8, kHeadDim, false, true, true>(p, dtype, stream);
+            return;
+          }
+        // Without a mask or causal, fixed lengths: the last, partial wave's tiles split along the keys
+        // (kSplitTail, attn_hopper_split_tail; H100, d5a28f9: +3.8% / +4.3% at 8k / 16k keys, causal
+        // +0.3..+2.6% from 2k although its tiles are unequal; docs/ladder/attention.md).
+        const bool split_tail = p.window_left < 0 && p.window_right <= 0 && p.cu_seqlens_q == nullptr;
+        BOOL_SWITCH(p.lse == nullptr, kSumByMma, [&] {
+          BOOL_SWITCH(split_tail, kSplitTail, [&] {
+            // (no pingpong, no overlap, 128-key blocks, ..., 3 consumers, lazy rescale, no tree, a producer warpgroup)
+            launch_attn_hopper_variant<F8, kHeadDim, false, false, false, 128, false, true, true, false, 3, true, false, true,
+                                       kSumByMma, kSplitTail, kVtPass>(p, dtype, stream);
+          });
         });
       });
       return;

@@ -93,8 +93,9 @@ struct AttnFwdOptions {
 // q: (batch, seqlen_q, nheads, headdim), k, v: (batch, seqlen_k, nheads_kv, headdim), out: like
 // q; or, varlen, q/out: (total_q, nheads, headdim), k/v: (total_k, nheads_kv, headdim).
 // fp16 or bf16 (all four the same), or FP8: q, k, v e4m3 and out bf16 (rung 4 on sm_90, head dim
-// 128; no attn_probs); on one CUDA device; any batch/row/head strides with a unit
-// stride in the head dim; 16-byte aligned pointers and strides (multiples of 16 bytes).
+// 128; no attn_probs; over more than 2048 keys V is transposed into a workspace of batch x
+// nheads_kv x 128 x seqlen_k rounded up to 128 bytes first); on one CUDA device; any
+// batch/row/head strides with a unit stride in the head dim; 16-byte aligned pointers and strides (multiples of 16 bytes).
 // headdim one of kAttnHeadDims; nheads a multiple of nheads_kv (GQA/MQA); seqlen_q,
 // seqlen_k >= 1 (fixed length); out must not overlap q, k, v or itself; softmax_lse and
 // attn_probs must not overlap the inputs, out or each other, nor the inputs cu_seqlens and
@@ -107,9 +108,10 @@ void attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v
 
 // Bytes of device workspace a rung needs for these shapes (rung 1: the fp32 S/P matrix; rung 2:
 // the fp32 output accumulator and the running max and sum of every row; rungs 3 and 4: none;
-// kAttnFwdRungAuto: none). Not counted: rung 4's per-stream scratch and the parts of a split last wave of
-// tiles (FP8 without a mask or causal, head dim 64 without a mask: at most SMs x 192 x (headdim +
-// 1) x 4 bytes).
+// kAttnFwdRungAuto: none). Not counted: rung 4's per-stream scratch, FP8's transposed V over more
+// than 2048 keys (batch x kv heads x headdim x seqlen_k rounded up to 128, bytes) and the parts of
+// a split last wave of tiles (FP8 without a mask or causal, head dim 64 without a mask: at most
+// SMs x 192 x (headdim + 1) x 4 bytes).
 // attention_fwd allocates it itself (stream-ordered, on `stream`); exposed for the memory
 // comparison of the ladder. For varlen, seqlen_q / seqlen_k are the totals (rung 1: the sum
 // over batches of seqlen_q x seqlen_k is at most total_q x max_seqlen_k).

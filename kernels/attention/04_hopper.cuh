@@ -40,8 +40,8 @@
 // FP8 (T = __nv_fp8_e4m3, head dim 128): the same kernel with 8-bit wgmma (k32) for both GEMMs,
 // V read transposed (8-bit wgmma takes K-major operands only): two warps of the producer
 // warpgroup transpose each V block in shared memory as TMA lands it (ldmatrix .trans, byte
-// permutes, stmatrix: hopper_attn_fp8_transpose_v; until 2026-11-27 a pass before the kernel,
-// 04_hopper_fp8_v.cuh, kept for the ablation as kFp8VtPass), P 256 times larger
+// permutes, stmatrix: hopper_attn_fp8_transpose_v), or, kFp8VtPass (the library's over more than
+// 2k keys, where it is faster), by a pass before the kernel (04_hopper_fp8_v.cuh), P 256 times larger
 // (kAttnFp8PShiftLog2) packed to e4m3 in registers without shuffles (convert_p), the descale factors
 // folded into the scale and 1 / l, bf16 O stored from registers (twice Q's tile size), and
 // optionally the rows' sums by the tensor cores (kSumByMma). The library's FP8 kernel without
@@ -153,7 +153,7 @@ __device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float 
 // fragment, see convert_p): keys 2t + c + 8h (t < 4, c, h in {0, 1}) at position 4t + 2h + c.
 FLASHLAB_HD inline int attn_fp8_v_position(int j) { return (j & ~15) | (4 * ((j % 8) / 2) + 2 * ((j % 16) / 8) + j % 2); }
 
-// FP8, V^T in the kernel (the library's; kFp8VtPass false): warp w's share (of kWarps) of one V
+// FP8, V^T in the kernel (kFp8VtPass false): warp w's share (of kWarps) of one V
 // block's transpose, from V as TMA loaded it (src: kBlockN keys x 128 bytes of head dims,
 // 128B-swizzled) into V^T's layout (dst: chunks of head dims x 128 keys, 128B-swizzled, the keys of
 // each 16-key group in attn_fp8_v_position's order; key blocks of 128 or 256),
@@ -643,9 +643,9 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 // keep the launch's register share (no setmaxnreg).
 // kSplitTail: the CTAs from args.split_from on are parts of the last tiles (HopperAttnArgs).
 // FP8: the producer warpgroup's warps 1 and 2 transpose each V block that TMA loads (args.v maps V as
-// it is) into the buffer P V reads (hopper_attn_fp8_transpose_v); kFp8VtPass (the rung until
-// 2026-11-27, kept for the ablation): V^T from a pass before the kernel (04_hopper_fp8_v.cuh), loaded
-// by TMA (args.v maps it).
+// it is) into the buffer P V reads (hopper_attn_fp8_transpose_v); kFp8VtPass (the library's over
+// more than 2k keys, src/attention_hopper_dispatch.h): V^T from a pass before the kernel
+// (04_hopper_fp8_v.cuh), loaded by TMA (args.v maps it).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,

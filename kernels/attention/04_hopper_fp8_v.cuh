@@ -1,6 +1,6 @@
-// Rung 4, FP8: V transposed for P V, as a pass before the kernel (the rung until 2026-11-27; now
-// the ablation's kFp8VtPass: the kernel's producer warpgroup transposes each block in shared
-// memory instead, hopper_attn_fp8_transpose_v). The 8-bit wgmma reads both operands K-major only,
+// Rung 4, FP8: V transposed for P V, as a pass before the kernel (kFp8VtPass: the library's over
+// more than 2k keys; over fewer the kernel's producer warpgroup transposes each block in shared
+// memory instead, hopper_attn_fp8_transpose_v, src/attention_hopper_dispatch.h). The 8-bit wgmma reads both operands K-major only,
 // and the k of P V is the key, so the Hopper kernel reads V^T (head dims x keys, keys contiguous)
 // where the 16-bit kernels read V as an MN-major operand. This pass writes it once per call:
 //   vt[b][hk][c][position(j)] = v[b][j][hk][c],  j < sk of batch b;  0 for j in [sk, sk_pad)

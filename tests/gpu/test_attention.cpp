@@ -488,10 +488,19 @@ TEST(Attention, Fp8Rung4) {
   Case head_major = fixed(2, 130, 250, 2, 2, 128);
   head_major.layout = Layout::kHeadMajor;
   cases.push_back(head_major);
+  // Over more than kAttnHopperFp8VtInKernelUpTo keys: V^T from the pass before the kernel.
+  cases.push_back(fixed(1, 200, 2100, 2, 1, 128));
+  Case long_causal = fixed(1, 300, 2300, 2, 2, 128);
+  long_causal.causal = true;
+  cases.push_back(long_causal);
   Case varlen;
   varlen.batch = 4, varlen.h = 4, varlen.hk = 2, varlen.d = 128, varlen.varlen = true, varlen.causal = true;
   varlen.lq = {100, 0, 257, 31};
   varlen.lk = {300, 5, 0, 129};
+  cases.push_back(varlen);
+  varlen.lq = {100, 60};  // the longest sequence over 2k keys: the pass (padded per sequence)
+  varlen.lk = {2200, 150};
+  varlen.batch = 2;
   cases.push_back(varlen);
   for (const Case& c : cases) {
     check_case_fp8(c, false, rng);
@@ -645,6 +654,54 @@ TEST(Attention, Rung4UnderGraphCapture) {
       EXPECT_EQ(replayed(second), eager) << "d " << d << " causal " << causal << " (captured after an eager call)";
       EXPECT_EQ(replayed(second), eager) << "d " << d << " causal " << causal << " (second replay)";
     }
+}
+
+// FP8 over more than kAttnHopperFp8VtInKernelUpTo keys takes V^T from a pass before the kernel, into
+// the stream's workspace; a CUDA graph captured on a fresh stream (no workspace, and no cudaMalloc
+// during a capture) takes the kernel's own transpose instead. Both the same bits: the same kernel
+// but for its producer (a local window keeps out the split tail, whose parts need a workspace too).
+// With and without the LSE (the row sums in fp32 or by the tensor cores).
+TEST(Attention, Fp8UnderGraphCapture) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "FP8 attention runs on sm_90 only";
+  constexpr int64_t kSeq = 2100, kHeads = 2, kD = 128, kN = kSeq * kHeads * kD;
+  static_assert(kSeq > detail::kAttnHopperFp8VtInKernelUpTo, "a key length that takes the pass");
+  std::mt19937_64 rng(85);
+  DeviceBuffer dq(kN), dk(kN), dv(kN), dout(kN * 2), dlse(kHeads * kSeq * 4);
+  upload(dq.ptr, random_e4m3(kN, rng, 2.0).bytes);
+  upload(dk.ptr, random_e4m3(kN, rng, 2.0).bytes);
+  upload(dv.ptr, random_e4m3(kN, rng, 4.0).bytes);
+  const Device gpu{DeviceType::kCUDA, 0};
+  const std::vector<int64_t> shape = {1, kSeq, kHeads, kD};
+  const TensorView qv = device_view(dq.ptr, DType::kE4M3, shape), kv = device_view(dk.ptr, DType::kE4M3, shape),
+                   vv = device_view(dv.ptr, DType::kE4M3, shape), ov = device_view(dout.ptr, DType::kBF16, shape),
+                   lse_v = device_view(dlse.ptr, DType::kF32, {1, kHeads, kSeq});
+  for (bool with_lse : {true, false}) {
+    AttnFwdOptions opt;
+    opt.window_left = 1000, opt.window_right = 0;
+    if (with_lse) opt.softmax_lse = &lse_v;
+    Stream stream;
+    const auto call = [&] { attention_fwd(qv, kv, vv, ov, stream.s, kAttnFwdRungAuto, opt); };
+    const auto replayed = [&](const Graph& g) {
+      dout.poison();
+      g.replay(stream.s);
+      return download(dout.ptr, dout.bytes);
+    };
+    Graph first;  // before any eager call on this stream: the kernel's transpose
+    first.capture(stream.s, call);
+    dout.poison();
+    call();  // the pass
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+    const std::vector<uint8_t> eager = download(dout.ptr, dout.bytes);
+    std::vector<double> values = decode(DType::kBF16, eager);
+    int64_t nans = 0;
+    for (double x : values) nans += std::isnan(x);
+    EXPECT_EQ(nans, 0) << "lse " << with_lse;
+    EXPECT_EQ(replayed(first), eager) << "lse " << with_lse << " (captured first: V transposed in the kernel)";
+    Graph second;  // the workspace exists now: the pass
+    second.capture(stream.s, call);
+    EXPECT_EQ(replayed(second), eager) << "lse " << with_lse << " (captured after an eager call)";
+  }
 }
 
 // Dropout (rungs 1 and 3, and the automatic choice, rung 3): out and lse against the reference
