@@ -137,7 +137,7 @@ template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverla
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false>
-void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
   const int64_t all_tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
@@ -172,7 +172,24 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   const int threads = kSpecialized ? Tr::kThreads : 128 * kConsumers;  // without the producer warpgroup
   const int64_t ctas = tiles + units - tiles_split;
   FLASHLAB_CHECK(ctas <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 CTAs, got ", ctas);
-  FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);
+  if (Tr::kFp8 && kFp8VtPass && fp8_pdl) {
+    // After the V^T pass: programmatic dependent launch, the CTAs starting during the pass's tail
+    // (its producer waits for the pass before loading V^T; fp8_pdl false: the ablation's plain launch).
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = Tr::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    check::note_launch();
+    FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+  } else {
+    FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);
+  }
   if constexpr (kSplitTail) {
     if (tiles_split == 0) return;
     constexpr int kRowsPerCta = 8;  // a warp per row

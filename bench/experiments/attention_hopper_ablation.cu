@@ -334,10 +334,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // 2026-11-27; the library's over more than 2k keys since). Timed as the library's call (with the pass where a variant takes it).
 template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
           bool kSplitTail = false, bool kVtPass = false>
-void launch_fp8(const AttnFwdParams& p, cudaStream_t s) {
+void launch_fp8(const AttnFwdParams& p, cudaStream_t s, bool pdl = true) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
                                      kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma,
-                                     kSplitTail, kVtPass>(p, DType::kE4M3, s);
+                                     kSplitTail, kVtPass>(p, DType::kE4M3, s, pdl);
 }
 
 void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
@@ -360,7 +360,9 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   // no pingpong turns; the library's otherwise, *_sum (kSumByMma) without an LSE out. _tree:
   // kTreeReduce; _tail: the last, partial wave's tiles split along the keys (kSplitTail; the
   // library's without a mask); _vtpass: V^T from the pass before the kernel (kFp8VtPass; else the
-  // producer warpgroup transposes V in the kernel). Left out once measured, with their kernel switches
+  // producer warpgroup transposes V in the kernel); _nopdl: the kernel launched after the pass
+  // without programmatic dependent launch; vt_pass_only: the pass alone (its cost; no output).
+  // Left out once measured, with their kernel switches
   // (docs/ladder/attention.md): _sum_tail_stagger (the consumer warpgroups starting each tile a
   // GEMM apart, kStagger, cb18863), _polyK (every K-th n8 tile's exponents on the FMA pipe, kExpPoly:
   // _sum_poly2 / 3 / 4 / 8 and _poly4, db8231b, 30aee62), _split and _sum_split (P V in two halves,
@@ -378,10 +380,16 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
                                          {"fp8_3c_n128_no_overlap_no_pingpong_tail", [&] { launch_fp8<false, false, 128, 3, false, false, true>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_tail_vtpass", [&] { launch_fp8<false, false, 128, 3, false, false, true, true>(p, h.stream()); }},
                                          {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", [&] { launch_fp8<false, false, 128, 3, false, true, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail_vtpass", [&] { launch_fp8<false, false, 128, 3, false, true, true, true>(p, h.stream()); }}};
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail_vtpass", [&] { launch_fp8<false, false, 128, 3, false, true, true, true>(p, h.stream()); }},
+                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail_vtpass_nopdl", [&] { launch_fp8<false, false, 128, 3, false, true, true, true>(p, h.stream(), false); }},
+                                         {"vt_pass_only", [&] {
+                                            using Tr = kernels::HopperAttnTraits<128, false, 128, 1, 3, true>;
+                                            (void)detail::attn_fp8_transposed_v<Tr>(p, h.stream());
+                                          }}};
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
-    const auto [rel, nans] = output_diff(variants[vi], out.p, n, want, max_ref, h.stream());
+    const bool pass_only = std::string(variants[vi].name) == "vt_pass_only";  // writes no output
+    const auto [rel, nans] = pass_only ? OutputDiff{0, 0} : output_diff(variants[vi], out.p, n, want, max_ref, h.stream());
     // Other key-block widths round P to e4m3 at other running maxima (the max moves at block
     // boundaries), and the sums by the tensor cores add the rounded P: compared at e4m3's relative
     // step (2^-4) instead.

@@ -877,6 +877,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
       load_q();
       for (int i = 0; i < n_blocks; ++i) {
         load_k(i);
+        // kFp8VtPass: V^T is the pass's output, and this grid may have started during the pass's
+        // tail (programmatic dependent launch): wait for that grid to finish (a no-op without it).
+        if (kFp8 && kFp8VtPass && i == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
         load_v(i);
       }
     }

@@ -26,6 +26,10 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kAttnFp8TransposeThreads)
     attn_fp8_transpose_v_kernel(const __grid_constant__ AttnFwdParams p, uint8_t* vt, int64_t sk_pad) {
   constexpr int kKeys = kAttnFp8TransposeKeys, kChunks = kHeadDim / 16;  // 16-byte chunks of a row of V
+  // The attention kernel (launched with programmatic stream serialization) may start once every
+  // block of this grid has started: its CTAs load Q and K and compute their first scores during
+  // this grid's tail; its producer waits for the whole grid (griddepcontrol.wait) before it loads V^T.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   __shared__ __align__(16) uint8_t tile[kKeys][kHeadDim + 16];  // +16 bytes: rows start on different banks
   const int b = blockIdx.z, hk = blockIdx.y, k0 = blockIdx.x * kKeys;
   const AttnBatch sb = attn_batch(p, b);
