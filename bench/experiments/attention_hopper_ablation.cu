@@ -331,7 +331,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // takes and their alternatives (below), against the first (2^-6 relative; 2^-4 where the key blocks
 // or the row sums differ: P rounds to e4m3 at other running maxima, l sums the rounded P). The
 // reference: the two-warpgroup kernel on V^T from the pass before it (kFp8VtPass, the rung until
-// 2026-11-27; the library's over more than 2k keys since). Timed as the library's call (with the pass where a variant takes it).
+// 2026-11-27; the library's over more than 2k keys since). Timed as the library's call (with the
+// pass where a variant takes it).
 template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
           bool kSplitTail = false, bool kVtPass = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s, bool pdl = true) {

@@ -56,8 +56,8 @@
 // max grows by at most 2^8 (FP8: while it does not grow; hopper_attn_softmax).
 // Limits: one CTA per query block (the persistent form, 04_hopper_persistent.cuh, serves short and
 // medium key sequences at d 64, 128 and 256; from 8k keys at d 128 this kernel with 176-key blocks is as
-// fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.38x the bf16
-// rate at 8k (d5a28f9): its exponentials take as long as its GEMMs (MUFU and tensor pipe each ~55%
+// fast as the persistent one with them); the producer loads Q per CTA; FP8 reaches 1.42x the bf16
+// rate at 8k (19be153): its exponentials take as long as its GEMMs (MUFU and tensor pipe each ~55%
 // busy), and three consumer warpgroups cannot overlap a block's softmax with its P V (registers);
 // moving a share of the exponentials to the FMA pipe or P V in halves measured slower (d5a28f9).
 #pragma once
