@@ -173,7 +173,7 @@ __device__ __forceinline__ void hopper_attn_fp8_transpose_v(uint32_t src, uint32
   // Lane l's ldmatrix row: matrix m is keys 8 (m % 2) .. + 7 of a group (key % 8 = l % 8), at V's
   // 16-byte chunk 2 dg + m / 2; its stmatrix row: matrix m is head dims 32 dg + 16 (m / 2) + m % 2
   // + 2 j (row j = l % 8), d % 8 = x below. In V^T, row d's 16-byte unit kg % 8 sits at (kg % 8) ^ x:
-  // dst + 128 d has those address bits (4-6) clear (dst is 1024-byte aligned), so the store address
+  // dst + 128 d has those address bits (4-6) clear (dst is 128-byte aligned), so the store address
   // is (dst + 128 d) | 16 x, XORed with 16 (kg % 8): one instruction per unit.
   const uint32_t src_lane = src + (8 * (m % 2) + lane % 8) * 128;
   const int d_lane = 16 * (m / 2) + m % 2 + 2 * (lane % 8), x = d_lane % 8;
