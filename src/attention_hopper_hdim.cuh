@@ -35,21 +35,23 @@ inline CUtensorMap attn_tensor_map(const void* base, DType dtype, int headdim, i
   return make_tensor_map_4d(base, dtype, dims, strides, box);
 }
 
-// FP8 with kFp8VtPass (over more than 2k keys; else the kernel transposes V itself): V transposed
-// into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch, kv heads, d, sk_pad) with sk_pad a multiple of 128, and its tensor map for Tr (HopperAttnArgs):
-// (kVtChunk keys, d, key chunks, kv heads, batch), a block's chunks one box, swizzled over the
-// chunk's bytes; chunks past sk_pad come zero-filled. extra_bytes > 0: as many more bytes of the
-// workspace after V's, at *extra (256-byte aligned).
-// The bytes of V^T in the workspace (a multiple of 256).
+// FP8's V^T (kFp8VtPass): keys padded to a multiple of 128 per row; its bytes in the workspace (a
+// multiple of 256).
+inline int64_t attn_fp8_sk_pad(const AttnFwdParams& p) { return ceil_div(std::max(p.seqlen_k, 1), 128) * 128; }
 inline int64_t attn_fp8_vt_bytes(const AttnFwdParams& p, int headdim) {
-  const int64_t sk_pad = ceil_div(std::max(p.seqlen_k, 1), 128) * 128;
-  return ceil_div(static_cast<int64_t>(p.batch) * p.nheads_kv * headdim * sk_pad, 256) * 256;
+  return ceil_div(static_cast<int64_t>(p.batch) * p.nheads_kv * headdim * attn_fp8_sk_pad(p), 256) * 256;
 }
 
+// FP8 with kFp8VtPass (over more than 2k keys; else the kernel transposes V itself): V transposed
+// into the stream's workspace (kernels/attention/04_hopper_fp8_v.cuh), (batch, kv heads, d,
+// sk_pad), and its tensor map for Tr (HopperAttnArgs): (kVtChunk keys, d, key chunks, kv heads,
+// batch), a block's chunks one box, swizzled over the chunk's bytes; chunks past sk_pad come
+// zero-filled. extra_bytes > 0: as many more bytes of the workspace after V's, at *extra (256-byte
+// aligned).
 template <typename Tr>
 CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream, int64_t extra_bytes = 0, void** extra = nullptr) {
   constexpr int kHeadDim = Tr::kHeadDim, kChunk = Tr::kVtChunk;
-  const int64_t sk_pad = ceil_div(std::max(p.seqlen_k, 1), 128) * 128;
+  const int64_t sk_pad = attn_fp8_sk_pad(p);
   const int64_t vt_bytes = attn_fp8_vt_bytes(p, kHeadDim);
   auto* vt = static_cast<uint8_t*>(workspace(stream, vt_bytes + extra_bytes));
   if (extra_bytes > 0) *extra = vt + vt_bytes;
@@ -175,18 +177,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   if (Tr::kFp8 && kFp8VtPass && fp8_pdl) {
     // After the V^T pass: programmatic dependent launch, the CTAs starting during the pass's tail
     // (its producer waits for the pass before loading V^T; fp8_pdl false: the ablation's plain launch).
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(ctas));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = Tr::kSmemBytes;
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    check::note_launch();
-    FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+    launch_programmatic(kernel, dim3(static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(threads)), Tr::kSmemBytes, stream, args);
   } else {
     FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);
   }

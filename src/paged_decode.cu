@@ -404,17 +404,9 @@ void launch_split(const DecodeCall& call, const void* ws, const SplitLayout* s, 
       if (merge) {
         // Programmatic dependent launch: the merge's blocks start during the decode grid's tail
         // (those of unsplit requests exit at once; the others wait for the grid: griddepcontrol).
-        cudaLaunchAttribute attr{};
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(static_cast<unsigned>(call.batch), static_cast<unsigned>(call.nheads));
-        config.blockDim = dim3(128);
-        config.stream = stream;
-        config.attrs = &attr;
-        config.numAttrs = 1;
-        check::note_launch();
-        FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernels::paged_decode_merge_kernel<T, kD>, call.p, sp));
+        detail::launch_programmatic(kernels::paged_decode_merge_kernel<T, kD>,
+                                    dim3(static_cast<unsigned>(call.batch), static_cast<unsigned>(call.nheads)), dim3(128), 0,
+                                    stream, call.p, sp);
       }
     });
   });

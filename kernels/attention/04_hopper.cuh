@@ -208,9 +208,10 @@ __device__ __forceinline__ void hopper_attn_fp8_zero_v_rows(uint32_t src, int w,
 }
 
 // Tensor maps over (head dim, rows, heads, batch): q and o with 128- and 64-row boxes, k and v
-// with kBlockN-row boxes, all 128 bytes wide. Varlen: rows are the packed rows, batch 1. FP8: v
-// is the transposed copy seen as (kVtChunk keys, head dims, key chunks, kv heads, batch) with
-// boxes of kVtChunk keys x d x kBlockN / kVtChunk chunks.
+// with kBlockN-row boxes, all 128 bytes wide. Varlen: rows are the packed rows, batch 1. FP8
+// with kFp8VtPass: v is the pass's transposed copy seen as (kVtChunk keys, head dims, key chunks,
+// kv heads, batch) with boxes of kVtChunk keys x d x kBlockN / kVtChunk chunks (without it, v maps
+// V as it is, like k).
 struct HopperAttnArgs {
   AttnFwdParams p;
   CUtensorMap q, k, v, o;
@@ -851,15 +852,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1
           const uint32_t phase = (i / kStages) & 1;
           mbarrier_wait(&vraw_full[s], phase);
           mbarrier_wait(&v_empty[s], phase ^ 1);
+          const uint32_t raw = smem_u32(sv_raw + s * Tr::kVRawBytes);
           const int valid_keys = sb.sk - (n_begin + i) * kN;
           if (valid_keys < kN) {
-            hopper_attn_fp8_zero_v_rows<Tr, kTransposeWarps>(smem_u32(sv_raw + s * Tr::kVRawBytes), warp - 1, lane, valid_keys);
+            hopper_attn_fp8_zero_v_rows<Tr, kTransposeWarps>(raw, warp - 1, lane, valid_keys);
             __syncwarp();
           }
           // Key groups all unrolled with 32 registers; one at a time with 24 (two spilled 4 bytes).
           constexpr int kUnroll = kConsumers == 3 ? kN / 16 : 1;
-          hopper_attn_fp8_transpose_v<Tr, kTransposeWarps, kUnroll>(smem_u32(sv_raw + s * Tr::kVRawBytes), smem_u32(sv + s * Tr::kVBytes),
-                                                                    warp - 1, lane);
+          hopper_attn_fp8_transpose_v<Tr, kTransposeWarps, kUnroll>(raw, smem_u32(sv + s * Tr::kVBytes), warp - 1, lane);
           fence_proxy_async_smem();
           __syncwarp();
           if (lane == 0) {

@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const AttnFwdParams& p = args.p;
   const bool varlen = p.cu_seqlens_q != nullptr;
 
-  // Tile t: head-batch t / m_blocks, query block m_blocks - 1 - t % m_blocks (as the library's
-  // grid). False for a tile past its batch's rows (varlen).
+  // Tile t: the library's grid order (hopper_attn_tile). False for a tile past its batch's rows
+  // (varlen).
   struct Tile {
     int m0, h, b, hk, n_begin, n_blocks;
     AttnBatch sb;
@@ -108,9 +108,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   __shared__ int tile_of[kQStages];  // the tile whose Q buffer this is (-1: no more tiles)
   __shared__ Tile tile_info[kQStages];  // kSharedTile: that tile (tile_at's result)
   const auto tile_at = [&](int tile, Tile& w) {
-    const int hb = tile / args.m_blocks;
-    w.h = hb % p.nheads, w.b = hb / p.nheads;
-    w.m0 = (args.m_blocks - 1 - tile % args.m_blocks) * kM;
+    const HopperAttnTile tc = hopper_attn_tile(tile, args.m_blocks, p.nheads);
+    w.h = tc.h, w.b = tc.b, w.m0 = tc.mb * kM;
     w.sb = attn_batch(p, w.b);
     if (w.m0 >= w.sb.sq) return false;
     w.hk = w.h / (p.nheads / p.nheads_kv);

@@ -2,9 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include "flashlab/error.h"
 #include "flashlab/tensor.h"
@@ -19,6 +20,26 @@
   } while (0)
 
 namespace flashlab::detail {
+
+// FLASHLAB_LAUNCH with programmatic stream serialization (programmatic dependent launch): the
+// kernel's blocks may start once every block of the kernel before it on `stream` has executed
+// griddepcontrol.launch_dependents (or exited); it must execute griddepcontrol.wait before it
+// reads what that kernel writes.
+template <typename... Params, typename... Args>
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  check::note_launch();
+  FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 // Multiprocessor count of the current device (cached per device).
 int sm_count();

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "flashlab/attention.h"
@@ -619,6 +621,30 @@ TEST(Attention, Deterministic) {
   }
 }
 
+// `call` (writing `out` on `stream`, a fresh stream) captured into a CUDA graph before any eager
+// call on the stream, run eagerly, then captured again: every replay's output (out poisoned before)
+// equals the eager call's bit for bit (the second graph replayed twice). Returns the eager output.
+std::vector<uint8_t> expect_replays_match_eager(const Stream& stream, const DeviceBuffer& out, const std::function<void()>& call,
+                                                const std::string& what) {
+  const auto replayed = [&](const Graph& g) {
+    out.poison();
+    g.replay(stream.s);
+    return download(out.ptr, out.bytes);
+  };
+  Graph first;  // before any eager call on this stream: no workspace yet
+  first.capture(stream.s, call);
+  out.poison();
+  call();
+  FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+  const std::vector<uint8_t> eager = download(out.ptr, out.bytes);
+  EXPECT_EQ(replayed(first), eager) << what << " (captured first)";
+  Graph second;  // the workspace exists now
+  second.capture(stream.s, call);
+  EXPECT_EQ(replayed(second), eager) << what << " (captured after an eager call)";
+  EXPECT_EQ(replayed(second), eager) << what << " (second replay)";
+  return eager;
+}
+
 // The automatic rung inside a CUDA graph (global capture, as torch.cuda.graph) at a length that
 // takes rung 4's persistent kernel: captured on a fresh stream (no counters workspace yet, and
 // capture allows no cudaMalloc) it falls back to the one-CTA kernel; captured again once an
@@ -636,23 +662,9 @@ TEST(Attention, Rung4UnderGraphCapture) {
       AttnFwdOptions opt;
       opt.causal = causal;
       Stream stream;
-      const auto call = [&] { attention_fwd(qv, qv, qv, ov, stream.s, kAttnFwdRungAuto, opt); };
-      const auto replayed = [&](const Graph& g) {
-        sa.out.poison();
-        g.replay(stream.s);
-        return download(sa.out.ptr, sa.out.bytes);
-      };
-      Graph first;  // before any eager call on this stream
-      first.capture(stream.s, call);
-      sa.out.poison();
-      call();
-      FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-      const std::vector<uint8_t> eager = download(sa.out.ptr, sa.out.bytes);
-      EXPECT_EQ(replayed(first), eager) << "d " << d << " causal " << causal << " (captured first)";
-      Graph second;  // the counters workspace exists now
-      second.capture(stream.s, call);
-      EXPECT_EQ(replayed(second), eager) << "d " << d << " causal " << causal << " (captured after an eager call)";
-      EXPECT_EQ(replayed(second), eager) << "d " << d << " causal " << causal << " (second replay)";
+      expect_replays_match_eager(
+          stream, sa.out, [&] { attention_fwd(qv, qv, qv, ov, stream.s, kAttnFwdRungAuto, opt); },
+          "d " + std::to_string(d) + " causal " + std::to_string(causal));
     }
 }
 
@@ -681,26 +693,11 @@ TEST(Attention, Fp8UnderGraphCapture) {
     opt.window_left = 1000, opt.window_right = 0;
     if (with_lse) opt.softmax_lse = &lse_v;
     Stream stream;
-    const auto call = [&] { attention_fwd(qv, kv, vv, ov, stream.s, kAttnFwdRungAuto, opt); };
-    const auto replayed = [&](const Graph& g) {
-      dout.poison();
-      g.replay(stream.s);
-      return download(dout.ptr, dout.bytes);
-    };
-    Graph first;  // before any eager call on this stream: the kernel's transpose
-    first.capture(stream.s, call);
-    dout.poison();
-    call();  // the pass
-    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-    const std::vector<uint8_t> eager = download(dout.ptr, dout.bytes);
-    std::vector<double> values = decode(DType::kBF16, eager);
-    int64_t nans = 0;
-    for (double x : values) nans += std::isnan(x);
-    EXPECT_EQ(nans, 0) << "lse " << with_lse;
-    EXPECT_EQ(replayed(first), eager) << "lse " << with_lse << " (captured first: V transposed in the kernel)";
-    Graph second;  // the workspace exists now: the pass
-    second.capture(stream.s, call);
-    EXPECT_EQ(replayed(second), eager) << "lse " << with_lse << " (captured after an eager call)";
+    // Captured first: V transposed in the kernel; eager and captured after: the pass.
+    const std::string what = std::string("lse ") + (with_lse ? "1" : "0");
+    const std::vector<uint8_t> eager = expect_replays_match_eager(
+        stream, dout, [&] { attention_fwd(qv, kv, vv, ov, stream.s, kAttnFwdRungAuto, opt); }, what);
+    expect_no_nan(decode(DType::kBF16, eager), ::testing::Message() << what);
   }
 }
 
