@@ -1,42 +1,65 @@
 // Backward rung 3's launch of one kernel variant (Hopper): the tensor maps of q, k, v, dout and
-// the dq accumulator, the grid. Included by src/attention_bwd_hopper.cu (the library's variant)
+// the dq accumulator, the grid. Included by src/attention_bwd_hopper.cu (the library's variants)
 // and bench/experiments/attention_bwd_hopper_ablation.cu (the others).
 #pragma once
 
 #include <climits>
 
 #include "kernels/attention/backward/03_hopper.cuh"
+#include "kernels/attention/backward/03_hopper_d256.cuh"
 #include "src/attention_hopper_hdim.cuh"
 #include "src/core/launch.h"
 #include "src/core/tensor_map.h"
 
 namespace flashlab::detail {
 
-// kStages, kSharedSpace, kDqFirst: attn_bwd_hopper_kernel's (kernels/attention/backward/03_hopper.cuh).
-template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false, bool kDqFirst = false>
-void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperBwdTraits<kHeadDim, kStages>;
+// The tensor maps of q, dout (boxes of q_box_rows rows) and k, v (k_box_rows rows), 64 columns
+// of 16-bit values each; with_dq_accum: dq_accum's map too (the kernels that add dQ by TMA).
+inline kernels::HopperBwdArgs attn_bwd_hopper_args(const AttnBwdParams& p, DType dtype, int q_box_rows, int k_box_rows,
+                                                   bool with_dq_accum) {
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t batch = varlen ? 1 : p.batch;  // varlen: packed rows, one "batch" in the maps
+  const int d = p.headdim;
   kernels::HopperBwdArgs args{};
   args.p = p;
-  args.q = attn_tensor_map(p.q, dtype, kHeadDim, p.total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-                           Tr::kBlockM);
-  args.dout = attn_tensor_map(p.dout, dtype, kHeadDim, p.total_q, p.nheads, batch, p.dout_row_stride, p.dout_head_stride,
-                              p.dout_batch_stride, Tr::kBlockM);
-  args.k = attn_tensor_map(p.k, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride,
-                           p.k_batch_stride, Tr::kBlockN);
-  args.v = attn_tensor_map(p.v, dtype, kHeadDim, p.total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride,
-                           p.v_batch_stride, Tr::kBlockN);
+  args.q = attn_tensor_map(p.q, dtype, d, p.total_q, p.nheads, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
+                           q_box_rows);
+  args.dout = attn_tensor_map(p.dout, dtype, d, p.total_q, p.nheads, batch, p.dout_row_stride, p.dout_head_stride,
+                              p.dout_batch_stride, q_box_rows);
+  args.k = attn_tensor_map(p.k, dtype, d, p.total_k, p.nheads_kv, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+                           k_box_rows);
+  args.v = attn_tensor_map(p.v, dtype, d, p.total_k, p.nheads_kv, batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+                           k_box_rows);
   // dq_accum (fp32): row attn_dq_accum_row(b, i) of head h at (row nheads + h) d, as a 4-D view
   // (head dim, heads, rows, 1); TMA coordinates are 32-bit.
   const int64_t rows = varlen ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
   FLASHLAB_CHECK(rows <= INT_MAX, "attention_bwd: argument 'q': expected at most 2^31 - 1 query rows in all for rung 3, got ",
                  rows);
-  const int64_t dq_dims[4] = {kHeadDim, p.nheads, rows, 1};
-  const int64_t dq_strides[3] = {kHeadDim * 4, p.nheads * kHeadDim * 4, rows * p.nheads * kHeadDim * 4};
-  args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, 64, 1});
+  if (with_dq_accum) {
+    const int64_t dq_dims[4] = {d, p.nheads, rows, 1};
+    const int64_t dq_strides[3] = {d * 4, p.nheads * d * 4, rows * p.nheads * d * 4};
+    args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, 64, 1});
+  }
+  return args;
+}
+
+// kStages, kSharedSpace, kDqFirst: attn_bwd_hopper_kernel's (kernels/attention/backward/03_hopper.cuh).
+template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false, bool kDqFirst = false>
+void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
+  using Tr = kernels::HopperBwdTraits<kHeadDim, kStages>;
+  const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, true);
   const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst>;
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
+  FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
+}
+
+// Head dim 256 (kernels/attention/backward/03_hopper_d256.cuh): 64-key blocks, 64-row steps.
+template <typename T, bool kAlibi>
+void launch_attn_bwd_hopper_d256(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
+  using Tr = kernels::HopperBwdD256Traits;
+  const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, false);
+  const auto kernel = kernels::attn_bwd_hopper_d256_kernel<T, kAlibi>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

@@ -26,7 +26,7 @@ checked against cuDNN's with the same bound; no FP8. A shape where any call rais
 "failures" and skipped.
 
 Usage (GPU machine; flashlab's Python package importable, FLASHLAB_LIB_DIR set):
-    python3 bench/experiments/attention_vs_sdpa.py OUT.json [--quick] [--bwd]
+    python3 bench/experiments/attention_vs_sdpa.py OUT.json [--quick] [--bwd] [--dims 128,256]
 Writes the rows in the results-file format (bench/common.py), with "timing": "round-robin".
 """
 from __future__ import annotations
@@ -181,10 +181,14 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bwd", action="store_true")
+    ap.add_argument("--dims", default="", help="comma-separated head dims to keep (default: all)")
     args = ap.parse_args()
+    keep = {int(x) for x in args.dims.split(",") if x}
     rounds = int(os.environ.get("ROUNDS", "30"))
     rows, failures = [], []
     for s, d, causal in shapes(args.quick):
+        if keep and d not in keep:
+            continue
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # SDPA's (b, h, s, d)

@@ -133,10 +133,11 @@ int64_t attention_fwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
 //     recomputed per block in shared memory, dK and dV in registers, dQ by fp32 atomics
 //   3 Hopper (FlashAttention-3 class): TMA, wgmma on the transposed problem (S^T = K Q^T, so P^T
 //     and dS^T feed dV and dK from registers), a producer warpgroup and two consumer
-//     warpgroups; sm_90 only, head dims 64 and 128, no dropout (top)
+//     warpgroups; sm_90 only, head dims 64, 128 and 256 (256: its own kernel, the consumers
+//     splitting the head dim; no softcap), no dropout (top)
 inline constexpr int kAttnBwdRungs = 3;
-// The automatic choice: rung 3 where it applies (sm_90, head dim 64 or 128, no dropout, strides
-// TMA can walk), else rung 2; with options.deterministic rung 1 (the top rung that is
+// The automatic choice: rung 3 where it applies (sm_90, head dim 64, 128 or 256 (without
+// softcap), no dropout, strides TMA can walk), else rung 2; with options.deterministic rung 1 (the top rung that is
 // deterministic: rungs 2 and 3 add dQ by atomics, in an order that varies from run to run).
 // Dropout takes the forward's dropout_p, seed and offset, the same as given to it: the mask is
 // regenerated (rungs 1 and 2).

@@ -133,8 +133,8 @@ def _backward(ctx: Any, dout: Tensor, _dlse: Any, _dprobs: Any) -> tuple[Optiona
     q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, dropout_seed = ctx.saved_tensors
     if q.dtype == torch.float8_e4m3fn:
         raise NotImplementedError(_fa._NO_FP8_BACKWARD)
-    # The backward's rung is its own, not the forward's (auto: 3 on Hopper for head dims 64 and 128
-    # without dropout, else 2; rung 1 with deterministic=True).
+    # The backward's rung is its own, not the forward's (auto: 3 on Hopper for head dims 64, 128 and
+    # 256 (256 without softcap) without dropout, else 2; rung 1 with deterministic=True).
     dq, dk, dv = torch.ops.flashlab.attention_bwd.default(q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
                                                           cu_seqlens_k, rung=_fa._RUNG_AUTO, dropout_seed=dropout_seed,
                                                           **ctx.options)

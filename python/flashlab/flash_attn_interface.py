@@ -68,7 +68,7 @@ _RUNG_AUTO = -1  # C++ kAttnFwdRungAuto: 4 where it runs, else 3
 
 # 1 naive (P and dS materialised in global memory; deterministic), 2 FlashAttention-2 style (mma.sync,
 # P recomputed per block, dQ by fp32 atomics), 3 Hopper (TMA, wgmma, warp specialization; sm_90, head
-# dims 64 and 128, no dropout, positive strides on q, k, v, dout; dQ by fp32 atomics) (top).
+# dims 64, 128 and 256 (256 without softcap), no dropout, positive strides on q, k, v, dout; dQ by fp32 atomics) (top).
 # Automatic: 3 where it runs, else 2 (an expanded dout, stride 0, takes 2); ``deterministic=True``
 # takes rung 1.
 ATTN_BWD_RUNGS = 3
@@ -124,8 +124,9 @@ def attention_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, softmax_lse: Any,
     """The C++ ``flashlab::attention_bwd``: gradients of ``sum(dout * out)`` for ``out =
     attention_fwd(q, k, v, ...)`` with the same options, from the forward's ``softmax_lse``; with
     dropout, the forward's ``dropout_p``, ``dropout_seed`` and ``dropout_offset`` (they regenerate its
-    mask). ``rung`` None: 3 on Hopper for head dims 64 and 128 without dropout, else 2; rung 1 with
-    ``deterministic`` (rungs 2 and 3 refuse it: their dQ atomics add in a varying order).
+    mask). ``rung`` None: 3 on Hopper for head dims 64, 128 and 256 (256 without softcap) without
+    dropout, else 2; rung 1 with ``deterministic`` (rungs 2 and 3 refuse it: their dQ atomics add
+    in a varying order).
 
     ``dq`` / ``dk`` / ``dv`` default to new tensors like ``q`` / ``k`` / ``v``. Returns ``(dq, dk, dv)``.
     """

@@ -180,18 +180,26 @@ TEST(AttentionBwdValidation, RungOutOfRange) {
   expect_rejected(c, {"argument 'dropout_p'", "expected a finite value in [0, 1)", "got 1"}, drop);
 }
 
-// Rung 3 (TMA + wgmma): head dims 64 and 128, no dropout, positive strides on q, k, v and dout
-// (dims of size 1 aside), compute capability 9.x; checked after the shared and gradient checks,
-// in that order. Each call here passes every check on rungs 1, 2 and auto.
+// Rung 3 (TMA + wgmma): head dims 64, 128 and 256, no softcap at 256, no dropout, positive
+// strides on q, k, v and dout (dims of size 1 aside), compute capability 9.x; checked after the
+// shared and gradient checks, in that order. Each call here passes every check on rungs 1, 2 and
+// auto.
 TEST(AttentionBwdValidation, Rung3Hopper) {
   const std::vector<int> rung3{3};
-  for (int64_t d : {32, 96, 256})
+  for (int64_t d : {32, 96, 192})
     for (DType dt : {DType::kF16, kBf}) {
       SCOPED_TRACE(d);
       const Call c = fixed(dt, d);
-      expect_rejected(c, {"argument 'q'", "expected head dim (last dim) 64 or 128 for rung 3", "got " + std::to_string(d)},
+      expect_rejected(c, {"argument 'q'", "expected head dim (last dim) 64, 128 or 256 for rung 3", "got " + std::to_string(d)},
                       c.opt(), rung3);
     }
+  {
+    const Call c = fixed(kBf, 256);
+    AttnBwdOptions capped = c.opt();
+    capped.softcap = 5.f;
+    expect_rejected(c, {"argument 'softcap'", "expected 0 at head dim 256 for rung 3 (rung 2 or auto takes it)", "got 5"},
+                    capped, rung3);
+  }
   const Call c = fixed();
   AttnBwdOptions drop = c.opt();
   drop.dropout_p = 0.5f;

@@ -132,9 +132,11 @@ void check_bwd_case_on(DType dt, const Case& c, int rung, std::mt19937_64& rng, 
   }
 }
 
-// Rung 3 (Hopper): sm_90, head dims 64 and 128, no dropout (its rejections: tests/cpu).
+// Rung 3 (Hopper): sm_90, head dims 64, 128 and 256 (without softcap), no dropout (its rejections:
+// tests/cpu).
 bool rung_takes(int rung, const Case& c) {
-  return rung != 3 || (device_cc_major() == 9 && (c.d == 64 || c.d == 128) && c.dropout_p == 0.f);
+  return rung != 3 || (device_cc_major() == 9 && (c.d == 64 || c.d == 128 || (c.d == 256 && c.softcap == 0.f)) &&
+                       c.dropout_p == 0.f);
 }
 
 // Every rung that takes the case (rungs 2 and 3 are not deterministic: repeats only on rung 1).
@@ -234,6 +236,46 @@ TEST(AttentionBwd, LongerSequences) {
   c = fixed(1, 520, 300, 4, 1, 64);
   c.causal = true, c.softcap = 8.f, c.range = 2.0;
   check_bwd_case(DType::kF16, c, rng);
+}
+
+// Head dim 256 (rung 3's own kernel, backward/03_hopper_d256.cuh: 64-key blocks, the consumers
+// splitting the head dim and the two score products): masks and windows across its 64-key blocks,
+// ALiBi, GQA, varlen with empty sequences, strides, many steps per block (its two stages and two
+// dS^T buffers wrap around), softcap (rung 2 only).
+TEST(AttentionBwd, HeadDim256) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(79);
+  for (bool causal : {false, true}) {
+    Case c = fixed(2, 130, 200, 2, 1, 256);
+    c.causal = causal;
+    check_bwd_case(DType::kBF16, c, rng);
+  }
+  Case c = fixed(1, 200, 70, 2, 2, 256);  // sq > sk, causal: the first rows see no key
+  c.causal = true;
+  check_bwd_case(DType::kF16, c, rng);
+  c = fixed(1, 190, 210, 4, 2, 256);
+  c.wl = 70, c.wr = 10;
+  check_bwd_case(DType::kBF16, c, rng);
+  c = fixed(2, 96, 140, 4, 4, 256);
+  c.alibi = 2, c.causal = true;
+  check_bwd_case(DType::kF16, c, rng);
+  c = fixed(1, 600, 130, 8, 1, 256);  // 80 steps per block (MQA over 8 heads x 10 row blocks)
+  check_bwd_case(DType::kBF16, c, rng);
+  c = fixed(1, 70, 90, 2, 1, 256);
+  c.softcap = 5.f, c.range = 3.0;  // rung 2 only
+  check_bwd_case(DType::kBF16, c, rng);
+  for (Layout layout : {Layout::kPadded, Layout::kHeadMajor}) {
+    c = fixed(2, 50, 70, 4, 2, 256);
+    c.layout = layout, c.causal = true;
+    check_bwd_case(DType::kBF16, c, rng);
+  }
+  Case v;
+  v.batch = 4, v.h = 4, v.hk = 2, v.d = 256, v.varlen = true;
+  v.lq = {17, 0, 130, 33};
+  v.lk = {70, 9, 0, 65};
+  check_bwd_case(DType::kBF16, v, rng);
+  v.causal = true, v.alibi = 1;
+  check_bwd_case(DType::kF16, v, rng);
 }
 
 // Dropout: the forward (automatic rung: rung 3) and the backward (rungs 1 and 2) regenerate one mask

@@ -88,13 +88,16 @@ def test_deterministic_refused_by_the_atomic_rungs(rung):
 
 
 def test_rung3_rejections():
-    # Rung 3 (TMA + wgmma): head dims 64 and 128, no dropout, positive strides on q, k, v and dout;
-    # checked in that order, after the shared and gradient checks. (Then sm_90: needs a device.)
-    for d in (32, 96, 256):
-        with raises(f"attention_bwd: argument 'q': expected head dim (last dim) 64 or 128 for rung 3, got {d}"):
+    # Rung 3 (TMA + wgmma): head dims 64, 128 and 256 (without softcap), no dropout, positive strides
+    # on q, k, v and dout; checked in that order, after the shared and gradient checks. (Then sm_90:
+    # needs a device.)
+    for d in (32, 96, 192):
+        with raises(f"attention_bwd: argument 'q': expected head dim (last dim) 64, 128 or 256 for rung 3, got {d}"):
             _call(_args(d=d), rung=3)
-    with raises("attention_bwd: argument 'q': expected head dim (last dim) 64 or 128 for rung 3, got 32"):
+    with raises("attention_bwd: argument 'q': expected head dim (last dim) 64, 128 or 256 for rung 3, got 32"):
         _call(_args(d=32), rung=3, dropout_p=0.5)
+    with raises("attention_bwd: argument 'softcap': expected 0 at head dim 256 for rung 3 (rung 2 or auto takes it), got 5"):
+        _call(_args(d=256), rung=3, softcap=5.0)
     with raises("attention_bwd: argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got 0.5"):
         _call(_args(k_strides=[0, 128, 64, 1]), rung=3, dropout_p=0.5)  # (test_attention_dropout: alone)
     tma = "expected positive strides on every dim of size > 1 for rung 3 (TMA)"
