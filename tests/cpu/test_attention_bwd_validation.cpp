@@ -226,7 +226,7 @@ TEST(AttentionBwdValidation, Rung3Hopper) {
                   d32_bad_dq.opt(), rung3);
   o = d32.opt();
   o.dropout_p = 0.5f;
-  expect_rejected(d32, {"argument 'q'", "expected head dim (last dim) 64 or 128 for rung 3", "got 32"}, o, rung3);
+  expect_rejected(d32, {"argument 'q'", "expected head dim (last dim) 64, 128 or 256 for rung 3", "got 32"}, o, rung3);
   o = k0.opt();
   o.dropout_p = 0.5f;
   expect_rejected(k0, {"argument 'dropout_p'", "expected 0 for rung 3"}, o, rung3);
@@ -658,7 +658,7 @@ TEST(AttentionBwdValidation, VarlenRung3ChecksComeBeforeTheDeviceRead) {
   d32.q = gpu(kBf, {40, 4, 32}, kQ), d32.k = gpu(kBf, {70, 2, 32}, kK), d32.v = gpu(kBf, {70, 2, 32}, kV);
   d32.out = gpu(kBf, {40, 4, 32}, kO), d32.dout = gpu(kBf, {40, 4, 32}, kDout), d32.dq = gpu(kBf, {40, 4, 32}, kDq);
   d32.dk = gpu(kBf, {70, 2, 32}, kDk), d32.dv = gpu(kBf, {70, 2, 32}, kDv);
-  expect_rejected(d32, {"argument 'q'", "expected head dim (last dim) 64 or 128 for rung 3", "got 32"}, d32.opt(), {3});
+  expect_rejected(d32, {"argument 'q'", "expected head dim (last dim) 64, 128 or 256 for rung 3", "got 32"}, d32.opt(), {3});
   const Call vl = varlen();
   AttnBwdOptions drop = vl.opt();
   drop.dropout_p = 0.5f;
