@@ -54,12 +54,13 @@ void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStr
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 
-// Head dim 256 (kernels/attention/backward/03_hopper_d256.cuh): 64-key blocks, 64-row steps.
-template <typename T, bool kAlibi>
+// Head dim 256 (kernels/attention/backward/03_hopper_d256.cuh): 64-key blocks, 64-row steps;
+// kDqByTma: the kernel's.
+template <typename T, bool kAlibi, bool kDqByTma = true>
 void launch_attn_bwd_hopper_d256(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperBwdD256Traits;
-  const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, false);
-  const auto kernel = kernels::attn_bwd_hopper_d256_kernel<T, kAlibi>;
+  const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, kDqByTma);
+  const auto kernel = kernels::attn_bwd_hopper_d256_kernel<T, kAlibi, kDqByTma>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

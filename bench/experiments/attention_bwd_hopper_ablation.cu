@@ -15,7 +15,9 @@
 // varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
 // pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone
 // (several rows per warp since 2026-11-26; the warp-per-row form and its timing: bb6e0f4).
-// Usage: experiment_attention_bwd_hopper_ablation [out.json]
+// Head dim 256 (its own kernel, backward/03_hopper_d256.cuh): dQ by TMA reductions (the library's)
+// against red.global.add.v4.f32 from registers (dq_by_red).
+// Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -71,19 +73,30 @@ void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
   detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst>(p, dtype, s);
 }
 
+template <bool kDqByTma>
+void main_d256(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
+  detail::launch_attn_bwd_hopper_d256<__nv_bfloat16, false, kDqByTma>(p, dtype, s);
+}
+
 template <int kD>
 std::vector<Variant> variants() {
-  std::vector<Variant> v = {{"rung3_library", nullptr},
-                            {"stages2_generic", main_variant<kD, 2, false>},
-                            {"stages2_shared", main_variant<kD, 2, true>}};
-  if constexpr (kD == 128) {
-    v.push_back({"stages3_generic", main_variant<kD, 3, false>});
-    v.push_back({"stages3_shared", main_variant<kD, 3, true>});
+  if constexpr (kD == 256) {
+    // Head dim 256's own kernel: dQ by TMA reductions from the step's stage (the library's) or by
+    // red.global.add.v4.f32 from registers.
+    return {{"rung3_library", nullptr}, {"dq_by_red", main_d256<false>}, {"pre_post_only", no_main, false}};
+  } else {
+    std::vector<Variant> v = {{"rung3_library", nullptr},
+                              {"stages2_generic", main_variant<kD, 2, false>},
+                              {"stages2_shared", main_variant<kD, 2, true>}};
+    if constexpr (kD == 128) {
+      v.push_back({"stages3_generic", main_variant<kD, 3, false>});
+      v.push_back({"stages3_shared", main_variant<kD, 3, true>});
+    }
+    // dQ's product issued before dK's (kDqFirst), on the library's form of each head dim.
+    v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
+    v.push_back({"pre_post_only", no_main, false});
+    return v;
   }
-  // dQ's product issued before dK's (kDqFirst), on the library's form of each head dim.
-  v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
-  v.push_back({"pre_post_only", no_main, false});
-  return v;
 }
 
 template <int kD>
@@ -141,12 +154,20 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
 int main(int argc, char** argv) {
   bench::Options opt;
   opt.min_reps = 20;
-  if (argc > 1) opt.out = argv[1];
+  std::string dims = "64,128,256";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--dims") == 0 && i + 1 < argc) dims = argv[++i];
+    else opt.out = argv[i];
+  }
+  const auto want = [&](const char* d) { return ("," + dims + ",").find(std::string(",") + d + ",") != std::string::npos; };
   bench::Harness h(opt);
   bool all_ok = true;
   for (bool causal : {false, true}) {
-    for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
-    run_config<64>(h, {2048, 64, causal}, all_ok);
+    if (want("128"))
+      for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
+    if (want("64")) run_config<64>(h, {2048, 64, causal}, all_ok);
+    if (want("256"))
+      for (int64_t s : {512, 2048}) run_config<256>(h, {s, 256, causal}, all_ok);
   }
   h.write_json();
   std::printf(all_ok ? "all variants ok\n" : "FAIL: a variant differs from rung 3 or left NaN\n");

@@ -61,10 +61,11 @@ struct HopperBwdD256Traits {
 };
 
 // Grid (ceil(max_sk / 64), nheads_kv, batch), 384 threads, HopperBwdD256Traits::kSmemBytes
-// dynamic shared memory; args as attn_bwd_hopper_kernel's with 64-row boxes for Q, dO, K and V
-// (dq_accum's map unused). dq_accum zeroed, dsum and lse_log2 written first (the preprocess).
-// kAlibi: ALiBi slopes (softcap is not taken).
-template <typename T, bool kAlibi>
+// dynamic shared memory; args as attn_bwd_hopper_kernel's with 64-row boxes for Q, dO, K and V.
+// dq_accum zeroed, dsum and lse_log2 written first (the preprocess). kAlibi: ALiBi slopes
+// (softcap is not taken). kDqByTma: dQ added by TMA reductions from the step's own stage (below);
+// false: by red.global.add.v4.f32 from registers (dq_accum's map unused).
+template <typename T, bool kAlibi, bool kDqByTma = true>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -102,7 +103,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
     mbarrier_init(&kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);     // the producer's arrive + the copies' bytes
-      mbarrier_init(&empty[s], 256);  // every consumer thread (each reads lse or D itself)
+      // kDqByTma: each consumer's thread 0 once its dQ reduction has read the stage; else every
+      // consumer thread (each reads lse or D itself).
+      mbarrier_init(&empty[s], kDqByTma ? 2 : 256);
     }
     mbarrier_init(&p_full, 128);   // consumer 0's threads
     mbarrier_init(&p_empty, 128);  // consumer 1's threads
@@ -184,6 +187,11 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
                                          wgmma_desc_sw128(b_rows + b_off, 16, 1024), kk > 0 ? 1 : 0);
       }
       wgmma_commit();
+      // kDqByTma: the previous step's dQ reduction has read its stage (under this product).
+      if (kDqByTma && st > 0 && t128 == 0) {
+        tma_store_wait_all<true>();
+        mbarrier_arrive(&empty[(st - 1) % kStages]);
+      }
       wgmma_wait<0>();
       wgmma_fence_operands(acc);
     }
@@ -296,6 +304,33 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
     wgmma_fence_operands(dk);
     wgmma_fence_operands(dq);
     mbarrier_arrive(&ds_empty[st % 2]);
+    if constexpr (kDqByTma) {
+      // dQ[:, cols] (64 rows x 128 fp32) as four 32-column, 128B-swizzled boxes in this stage's
+      // Q boxes 2 cw, 2 cw + 1 and dO boxes 2 cw, 2 cw + 1: by now only this consumer reads those
+      // (the other consumer's products take its own boxes; both score products are done: consumer
+      // 1 waited for P^T, consumer 0 for dS^T). One thread adds them to dq_accum by TMA (the adds
+      // happen in L2); the stage goes back to the producer once the reduction has read it (next
+      // step). Rows past the sequence's end carry dS = 0: they add 0 to the rows after it.
+      unsigned char* dq_boxes[2] = {sq + s * Tr::kQBytes + 2 * cw * kM * 128, sdo + s * Tr::kQBytes + 2 * cw * kM * 128};
+#pragma unroll
+      for (int j = 0; j < kC / 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2, box = j / 4;
+          *reinterpret_cast<float2*>(dq_boxes[box / 2] + (box % 2) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
+              make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+      fence_proxy_async_smem();
+      named_barrier_sync(2 + cw, 128);
+      if (t128 == 0) {
+        const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
+#pragma unroll
+        for (int x = 0; x < kC / 32; ++x)
+          tma_reduce_add_4d(&args.dq_accum, dq_boxes[x / 2] + (x % 2) * kM * 128, kC * cw + 32 * x, h, row0, 0);
+        tma_store_commit();
+      }
+      continue;
+    }
     mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
 
     // dQ into the fp32 workspace: lanes t and t ^ 1 trade halves so that each holds four adjacent
@@ -314,6 +349,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
       else red_add_f32x4(row + 8 * j, got0, got1, dq[4 * j + 2], dq[4 * j + 3]);
     }
   }
+
+  if (kDqByTma && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's columns of the block's keys, written once (0 where no step ran).
   T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
