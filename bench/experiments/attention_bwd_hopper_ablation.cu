@@ -73,9 +73,9 @@ void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
   detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst>(p, dtype, s);
 }
 
-template <bool kDqByTma>
+template <bool kDqByTma, int kProbe = 0>
 void main_d256(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_d256<__nv_bfloat16, false, kDqByTma>(p, dtype, s);
+  detail::launch_attn_bwd_hopper_d256<__nv_bfloat16, false, kDqByTma, kProbe>(p, dtype, s);
 }
 
 template <int kD>
@@ -83,7 +83,12 @@ std::vector<Variant> variants() {
   if constexpr (kD == 256) {
     // Head dim 256's own kernel: dQ by TMA reductions from the step's stage (the library's) or by
     // red.global.add.v4.f32 from registers.
-    return {{"rung3_library", nullptr}, {"dq_by_red", main_d256<false>}, {"pre_post_only", no_main, false}};
+    // Probes (timing only, wrong gradients): no Q / dO loads after the first two steps; no dQ reduction.
+    return {{"rung3_library", nullptr},
+            {"dq_by_red", main_d256<false>},
+            {"probe_no_reload", main_d256<true, 1>, false},
+            {"probe_no_dq_reduce", main_d256<true, 2>, false},
+            {"pre_post_only", no_main, false}};
   } else {
     std::vector<Variant> v = {{"rung3_library", nullptr},
                               {"stages2_generic", main_variant<kD, 2, false>},

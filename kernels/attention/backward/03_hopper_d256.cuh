@@ -65,7 +65,10 @@ struct HopperBwdD256Traits {
 // dq_accum zeroed, dsum and lse_log2 written first (the preprocess). kAlibi: ALiBi slopes
 // (softcap is not taken). kDqByTma: dQ added by TMA reductions from the step's own stage (below);
 // false: by red.global.add.v4.f32 from registers (dq_accum's map unused).
-template <typename T, bool kAlibi, bool kDqByTma = true>
+// kProbe (experiments only, wrong gradients): 1 loads Q / dO / lse / D of the first two steps only
+// (later steps compute on whatever the stages hold), 2 skips dQ's TMA reduction: what the loads
+// and the reductions cost the loop.
+template <typename T, bool kAlibi, bool kDqByTma = true, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -133,6 +136,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
         const int q_row = static_cast<int>(sb.q_row0) + m0;
         mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+        if (kProbe == 1 && st >= kStages) {
+          mbarrier_arrive(&full[s]);
+          continue;
+        }
         mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
 #pragma unroll
         for (int x = 0; x < Tr::kBoxes; ++x) {
@@ -325,7 +332,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
       if (t128 == 0) {
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
 #pragma unroll
-        for (int x = 0; x < kC / 32; ++x)
+        for (int x = 0; x < (kProbe == 2 ? 0 : kC / 32); ++x)
           tma_reduce_add_4d(&args.dq_accum, dq_boxes[x / 2] + (x % 2) * kM * 128, kC * cw + 32 * x, h, row0, 0);
         tma_store_commit();
       }
