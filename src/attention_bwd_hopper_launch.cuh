@@ -55,12 +55,12 @@ void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStr
 }
 
 // Head dim 256 (kernels/attention/backward/03_hopper_d256.cuh): 64-key blocks, 64-row steps;
-// kDqByTma, kProbe: the kernel's.
-template <typename T, bool kAlibi, bool kDqByTma = true, int kProbe = 0>
+// kDqMode, kProbe: the kernel's.
+template <typename T, bool kAlibi, int kDqMode = 2, int kProbe = 0>
 void launch_attn_bwd_hopper_d256(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperBwdD256Traits;
-  const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, kDqByTma);
-  const auto kernel = kernels::attn_bwd_hopper_d256_kernel<T, kAlibi, kDqByTma, kProbe>;
+  const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, kDqMode > 0);
+  const auto kernel = kernels::attn_bwd_hopper_d256_kernel<T, kAlibi, kDqMode, kProbe>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

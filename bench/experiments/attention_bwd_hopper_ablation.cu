@@ -15,8 +15,9 @@
 // varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
 // pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone
 // (several rows per warp since 2026-11-26; the warp-per-row form and its timing: bb6e0f4).
-// Head dim 256 (its own kernel, backward/03_hopper_d256.cuh): dQ by TMA reductions (the library's)
-// against red.global.add.v4.f32 from registers (dq_by_red).
+// Head dim 256 (its own kernel, backward/03_hopper_d256.cuh): dQ's TMA reductions issued by the
+// producer's warps (the library's) or the consumers' (dq_tma_by_consumer), or dQ by
+// red.global.add.v4.f32 from registers (dq_by_red).
 // Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256]
 #include <cmath>
 #include <cstdint>
@@ -73,9 +74,9 @@ void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
   detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst>(p, dtype, s);
 }
 
-template <bool kDqByTma, int kProbe = 0>
+template <int kDqMode, int kProbe = 0>
 void main_d256(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_d256<__nv_bfloat16, false, kDqByTma, kProbe>(p, dtype, s);
+  detail::launch_attn_bwd_hopper_d256<__nv_bfloat16, false, kDqMode, kProbe>(p, dtype, s);
 }
 
 template <int kD>
@@ -83,11 +84,12 @@ std::vector<Variant> variants() {
   if constexpr (kD == 256) {
     // Head dim 256's own kernel: dQ by TMA reductions from the step's stage (the library's) or by
     // red.global.add.v4.f32 from registers.
-    // Probes (timing only, wrong gradients): no Q / dO loads after the first two steps; no dQ reduction.
+    // dQ's TMA reductions issued by the producer's warps (the library's), by the consumers, or dQ
+    // by red.global.add from registers; a probe (timing only, wrong gradients): no dQ reduction.
     return {{"rung3_library", nullptr},
-            {"dq_by_red", main_d256<false>},
-            {"probe_no_reload", main_d256<true, 1>, false},
-            {"probe_no_dq_reduce", main_d256<true, 2>, false},
+            {"dq_tma_by_consumer", main_d256<1>},
+            {"dq_by_red", main_d256<0>},
+            {"probe_no_dq_reduce", main_d256<2, 2>, false},
             {"pre_post_only", no_main, false}};
   } else {
     std::vector<Variant> v = {{"rung3_library", nullptr},

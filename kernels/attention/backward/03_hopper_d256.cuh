@@ -63,12 +63,16 @@ struct HopperBwdD256Traits {
 // Grid (ceil(max_sk / 64), nheads_kv, batch), 384 threads, HopperBwdD256Traits::kSmemBytes
 // dynamic shared memory; args as attn_bwd_hopper_kernel's with 64-row boxes for Q, dO, K and V.
 // dq_accum zeroed, dsum and lse_log2 written first (the preprocess). kAlibi: ALiBi slopes
-// (softcap is not taken). kDqByTma: dQ added by TMA reductions from the step's own stage (below);
-// false: by red.global.add.v4.f32 from registers (dq_accum's map unused).
-// kProbe (experiments only, wrong gradients): 1 loads Q / dO / lse / D of the first two steps only
-// (later steps compute on whatever the stages hold), 2 skips dQ's TMA reduction: what the loads
-// and the reductions cost the loop.
-template <typename T, bool kAlibi, bool kDqByTma = true, int kProbe = 0>
+// (softcap is not taken). kDqMode: how dQ reaches dq_accum —
+//   2: TMA reductions from the step's own stage (below), issued by producer warps 1 and 2 (one per
+//      consumer), which wait for them to read the stage and hand it back to the loads;
+//   1: the same reductions issued by each consumer's thread 0, which waits for their reads in the
+//      next step (under its score product);
+//   0: red.global.add.v4.f32 from registers (dq_accum's map unused).
+// kProbe (experiments only, wrong gradients): 2 skips dQ's TMA reductions (what they cost the
+// loop). (A probe 1 without the Q / dO reloads, 3987653, ran 1-2% faster than the kernel: the
+// loads are not what it waits for.)
+template <typename T, bool kAlibi, int kDqMode = 2, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -79,7 +83,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; p_full / p_empty: P^T written
   // by consumer 0 / read by consumer 1; ds_full / ds_empty: a dS^T buffer written by consumer 1 /
   // read by both consumers' products.
-  __shared__ uint64_t kv_full, full[kStages], empty[kStages], p_full, p_empty, ds_full[2], ds_empty[2];
+  // dq_full[2 s + cw] (kDqMode 2): consumer cw's dQ tile of the step in stage s staged.
+  __shared__ uint64_t kv_full, full[kStages], empty[kStages], p_full, p_empty, ds_full[2], ds_empty[2], dq_full[2 * kStages];
+  constexpr bool kDqByTma = kDqMode > 0;
   unsigned char* smem = align_smem<1024>(smem_raw);  // 128B-swizzled tiles on 1024-byte boundaries
   unsigned char* sk = smem;                          // K: kBoxes x 64 keys x 128 bytes
   unsigned char* sv = sk + Tr::kKBytes;              // V
@@ -106,9 +112,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
     mbarrier_init(&kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);     // the producer's arrive + the copies' bytes
-      // kDqByTma: each consumer's thread 0 once its dQ reduction has read the stage; else every
+      // kDqByTma: once the two dQ reductions have read the stage (the reducing threads); else every
       // consumer thread (each reads lse or D itself).
       mbarrier_init(&empty[s], kDqByTma ? 2 : 256);
+      for (int x = 0; x < 2; ++x) mbarrier_init(&dq_full[2 * s + x], 128);  // a consumer's threads
     }
     mbarrier_init(&p_full, 128);   // consumer 0's threads
     mbarrier_init(&p_empty, 128);  // consumer 1's threads
@@ -131,15 +138,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, &kv_full);
         tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, &kv_full);
       }
+#pragma unroll 1  // (unrolled, the producer spilled even at 32 registers)
       for (int st = 0; st < n_steps; ++st) {
         const int s = st % kStages;
         const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
         const int q_row = static_cast<int>(sb.q_row0) + m0;
         mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-        if (kProbe == 1 && st >= kStages) {
-          mbarrier_arrive(&full[s]);
-          continue;
-        }
         mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
 #pragma unroll
         for (int x = 0; x < Tr::kBoxes; ++x) {
@@ -149,6 +153,24 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0;
         bulk_load(slse + s * kM, p.lse_log2 + at, Tr::kRowBytes, &full[s]);
         bulk_load(sdsum + s * kM, p.dsum + at, Tr::kRowBytes, &full[s]);
+      }
+    } else if (kDqMode == 2 && (threadIdx.x == 32 || threadIdx.x == 64)) {
+      // Consumer rc's dQ tiles: once staged (4 boxes in the stage's Q / dO boxes 2 rc, 2 rc + 1),
+      // added to dq_accum by TMA; the stage goes back to the loads once both reductions have read it.
+      const int rc = threadIdx.x / 32 - 1;
+#pragma unroll 1
+      for (int st = 0; st < n_steps; ++st) {
+        const int s = st % kStages;
+        const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
+        mbarrier_wait(&dq_full[2 * s + rc], (st / kStages) & 1);
+        const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
+        unsigned char* tiles[2] = {sq + s * Tr::kQBytes + 2 * rc * kM * 128, sdo + s * Tr::kQBytes + 2 * rc * kM * 128};
+#pragma unroll
+        for (int x = 0; x < (kProbe == 2 ? 0 : kC / 32); ++x)
+          tma_reduce_add_4d(&args.dq_accum, tiles[x / 2] + (x % 2) * kM * 128, kC * rc + 32 * x, h, row0, 0);
+        tma_store_commit();
+        tma_store_wait_all<true>();
+        mbarrier_arrive(&empty[s]);
       }
     }
     return;
@@ -195,7 +217,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
       }
       wgmma_commit();
       // kDqByTma: the previous step's dQ reduction has read its stage (under this product).
-      if (kDqByTma && st > 0 && t128 == 0) {
+      if (kDqMode == 1 && st > 0 && t128 == 0) {
         tma_store_wait_all<true>();
         mbarrier_arrive(&empty[(st - 1) % kStages]);
       }
@@ -328,6 +350,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
               make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
         }
       fence_proxy_async_smem();
+      if constexpr (kDqMode == 2) {
+        mbarrier_arrive(&dq_full[2 * s + cw]);  // producer warp 1 + cw takes it from here
+        continue;
+      }
       named_barrier_sync(2 + cw, 128);
       if (t128 == 0) {
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
@@ -357,7 +383,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
     }
   }
 
-  if (kDqByTma && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
+  if (kDqMode == 1 && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's columns of the block's keys, written once (0 where no step ran).
   T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
