@@ -69,9 +69,9 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
-template <int kD, int kStages, bool kShared, bool kDqFirst = false>
+template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst>(p, dtype, s);
+  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer>(p, dtype, s);
 }
 
 template <int kDqMode, int kProbe = 0>
@@ -101,6 +101,8 @@ std::vector<Variant> variants() {
     }
     // dQ's product issued before dK's (kDqFirst), on the library's form of each head dim.
     v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
+    // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
+    v.push_back({"dq_by_producer", main_variant<kD, 2, kD == 64, false, true>});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }

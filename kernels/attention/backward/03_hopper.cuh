@@ -63,7 +63,7 @@ namespace flashlab::kernels {
 
 // kStages_: Q / dO / lse / D stages (bench/experiments/attention_bwd_hopper_ablation.cu measures
 // 3 at head dim 128, the most that fits).
-template <int kHeadDim_, int kStages_ = 2>
+template <int kHeadDim_, int kStages_ = 2, bool kDqByProducer_ = false>
 struct HopperBwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // Query rows per step: 128 at head dim 64 (S^T and dP^T take 64 registers each next to 64 of
@@ -85,8 +85,11 @@ struct HopperBwdTraits {
   static constexpr int kDqCols = kDqByRows ? kHeadDim : kHeadDim / 2;  // dQ columns per consumer
   static constexpr int kDqBoxes = kDqCols / 32;                        // its 32-column (128-byte fp32) boxes
   static constexpr int kDqBytes = kDqBoxes * 64 * 128;                 // a consumer's fp32 dQ tile (64 rows)
-  static constexpr int kSmemBytes =
-      2 * kKBytes + kStages * (2 * kQBytes + 2 * kRowBytes) + 2 * kDsBytes + 2 * kDqBytes + 1024;
+  static constexpr int kBaseBytes = 2 * kKBytes + kStages * (2 * kQBytes + 2 * kRowBytes) + 2 * kDsBytes + 1024;
+  // dQ tiles per consumer: with the reductions issued by the producer's warps (kDqByProducer_), two
+  // where they fit (a consumer stages step n + 1's while step n's is read), else one.
+  static constexpr int kDqBufs = kDqByProducer_ && kBaseBytes + 4 * kDqBytes <= 227 * 1024 - 256 ? 2 : 1;
+  static constexpr int kSmemBytes = kBaseBytes + 2 * kDqBufs * kDqBytes;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
   static_assert((kBlockM == 64 || kBlockM == 128) && kAttnBwdRowPad % kBlockM == 0, "whole steps of padded rows");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
@@ -110,17 +113,26 @@ struct HopperBwdArgs {
 // reduction run while dK is on the tensor cores (without it, the dQ step's wait drains dK and dQ
 // together and the consumer's tensor work stops for the whole dQ epilogue). The Q stage is
 // released after dK completes.
-template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false>
+// kDqByProducer: a consumer stages its dQ tile and arrives on an mbarrier; producer warp 1 + cw
+// issues the tile's TMA reductions, waits for them to read it and hands the tile back (two tiles
+// per consumer where they fit: HopperBwdTraits::kDqBufs). Without it, the consumer's thread 0
+// issues the reductions and, before staging the next tile, waits for their reads, with two named
+// barriers of the consumer around the stores.
+template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
+          bool kDqByProducer = false>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperBwdTraits<kHeadDim, kStages_>;
+  using Tr = HopperBwdTraits<kHeadDim, kStages_, kDqByProducer>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
   extern __shared__ unsigned char smem_raw[];
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
-  __shared__ uint64_t kv_full, full[kStages], empty[kStages], ds_full[2], ds_empty[2];
+  // dq_full / dq_empty[kDqBufs cw + i] (kDqByProducer): consumer cw's dQ tile i staged / read by
+  // its reductions.
+  __shared__ uint64_t kv_full, full[kStages], empty[kStages], ds_full[2], ds_empty[2], dq_full[2 * Tr::kDqBufs],
+      dq_empty[2 * Tr::kDqBufs];
   // 128B-swizzled tiles start on a 1024-byte boundary.
   unsigned char* smem =
       kSharedSpace ? align_smem<1024>(smem_raw)
@@ -130,8 +142,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   unsigned char* sq = sv + Tr::kKBytes;             // (kStages, kBoxes x 64 rows)
   unsigned char* sdo = sq + kStages * Tr::kQBytes;  // (kStages, kBoxes x 64 rows)
   unsigned char* sds = sdo + kStages * Tr::kQBytes; // (2, 128 keys x 128 bytes): dS^T, rows contiguous
-  unsigned char* sdq = sds + 2 * Tr::kDsBytes;      // (2 consumers, kDqBoxes x 64 rows x 128 bytes): fp32 dQ
-  float* slse = reinterpret_cast<float*>(sdq + 2 * Tr::kDqBytes);  // (kStages, 64): lse log2(e)
+  unsigned char* sdq = sds + 2 * Tr::kDsBytes;      // (2 consumers x kDqBufs, kDqBoxes x 64 rows x 128 bytes): fp32 dQ
+  float* slse = reinterpret_cast<float*>(sdq + 2 * Tr::kDqBufs * Tr::kDqBytes);  // (kStages, 64): lse log2(e)
   float* sdsum = slse + kStages * kM;                                // (kStages, 64): D
   const AttnBwdParams& p = args.p;
 
@@ -158,6 +170,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       mbarrier_init(&ds_full[x], 256);   // every consumer thread, after its dS^T writes
       mbarrier_init(&ds_empty[x], 256);  // every consumer thread, after its dQ product
     }
+    for (int x = 0; x < 2 * Tr::kDqBufs; ++x) {
+      mbarrier_init(&dq_full[x], 128);  // the consumer's threads, after their stores
+      mbarrier_init(&dq_empty[x], 1);   // its reducing thread, after the reads
+    }
     fence_barrier_init();
   }
   __syncthreads();
@@ -174,6 +190,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, &kv_full);
         tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, &kv_full);
       }
+#pragma unroll 1
       for (int st = 0; st < n_steps; ++st) {
         const int s = st % kStages;
         const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
@@ -188,6 +205,24 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0;
         bulk_load(slse + s * kM, p.lse_log2 + at, Tr::kRowBytes, &full[s]);
         bulk_load(sdsum + s * kM, p.dsum + at, Tr::kRowBytes, &full[s]);
+      }
+    } else if (kDqByProducer && (threadIdx.x == 32 || threadIdx.x == 64)) {
+      // Consumer rc's dQ tiles, step by step: once staged, added to dq_accum by TMA; handed back
+      // once the reductions have read them.
+      const int rc = threadIdx.x / 32 - 1;
+#pragma unroll 1
+      for (int st = 0; st < n_steps; ++st) {
+        const int i = rc * Tr::kDqBufs + st % Tr::kDqBufs;
+        const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
+        mbarrier_wait(&dq_full[i], (st / Tr::kDqBufs) & 1);
+        const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * rc : 0);
+        const int col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
+#pragma unroll
+        for (int x = 0; x < Tr::kDqBoxes; ++x)
+          tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
+        tma_store_commit();
+        tma_store_wait_all<true>();
+        mbarrier_arrive(&dq_empty[i]);
       }
     }
     return;
@@ -246,9 +281,14 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     wgmma_fence_operands(dv);
     if constexpr (!kBehind) wgmma_fence_operands(dk);
     mbarrier_arrive(&ds_empty[st % 2]);
-    unsigned char* dq_tile = sdq + cw * Tr::kDqBytes;
-    if (t128 == 0) tma_store_wait_all<true>();
-    named_barrier_sync(2 + cw, 128);
+    const int dq_i = cw * Tr::kDqBufs + st % Tr::kDqBufs;
+    unsigned char* dq_tile = sdq + dq_i * Tr::kDqBytes;
+    if constexpr (kDqByProducer) {
+      if (st >= Tr::kDqBufs) mbarrier_wait(&dq_empty[dq_i], (st / Tr::kDqBufs - 1) & 1);  // step st - kDqBufs's reductions read it
+    } else {
+      if (t128 == 0) tma_store_wait_all<true>();
+      named_barrier_sync(2 + cw, 128);
+    }
 #pragma unroll
     for (int j = 0; j < Tr::kDqCols / 8; ++j)
 #pragma unroll
@@ -258,6 +298,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
             make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
       }
     fence_proxy_async_smem();
+    if constexpr (kDqByProducer) {
+      mbarrier_arrive(&dq_full[dq_i]);  // producer warp 1 + cw takes it from here
+      return;
+    }
     named_barrier_sync(2 + cw, 128);
     if (t128 == 0) {
       const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * cw : 0);
@@ -430,7 +474,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
   }
   if (n_steps > 0) dq_step(n_steps - 1, nullptr);
-  if (t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
+  if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's keys, written once (0 where no step ran).
   T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
