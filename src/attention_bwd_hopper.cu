@@ -15,9 +15,10 @@ void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t st
     BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
       // Head dim 64 addresses its tiles as shared memory (STS / LDS): 3% faster than generic
       // accesses on an H200; at 128 it measured 1% slower (bench/experiments/attention_bwd_hopper_ablation.cu).
-      // dQ's TMA reductions issued by the producer's warps (kDqByProducer).
+      // Head dim 64 has dQ's TMA reductions issued by the producer's warps (kDqByProducer): 1.5-2.5%
+      // faster on an H100; at 128 1.4-1.8% slower (aa32ea3).
       if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod, 2, true, false, true>(p, dtype, stream);
-      if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod, 2, false, false, true>(p, dtype, stream);
+      if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod>(p, dtype, stream);
       if (p.headdim == 256 && !(p.softcap > 0.f))  // (softcap: the caller's validation sends it to rung 2)
         return launch_attn_bwd_hopper_d256<T, kScoreMod>(p, dtype, stream);
       throw Error(concat("launch_attn_bwd_hopper: unsupported head dim ", p.headdim));
