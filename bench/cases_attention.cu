@@ -153,7 +153,7 @@ void bench_attention(Harness& h, DType dt) {
 }
 
 // Backward (op "attn_bwd"): the forward's 16k-token shapes (head dim 128 at seqlen 512 .. 16k, head
-// dims 64 and 256 at 512 .. 2k), causal and not; rung 3 on sm_90 at head dims 64 and 128; rung 1 (naive: the fp32 P and dS matrices, 2 x
+// dims 64 and 256 at 512 .. 2k), causal and not; rung 3 on sm_90 at head dims 64, 128 and 256; rung 1 (naive: the fp32 P and dS matrices, 2 x
 // batch x nheads x seqlen^2 x 4 bytes) at head dim 128 up to seqlen 2k. The forward (automatic
 // rung) runs once per shape for out and lse; the timed call is attention_bwd alone.
 // FLOPs: 2.5x the forward's (DESIGN.md); bytes: q, k, v, out, dout read and dq, dk, dv written
@@ -184,7 +184,7 @@ void bench_attention_bwd(Harness& h, DType dt) {
                   dropout ? 3 : kAttnFwdRungAuto, opt);
     for (int rung = kAttnBwdRungs; rung >= 1; --rung) {
       if (rung == 1 && (dropout || c.seqlen > 2048 || c.headdim != 128)) continue;
-      if (rung == 3 && (!hopper || dropout || (c.headdim != 64 && c.headdim != 128))) continue;  // rung 3's reach
+      if (rung == 3 && (!hopper || dropout || (c.headdim != 64 && c.headdim != 128 && c.headdim != 256))) continue;  // rung 3's reach
       const double ms = h.time_ms([&] {
         attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
                       view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),

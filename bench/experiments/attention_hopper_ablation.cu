@@ -35,7 +35,10 @@
 // d 64 and 128, 512..4k.
 // --fp8: the FP8 variants (run_fp8) at d 128, 512..16k.
 // --seq128: d 128, three consumer warpgroups without overlap and pingpong, 2k..16k.
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128]
+// --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
+// epilogue's wait for the TMA store's reads (timing only).
+// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
+//        | --store-probe]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -301,6 +304,19 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   if constexpr (kD == 64)
     variants.push_back({"persistent_3c_n96_no_pingpong",
                         [&] { launch_persistent<kD, 96, true, true, 2, false, 3, true, false>(p, h.stream()); }});
+  // Probes (timing only, wrong output): the persistent kernels without the epilogue's wait for the
+  // TMA store's reads of O (what that wait costs a tile).
+  if constexpr (kD <= 128) {
+    constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>, kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+    constexpr bool kPp = kernels::kAttnPersistentPingpongDefault<kD, 2>;
+    variants.push_back({"probe_persistent_store_nowait",
+                        [&] { launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, kPp, false>(p, h.stream()); }});
+  }
+  if constexpr (kD == 64)
+    variants.push_back({"probe_persistent_3c_n96_store_nowait", [&] {
+                          launch_persistent<kD, 96, true, true, 2, false, 3, true, kernels::kAttnPersistentPingpongDefault<64, 3>, false>(
+                              p, h.stream());
+                        }});
   variants = kept(variants, names);
   // Timings first (round-robin), then the checks.
   const std::vector<double> ms = time_variants(h, variants);
@@ -316,11 +332,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
         name == "rung4_library";  // the library may take any of the kernels
-    const bool ok = nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256);
+    const bool probe = name.rfind("probe_", 0) == 0;  // timing only: its output may be wrong
+    const bool ok = probe || (nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256));
     all_ok &= ok;
     std::printf("d %3lld seqlen %5lld causal %d  %-18s %8.4f ms  %6.1f TFLOP/s  max|diff|/max|ref| %.2e  NaN %lld  %s\n",
                 static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen), c.causal ? 1 : 0, var.name, ms[vi],
-                flops / (ms[vi] * 1e-3) / 1e12, rel, static_cast<long long>(nans), ok ? "ok" : "FAIL");
+                flops / (ms[vi] * 1e-3) / 1e12, rel, static_cast<long long>(nans), probe ? "(timing only)" : ok ? "ok" : "FAIL");
     bench::Row r = bench::attention_experiment::variant_row("attn_fwd_ablation", var.name, c, ms[vi], flops, 4.0 * n * 2);
     r.extra["max_rel_diff_vs_rung4"] = rel;
     h.add(r);
@@ -459,6 +476,14 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--store-probe") {  // the persistent kernels with and without the epilogue's store wait
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "probe_persistent_store_nowait", "persistent_3c_n96",
+                                          "probe_persistent_3c_n96_store_nowait"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "probe_persistent_store_nowait"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
   } else if (mode == "--seq128") {  // d 128: three consumer warpgroups without overlap and pingpong
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n128_seq",
                                             "3_consumers_n112_seq"};
@@ -474,7 +499,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe)\n", mode.c_str());
     return 2;
   }
   h.write_json();

@@ -67,6 +67,8 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // lets the first start its next tile, whose Q and first K block are already loaded, under the
 // second's epilogue); false: they restart at each tile (the first warpgroup's next tile waits
 // for the second's epilogue).
+// kStoreWait false: a timing probe (wrong output: the next Q load may land before the TMA store of
+// O has read the buffer): the epilogue's thread 0 does not wait for the store's reads.
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -75,7 +77,8 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
-          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>>
+          bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
+          bool kStoreWait = true>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -339,13 +342,14 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
     named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
     if (wg_row0 < e.sb.sq)
-      hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
+      hopper_attn_store_o<Tr, T, kStoreWait>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
     // Every thread arrives after its own reads (the TMA store's: thread 0 waits for them), so that
     // each access to the buffer and its tile_of / tile_info entries is ordered before the
     // producer's next writes by the arrive itself (a single arrive after a named barrier orders
     // them too, but compute-sanitizer's racecheck reported the tile entries' reuse as hazards).
     mbarrier_arrive(&q_empty[qs]);
   }
+  if (!kStoreWait && t128 == 0) tma_store_wait_all<true>();  // (the probe) shared memory outlives the stores' reads
 #endif
 }
 
