@@ -69,9 +69,9 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
-template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false>
+template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false, int kProbe = 0>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer>(p, dtype, s);
+  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe>(p, dtype, s);
 }
 
 template <int kDqMode, int kProbe = 0>
@@ -103,6 +103,10 @@ std::vector<Variant> variants() {
     v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, kD == 64, false, true>});
+    // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
+    // first two steps; no dQ reductions.
+    v.push_back({"probe_no_reload", main_variant<kD, 2, kD == 64, false, kD == 64, 1>, false});
+    v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, kD == 64, false, kD == 64, 2>, false});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }

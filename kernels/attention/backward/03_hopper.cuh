@@ -118,8 +118,10 @@ struct HopperBwdArgs {
 // per consumer where they fit: HopperBwdTraits::kDqBufs). Without it, the consumer's thread 0
 // issues the reductions and, before staging the next tile, waits for their reads, with two named
 // barriers of the consumer around the stores.
+// kProbe (experiments only, wrong gradients): 1 loads Q / dO / lse / D for the first kStages
+// steps only (later steps compute on whatever the stages hold), 2 skips dQ's TMA reductions.
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
-          bool kDqByProducer = false>
+          bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -196,6 +198,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
         const int q_row = static_cast<int>(sb.q_row0) + m0;
         mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+        if (kProbe == 1 && st >= kStages) {
+          mbarrier_arrive(&full[s]);
+          continue;
+        }
         mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
 #pragma unroll
         for (int x = 0; x < Tr::kBoxes; ++x) {
@@ -218,7 +224,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * rc : 0);
         const int col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
 #pragma unroll
-        for (int x = 0; x < Tr::kDqBoxes; ++x)
+        for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
           tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
         tma_store_commit();
         tma_store_wait_all<true>();
@@ -307,7 +313,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * cw : 0);
       const int col0 = Tr::kDqByRows ? 0 : cw * Tr::kDqCols;
 #pragma unroll
-      for (int x = 0; x < Tr::kDqBoxes; ++x)
+      for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
         tma_reduce_add_4d(&args.dq_accum, dq_tile + x * 64 * 128, col0 + 32 * x, h, row0, 0);
       tma_store_commit();
     }
