@@ -20,7 +20,7 @@ void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t st
       if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod, 2, true, false, true>(p, dtype, stream);
       if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod>(p, dtype, stream);
       if (p.headdim == 256 && !(p.softcap > 0.f))  // (softcap: the caller's validation sends it to rung 2)
-        return launch_attn_bwd_hopper_d256<T, kScoreMod>(p, dtype, stream);
+        return launch_attn_bwd_hopper_split<T, 256, kScoreMod>(p, dtype, stream);
       throw Error(concat("launch_attn_bwd_hopper: unsupported head dim ", p.headdim));
     });
   });

@@ -6,7 +6,7 @@
 #include <climits>
 
 #include "kernels/attention/backward/03_hopper.cuh"
-#include "kernels/attention/backward/03_hopper_d256.cuh"
+#include "kernels/attention/backward/03_hopper_split.cuh"
 #include "src/attention_hopper_hdim.cuh"
 #include "src/core/launch.h"
 #include "src/core/tensor_map.h"
@@ -56,13 +56,13 @@ void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStr
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 
-// Head dim 256 (kernels/attention/backward/03_hopper_d256.cuh): 64-key blocks, 64-row steps;
-// kDqMode, kProbe: the kernel's.
-template <typename T, bool kAlibi, int kDqMode = 2, int kProbe = 0>
-void launch_attn_bwd_hopper_d256(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperBwdD256Traits;
+// The split form (kernels/attention/backward/03_hopper_split.cuh; the library's at head dim 256):
+// kBlockN-key blocks, 64-row steps; kDqMode, kProbe: the kernel's.
+template <typename T, int kHeadDim, bool kAlibi, int kDqMode = 2, int kProbe = 0>
+void launch_attn_bwd_hopper_split(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
+  using Tr = kernels::HopperBwdSplitTraits<kHeadDim>;
   const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, kDqMode > 0);
-  const auto kernel = kernels::attn_bwd_hopper_d256_kernel<T, kAlibi, kDqMode, kProbe>;
+  const auto kernel = kernels::attn_bwd_hopper_split_kernel<T, kHeadDim, kAlibi, kDqMode, kProbe>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

@@ -15,9 +15,9 @@
 // varying order, a bf16 ulp at most) and no NaN; else FAIL, exit 1.
 // pre_post_only runs no main kernel (timing only): the preprocess and the dq conversion alone
 // (several rows per warp since 2026-11-26; the warp-per-row form and its timing: bb6e0f4).
-// Head dim 256 (its own kernel, backward/03_hopper_d256.cuh): dQ's TMA reductions issued by the
+// Head dim 256 (its own kernel, backward/03_hopper_split.cuh): dQ's TMA reductions issued by the
 // producer's warps (the library's) or the consumers' (dq_tma_by_consumer), or dQ by
-// red.global.add.v4.f32 from registers (dq_by_red).
+// red.global.add.v4.f32 from registers (dq_by_red). Head dim 128: that kernel's form too (split).
 // Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256]
 #include <cmath>
 #include <cstdint>
@@ -74,9 +74,9 @@ void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
   detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe>(p, dtype, s);
 }
 
-template <int kDqMode, int kProbe = 0>
-void main_d256(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_d256<__nv_bfloat16, false, kDqMode, kProbe>(p, dtype, s);
+template <int kD, int kDqMode = 2, int kProbe = 0>
+void main_split(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
+  detail::launch_attn_bwd_hopper_split<__nv_bfloat16, kD, false, kDqMode, kProbe>(p, dtype, s);
 }
 
 template <int kD>
@@ -87,9 +87,9 @@ std::vector<Variant> variants() {
     // dQ's TMA reductions issued by the producer's warps (the library's), by the consumers, or dQ
     // by red.global.add from registers; a probe (timing only, wrong gradients): no dQ reduction.
     return {{"rung3_library", nullptr},
-            {"dq_tma_by_consumer", main_d256<1>},
-            {"dq_by_red", main_d256<0>},
-            {"probe_no_dq_reduce", main_d256<2, 2>, false},
+            {"dq_tma_by_consumer", main_split<256, 1>},
+            {"dq_by_red", main_split<256, 0>},
+            {"probe_no_dq_reduce", main_split<256, 2, 2>, false},
             {"pre_post_only", no_main, false}};
   } else {
     std::vector<Variant> v = {{"rung3_library", nullptr},
@@ -103,6 +103,9 @@ std::vector<Variant> variants() {
     v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, kD == 64, false, true>});
+    // The split form (03_hopper_split.cuh, d 256's): the consumers split the head dim and the two
+    // score products, 128-key blocks.
+    if constexpr (kD == 128) v.push_back({"split", main_split<128>});
     // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
     // first two steps; no dQ reductions.
     v.push_back({"probe_no_reload", main_variant<kD, 2, kD == 64, false, kD == 64, 1>, false});

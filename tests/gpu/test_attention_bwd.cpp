@@ -238,7 +238,7 @@ TEST(AttentionBwd, LongerSequences) {
   check_bwd_case(DType::kF16, c, rng);
 }
 
-// Head dim 256 (rung 3's own kernel, backward/03_hopper_d256.cuh: 64-key blocks, the consumers
+// Head dim 256 (rung 3's own kernel, backward/03_hopper_split.cuh: 64-key blocks, the consumers
 // splitting the head dim and the two score products): masks and windows across its 64-key blocks,
 // ALiBi, GQA, varlen with empty sequences, strides, many steps per block (its two stages and two
 // dS^T buffers wrap around), softcap (rung 2 only).

@@ -31,7 +31,8 @@
 //   - Element-wise P and dS: per element as in rung 2 (AttnBwdScore::p_ds), lse and D per column
 //     (query row) from shared memory; the mask compiled in only for steps that straddle it.
 // Head dims 64 (steps of 128 query rows, dQ split by rows) and 128 (steps of 64 rows, dQ split
-// by columns); dK + dV take 64 or 128 registers a thread. (Head dim 256: 03_hopper_d256.cuh.) No dropout (rung 2 has it). Varlen:
+// by columns); dK + dV take 64 or 128 registers a thread (head dim 256: 03_hopper_split.cuh). No
+// dropout (rung 2 has it). Varlen:
 // Q / dO rows past a sequence's end hold the next sequence's rows; their lse is +inf (the
 // preprocess pads), so P = 0 and dS = 0 there, but a non-finite value in them would reach dK as
 // 0 x inf (the forward's rung 4 reads past the end alike).

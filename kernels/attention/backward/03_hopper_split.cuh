@@ -1,25 +1,28 @@
-// Backward rung 3 at head dim 256 — the consumers split the head dim and the two score products.
+// Backward rung 3, split form — the consumers split the head dim and the two score products.
+// The library's at head dim 256; at 128 an alternative to 03_hopper.cuh (measured against it by
+// bench/experiments/attention_bwd_hopper_ablation.cu).
 //
-// Why not 03_hopper.cuh's layout: there each consumer warpgroup owns 64 keys and keeps their dK and
-// dV (64 x d fp32 each) in registers; at d 256 that is 256 registers a thread before any score.
-// Here a block owns 64 keys (not 128) and the consumers split the work differently:
-//   - dK, dV: consumer cw owns head-dim columns 128 cw .. 128 cw + 127 of all 64 keys (64 + 64
-//     registers a thread, as at d 128).
-//   - The two score products, one each, both 64 keys x 64 query rows over the whole head dim:
+// Why not 03_hopper.cuh's layout at d 256: there each consumer warpgroup owns 64 keys and keeps
+// their dK and dV (64 x d fp32 each) in registers; at d 256 that is 256 registers a thread before
+// any score. Here a block owns kBlockN keys (64 at d 256, 128 at d 128: one or two 64-key wgmma
+// tiles, kKeyTiles) and the consumers split the work differently:
+//   - dK, dV: consumer cw owns head-dim columns d / 2 cw .. d / 2 cw + d / 2 - 1 of all the
+//     block's keys (64 + 64 registers a thread).
+//   - The two score products, one each, both kBlockN keys x 64 query rows over the whole head dim:
 //     consumer 0 computes S^T = K Q^T and P^T (with the mask, lse, ALiBi), consumer 1 computes
 //     dP^T = V dO^T. Consumer 0 hands P^T (fp32, each thread's accumulator elements where the
 //     same thread of consumer 1 holds the matching dP^T ones) to consumer 1 through shared memory;
 //     consumer 1 forms dS^T = P^T (dP^T - D) scale and writes it (16-bit, swizzled) for both.
 //   - Then each its columns: dV += P^T dO (P from registers), dK += dS^T Q, dQ = dS K (dS from
 //     shared memory), so the products per step are 5 x (64 x 64 x 128) multiply-adds for each
-//     consumer, none computed twice.
+//     consumer, none computed twice (both head dims).
 //   - dQ: from registers by 16-byte vector reductions (red.global.add.v4.f32, as rung 2): a TMA
 //     reduction would stage 64 x 256 fp32 (64 KB) in shared memory, which does not fit beside
 //     two stages of Q and dO (64 KB each at d 256).
 // Pipelining: the consumers meet twice a step (P^T ready; dS^T ready), and consumer 1 issues its
 // products after consumer 0's, so consumer 0's next S^T runs under consumer 1's dV / dK / dQ, and
-// consumer 1's dS pass under consumer 0's dV. Shared memory (bytes): K, V 64 K; two stages of Q,
-// dO, lse, D 129 K; P^T (fp32) 16 K; two dS^T buffers 16 K: 226 KB of the 227.
+// consumer 1's dS pass under consumer 0's dV. Shared memory at d 256 (bytes): K, V 64 K; two stages
+// of Q, dO, lse, D 129 K; P^T (fp32) 16 K; two dS^T buffers 16 K: 226 KB of the 227 (d 128: 194 KB).
 // No softcap (its gradient factor needs S where dS is formed: rung 2 takes it); ALiBi, masks,
 // windows, GQA, varlen as 03_hopper.cuh.
 #pragma once
@@ -41,27 +44,32 @@
 
 namespace flashlab::kernels {
 
-struct HopperBwdD256Traits {
-  static constexpr int kHeadDim = 256;
-  static constexpr int kBlockM = 64;   // query rows per step
-  static constexpr int kBlockN = 64;   // keys per block
+template <int kHeadDim_>
+struct HopperBwdSplitTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;                        // query rows per step
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;  // keys per block
+  static constexpr int kKeyTiles = kBlockN / 64;            // 64-key wgmma tiles (M) per consumer
   static constexpr int kThreads = 384; // producer + 2 consumer warpgroups
   static constexpr int kStages = 2;    // Q, dO, lse, D
   static constexpr int kBoxes = kHeadDim / 64;             // 64-column (128-byte) TMA boxes per row
   static constexpr int kKBytes = kBoxes * kBlockN * 128;   // K (and V)
   static constexpr int kQBytes = kBoxes * kBlockM * 128;   // one stage of Q (and of dO)
   static constexpr int kPBytes = kBlockN * kBlockM * 4;    // P^T, fp32
-  static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T: 64 keys x 128-byte rows
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T: kBlockN keys x 128-byte rows
   static constexpr int kRowBytes = kBlockM * 4;            // lse or D of one step
   static constexpr int kStepBytes = 2 * kQBytes + 2 * kRowBytes;
   static constexpr int kCols = kHeadDim / 2;               // dK, dV, dQ columns per consumer
+  static constexpr int kColBoxes = kCols / 64;             // its 64-column boxes of Q, dO, K
   static constexpr int kSmemBytes = 2 * kKBytes + kStages * kStepBytes + kPBytes + 2 * kDsBytes + 1024;
+  static_assert(kHeadDim == 128 || kHeadDim == 256, "head dims 128 and 256");
   static_assert(kAttnBwdRowPad % kBlockM == 0, "whole steps of padded rows");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
-// Grid (ceil(max_sk / 64), nheads_kv, batch), 384 threads, HopperBwdD256Traits::kSmemBytes
-// dynamic shared memory; args as attn_bwd_hopper_kernel's with 64-row boxes for Q, dO, K and V.
+// Grid (ceil(max_sk / kBlockN), nheads_kv, batch), 384 threads, HopperBwdSplitTraits::kSmemBytes
+// dynamic shared memory; args as attn_bwd_hopper_kernel's with kBlockM-row boxes for Q, dO and
+// kBlockN-row boxes for K, V.
 // dq_accum zeroed, dsum and lse_log2 written first (the preprocess). kAlibi: ALiBi slopes
 // (softcap is not taken). kDqMode: how dQ reaches dq_accum —
 //   2: TMA reductions from the step's own stage (below), issued by producer warps 1 and 2 (one per
@@ -72,13 +80,14 @@ struct HopperBwdD256Traits {
 // kProbe (experiments only, wrong gradients): 2 skips dQ's TMA reductions (what they cost the
 // loop). (A probe 1 without the Q / dO reloads, 3987653, ran 1-2% faster than the kernel: the
 // loads are not what it waits for.)
-template <typename T, bool kAlibi, int kDqMode = 2, int kProbe = 0>
-__global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __grid_constant__ HopperBwdArgs args) {
+template <typename T, int kHeadDim, bool kAlibi, int kDqMode = 2, int kProbe = 0>
+__global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperBwdD256Traits;
-  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kC = Tr::kCols;
+  using Tr = HopperBwdSplitTraits<kHeadDim>;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kC = Tr::kCols, kKT = Tr::kKeyTiles;
+  constexpr int kCB = Tr::kColBoxes;
   extern __shared__ unsigned char smem_raw[];
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; p_full / p_empty: P^T written
   // by consumer 0 / read by consumer 1; ds_full / ds_empty: a dS^T buffer written by consumer 1 /
@@ -87,12 +96,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
   __shared__ uint64_t kv_full, full[kStages], empty[kStages], p_full, p_empty, ds_full[2], ds_empty[2], dq_full[2 * kStages];
   constexpr bool kDqByTma = kDqMode > 0;
   unsigned char* smem = align_smem<1024>(smem_raw);  // 128B-swizzled tiles on 1024-byte boundaries
-  unsigned char* sk = smem;                          // K: kBoxes x 64 keys x 128 bytes
+  unsigned char* sk = smem;                          // K: kBoxes x kN keys x 128 bytes
   unsigned char* sv = sk + Tr::kKBytes;              // V
   unsigned char* sq = sv + Tr::kKBytes;              // (kStages, kBoxes x 64 rows)
   unsigned char* sdo = sq + kStages * Tr::kQBytes;   // (kStages, kBoxes x 64 rows)
-  unsigned char* sds = sdo + kStages * Tr::kQBytes;  // (2, 64 keys x 128 bytes): dS^T
-  float4* sp = reinterpret_cast<float4*>(sds + 2 * Tr::kDsBytes);  // P^T: (8, 128 threads) float4
+  unsigned char* sds = sdo + kStages * Tr::kQBytes;  // (2, kN keys x 128 bytes): dS^T
+  float4* sp = reinterpret_cast<float4*>(sds + 2 * Tr::kDsBytes);  // P^T: (kKT x 8, 128 threads) float4
   float* slse = reinterpret_cast<float*>(sp) + kN * kM;             // (kStages, 64): lse log2(e)
   float* sdsum = slse + kStages * kM;                               // (kStages, 64): D
   const AttnBwdParams& p = args.p;
@@ -155,7 +164,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         bulk_load(sdsum + s * kM, p.dsum + at, Tr::kRowBytes, &full[s]);
       }
     } else if (kDqMode == 2 && (threadIdx.x == 32 || threadIdx.x == 64)) {
-      // Consumer rc's dQ tiles: once staged (4 boxes in the stage's Q / dO boxes 2 rc, 2 rc + 1),
+      // Consumer rc's dQ tiles: once staged (in the stage's Q / dO boxes kCB rc .. kCB rc + kCB - 1),
       // added to dq_accum by TMA; the stage goes back to the loads once both reductions have read it.
       const int rc = threadIdx.x / 32 - 1;
 #pragma unroll 1
@@ -164,10 +173,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
         mbarrier_wait(&dq_full[2 * s + rc], (st / kStages) & 1);
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
-        unsigned char* tiles[2] = {sq + s * Tr::kQBytes + 2 * rc * kM * 128, sdo + s * Tr::kQBytes + 2 * rc * kM * 128};
+        unsigned char* tiles[2] = {sq + s * Tr::kQBytes + kCB * rc * kM * 128, sdo + s * Tr::kQBytes + kCB * rc * kM * 128};
 #pragma unroll
         for (int x = 0; x < (kProbe == 2 ? 0 : kC / 32); ++x)
-          tma_reduce_add_4d(&args.dq_accum, tiles[x / 2] + (x % 2) * kM * 128, kC * rc + 32 * x, h, row0, 0);
+          tma_reduce_add_4d(&args.dq_accum, tiles[x / kCB] + (x % kCB) * kM * 128, kC * rc + 32 * x, h, row0, 0);
         tma_store_commit();
         tma_store_wait_all<true>();
         mbarrier_arrive(&empty[s]);
@@ -180,16 +189,19 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
   setmaxnreg_inc<240>();
   const ConsumerThread c = consumer_thread();
   const int cw = c.cw, t128 = c.t128, warp = c.warp, g = c.g, t = c.t;
-  const int key_base = 16 * warp + g;  // this thread's keys (in the block): key_base, + 8
+  const int key_base = 16 * warp + g;  // this thread's keys (in each 64-key tile): key_base, + 8
   const int cwu = warpgroup_index() - 1;  // cw, warp-uniform: the descriptors below in uniform registers
 
-  // dK, dV accumulators: d[4 j + 2 r + c] = key key_base + 8 r, column kC cw + 8 j + 2 t + c.
-  float dk[kC / 2], dv[kC / 2];
+  // dK, dV accumulators of key tile kt: d[4 j + 2 r + c] = key 64 kt + key_base + 8 r, column
+  // kC cw + 8 j + 2 t + c.
+  float dk[kKT][kC / 2], dv[kKT][kC / 2];
 #pragma unroll
-  for (int e = 0; e < kC / 2; ++e) dk[e] = dv[e] = 0.f;
+  for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+    for (int e = 0; e < kC / 2; ++e) dk[kt][e] = dv[kt][e] = 0.f;
 
-  // This consumer's columns of K, Q, dO: boxes 2 cw, 2 cw + 1.
-  const uint32_t k_cols = smem_u32(sk) + 2 * cwu * kN * 128;
+  // This consumer's columns of K, Q, dO: boxes kCB cw .. kCB cw + kCB - 1.
+  const uint32_t k_cols = smem_u32(sk) + kCB * cwu * kN * 128;
   const uint32_t score_a = smem_u32(cwu == 0 ? sk : sv);  // S^T = K Q^T or dP^T = V dO^T
   const int diag = sb.sk - sb.sq;
 
@@ -202,19 +214,22 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
     const uint32_t ds_base = smem_u32(ds_buf);
     mbarrier_wait(&full[s], (st / kStages) & 1);
 
-    // The score product, 64 keys x 64 rows over the head dim (both K-major): d[4 j + 2 r + c] =
-    // key key_base + 8 r, query row m0 + 8 j + 2 t + c.
-    float acc[kM / 2];
+    // The score product, kN keys x 64 rows over the head dim (both K-major), one 64-key tile kt at a
+    // time: acc[kt][4 j + 2 r + c] = key 64 kt + key_base + 8 r, query row m0 + 8 j + 2 t + c.
+    float acc[kKT][kM / 2];
     {
       const uint32_t b_rows = cwu == 0 ? q_base : do_base;
-      wgmma_fence_operands(acc);
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) wgmma_fence_operands(acc[kt]);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
-        const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-        Wgmma<T, kM>::template mma<0, 0>(acc, wgmma_desc_sw128(score_a + a_off, 16, 1024),
-                                         wgmma_desc_sw128(b_rows + b_off, 16, 1024), kk > 0 ? 1 : 0);
-      }
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+          const uint32_t a_off = (kk / 4) * kN * 128 + kt * 64 * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
+          Wgmma<T, kM>::template mma<0, 0>(acc[kt], wgmma_desc_sw128(score_a + a_off, 16, 1024),
+                                           wgmma_desc_sw128(b_rows + b_off, 16, 1024), kk > 0 ? 1 : 0);
+        }
       wgmma_commit();
       // kDqByTma: the previous step's dQ reduction has read its stage (under this product).
       if (kDqMode == 1 && st > 0 && t128 == 0) {
@@ -222,13 +237,15 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         mbarrier_arrive(&empty[(st - 1) % kStages]);
       }
       wgmma_wait<0>();
-      wgmma_fence_operands(acc);
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) wgmma_fence_operands(acc[kt]);
     }
 
-    // P^T in dV's register A fragments (the accumulator's n8 tiles 2 kk, 2 kk + 1 are k-step kk).
-    uint32_t pa[kM / 16][4];
-    const auto pack_p = [&](int j, float p0, float p1, float p2, float p3) {
-      pa[j / 2][2 * (j % 2)] = pack2<T>(p0, p1), pa[j / 2][2 * (j % 2) + 1] = pack2<T>(p2, p3);
+    // P^T in dV's register A fragments, per key tile (the accumulator's n8 tiles 2 kk, 2 kk + 1
+    // are k-step kk).
+    uint32_t pa[kKT][kM / 16][4];
+    const auto pack_p = [&](int kt, int j, float p0, float p1, float p2, float p3) {
+      pa[kt][j / 2][2 * (j % 2)] = pack2<T>(p0, p1), pa[kt][j / 2][2 * (j % 2) + 1] = pack2<T>(p2, p3);
     };
     const AttnBwdScore score(attn_score_mod(p, b, h, sb));
     if (cw == 0) {
@@ -236,15 +253,18 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
       const AttnScoreMod& mod = score.mod;
       const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
                              (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
-      // Key key_base + 8 r is seen by rows [key - diag - window_right, key - diag + window_left],
-      // by none past the sequence's keys: bounds as offsets from this thread's first row m0 + 2 t.
-      int lo[2], hi[2];
+      // Key 64 kt + key_base + 8 r is seen by rows [key - diag - window_right, key - diag +
+      // window_left], by none past the sequence's keys: bounds as offsets from this thread's first
+      // row m0 + 2 t.
+      int lo[kKT][2], hi[kKT][2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key = n0 + key_base + 8 * r, base = m0 + 2 * t;
-        lo[r] = key >= sb.sk ? INT_MAX : mod.window_right >= 0 ? key - diag - mod.window_right - base : INT_MIN;
-        hi[r] = mod.window_left >= 0 ? key - diag + mod.window_left - base : INT_MAX;
-      }
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int key = n0 + 64 * kt + key_base + 8 * r, base = m0 + 2 * t;
+          lo[kt][r] = key >= sb.sk ? INT_MAX : mod.window_right >= 0 ? key - diag - mod.window_right - base : INT_MIN;
+          hi[kt][r] = mod.window_left >= 0 ? key - diag + mod.window_left - base : INT_MAX;
+        }
       const float* lse_s = slse + s * kM;
       const auto p_pass = [&](auto mask_tag) {
         constexpr bool kMask = decltype(mask_tag)::value;
@@ -252,101 +272,117 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         for (int j = 0; j < kM / 8; ++j) {
           const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const bool visible = !kMask || (8 * j + e % 2 >= lo[e / 2] && 8 * j + e % 2 <= hi[e / 2]);
-            const float lse_e = e % 2 ? lse2.y : lse2.x;
-            float x = acc[4 * j + e] * score.scale_log2;
-            if constexpr (kAlibi) {
-              const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
-              x -= score.slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
+          for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const bool visible = !kMask || (8 * j + e % 2 >= lo[kt][e / 2] && 8 * j + e % 2 <= hi[kt][e / 2]);
+              const float lse_e = e % 2 ? lse2.y : lse2.x;
+              float x = acc[kt][4 * j + e] * score.scale_log2;
+              if constexpr (kAlibi) {
+                const int key = n0 + 64 * kt + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
+                x -= score.slope_log2 * fabsf(static_cast<float>(i + mod.diag - key));
+              }
+              acc[kt][4 * j + e] = visible ? exp2_approx_ftz(x - lse_e) : 0.f;
             }
-            acc[4 * j + e] = visible ? exp2_approx_ftz(x - lse_e) : 0.f;
-          }
         }
       };
       if (need_mask) p_pass(std::true_type{});
       else p_pass(std::false_type{});
       if (st > 0) mbarrier_wait(&p_empty, (st - 1) & 1);  // consumer 1 has read the previous P^T
 #pragma unroll
-      for (int j = 0; j < kM / 8; ++j) {
-        sp[j * 128 + t128] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
-        pack_p(j, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
-      }
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int j = 0; j < kM / 8; ++j) {
+          const float* a = acc[kt] + 4 * j;
+          sp[(kt * (kM / 8) + j) * 128 + t128] = make_float4(a[0], a[1], a[2], a[3]);
+          pack_p(kt, j, a[0], a[1], a[2], a[3]);
+        }
       mbarrier_arrive(&p_full);
     } else {
       // dS^T = P^T (dP^T scale - D scale), into shared memory (one 128-byte row per key, its 64
-      // query rows, swizzled like a TMA box).
+      // query rows, swizzled like a TMA box), P^T read as it goes.
       mbarrier_wait(&p_full, st & 1);
-      float pr[kM / 2];
-#pragma unroll
-      for (int j = 0; j < kM / 8; ++j) {
-        const float4 v = sp[j * 128 + t128];
-        pr[4 * j] = v.x, pr[4 * j + 1] = v.y, pr[4 * j + 2] = v.z, pr[4 * j + 3] = v.w;
-      }
-      mbarrier_arrive(&p_empty);
       if (st >= 2) mbarrier_wait(&ds_empty[st % 2], ((st - 2) / 2) & 1);  // both consumers' products of step st - 2 done
       const float* dsum_s = sdsum + s * kM;
 #pragma unroll
       for (int j = 0; j < kM / 8; ++j) {
         const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
         const float dsum_g[2] = {dsum.x * score.mod.scale, dsum.y * score.mod.scale};
-        float ds[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[e] = pr[4 * j + e] * fmaf(acc[4 * j + e], score.mod.scale, -dsum_g[e % 2]);
-        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = pack2<T>(ds[0], ds[1]);
-        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = pack2<T>(ds[2], ds[3]);
-        pack_p(j, pr[4 * j], pr[4 * j + 1], pr[4 * j + 2], pr[4 * j + 3]);
+        for (int kt = 0; kt < kKT; ++kt) {
+          const float4 v = sp[(kt * (kM / 8) + j) * 128 + t128];
+          const float pr[4] = {v.x, v.y, v.z, v.w};
+          float ds[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ds[e] = pr[e] * fmaf(acc[kt][4 * j + e], score.mod.scale, -dsum_g[e % 2]);
+          const int key = 64 * kt + key_base;
+          *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key, 8 * j + 2 * t, kN)) = pack2<T>(ds[0], ds[1]);
+          *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key + 8, 8 * j + 2 * t, kN)) = pack2<T>(ds[2], ds[3]);
+          pack_p(kt, j, pr[0], pr[1], pr[2], pr[3]);
+        }
       }
+      mbarrier_arrive(&p_empty);
       fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
       mbarrier_arrive(&ds_full[st % 2]);
       named_barrier_sync(3, 128);  // all of consumer 1's dS^T written (its own products read it)
     }
 
     // dV[:, cols] += P^T dO[:, cols] (B MN-major: 16 rows of 128 bytes per k-step, boxes kM rows apart).
-    const uint32_t do_cols = do_base + 2 * cwu * kM * 128, q_cols = q_base + 2 * cwu * kM * 128;
-    wgmma_fence_operands(dv);
-    wgmma_fence_operands(pa);
+    const uint32_t do_cols = do_base + kCB * cwu * kM * 128, q_cols = q_base + kCB * cwu * kM * 128;
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt) {
+      wgmma_fence_operands(dv[kt]);
+      wgmma_fence_operands(pa[kt]);
+    }
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kM / 16; ++kk)
-      WgmmaRs<T, kC>::template mma<1>(dv, pa[kk], wgmma_desc_sw128(do_cols + kk * 16 * 128, kM * 128, 1024), 1);
+    for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+      for (int kk = 0; kk < kM / 16; ++kk)
+        WgmmaRs<T, kC>::template mma<1>(dv[kt], pa[kt][kk], wgmma_desc_sw128(do_cols + kk * 16 * 128, kM * 128, 1024), 1);
     wgmma_commit();
     if (cw == 0) mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
     // dK[:, cols] += dS^T Q[:, cols] (A = dS^T K-major: 16 rows are 32 bytes along a key's row);
     // dQ[:, cols] = dS K[:, cols] (A = dS, MN-major; B = K, MN-major; 16 keys per k-step).
     float dq[kC / 2];
-    wgmma_fence_operands(dk);
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt) wgmma_fence_operands(dk[kt]);
     wgmma_fence_operands(dq);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kM / 16; ++kk)
-      Wgmma<T, kC>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + kk * 32, 16, 1024),
-                                       wgmma_desc_sw128(q_cols + kk * 16 * 128, kM * 128, 1024), 1);
+    for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+      for (int kk = 0; kk < kM / 16; ++kk)
+        Wgmma<T, kC>::template mma<0, 1>(dk[kt], wgmma_desc_sw128(ds_base + kt * 64 * 128 + kk * 32, 16, 1024),
+                                         wgmma_desc_sw128(q_cols + kk * 16 * 128, kM * 128, 1024), 1);
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
       Wgmma<T, kC>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_base + kk * 16 * 128, kN * 128, 1024),
                                        wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
-    wgmma_fence_operands(dv);
-    wgmma_fence_operands(pa);
-    wgmma_fence_operands(dk);
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt) {
+      wgmma_fence_operands(dv[kt]);
+      wgmma_fence_operands(pa[kt]);
+      wgmma_fence_operands(dk[kt]);
+    }
     wgmma_fence_operands(dq);
     mbarrier_arrive(&ds_empty[st % 2]);
     if constexpr (kDqByTma) {
-      // dQ[:, cols] (64 rows x 128 fp32) as four 32-column, 128B-swizzled boxes in this stage's
-      // Q boxes 2 cw, 2 cw + 1 and dO boxes 2 cw, 2 cw + 1: by now only this consumer reads those
+      // dQ[:, cols] (64 rows x kC fp32) as kC / 32 32-column, 128B-swizzled boxes in this stage's
+      // Q boxes kCB cw .. and dO boxes kCB cw .. (8 KB each, as a dQ box): by now only this consumer reads those
       // (the other consumer's products take its own boxes; both score products are done: consumer
       // 1 waited for P^T, consumer 0 for dS^T). One thread adds them to dq_accum by TMA (the adds
       // happen in L2); the stage goes back to the producer once the reduction has read it (next
       // step). Rows past the sequence's end carry dS = 0: they add 0 to the rows after it.
-      unsigned char* dq_boxes[2] = {sq + s * Tr::kQBytes + 2 * cw * kM * 128, sdo + s * Tr::kQBytes + 2 * cw * kM * 128};
+      unsigned char* dq_boxes[2] = {sq + s * Tr::kQBytes + kCB * cw * kM * 128, sdo + s * Tr::kQBytes + kCB * cw * kM * 128};
 #pragma unroll
       for (int j = 0; j < kC / 8; ++j)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2, box = j / 4;
-          *reinterpret_cast<float2*>(dq_boxes[box / 2] + (box % 2) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
+          *reinterpret_cast<float2*>(dq_boxes[box / kCB] + (box % kCB) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
               make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
         }
       fence_proxy_async_smem();
@@ -359,7 +395,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
 #pragma unroll
         for (int x = 0; x < (kProbe == 2 ? 0 : kC / 32); ++x)
-          tma_reduce_add_4d(&args.dq_accum, dq_boxes[x / 2] + (x % 2) * kM * 128, kC * cw + 32 * x, h, row0, 0);
+          tma_reduce_add_4d(&args.dq_accum, dq_boxes[x / kCB] + (x % kCB) * kM * 128, kC * cw + 32 * x, h, row0, 0);
         tma_store_commit();
       }
       continue;
@@ -389,16 +425,20 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_d256_kernel(const __gr
   T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   T* dv_out = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = n0 + key_base + 8 * r;
-    if (key >= sb.sk) continue;
+  for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-    for (int j = 0; j < kC / 8; ++j) {
-      const int col = kC * cw + 8 * j + 2 * t;
-      *reinterpret_cast<uint32_t*>(dk_out + static_cast<int64_t>(key) * p.dk_row_stride + col) = pack2<T>(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dv_out + static_cast<int64_t>(key) * p.dv_row_stride + col) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int key = n0 + 64 * kt + key_base + 8 * r;
+      if (key >= sb.sk) continue;
+#pragma unroll
+      for (int j = 0; j < kC / 8; ++j) {
+        const int col = kC * cw + 8 * j + 2 * t;
+        *reinterpret_cast<uint32_t*>(dk_out + static_cast<int64_t>(key) * p.dk_row_stride + col) =
+            pack2<T>(dk[kt][4 * j + 2 * r], dk[kt][4 * j + 2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv_out + static_cast<int64_t>(key) * p.dv_row_stride + col) =
+            pack2<T>(dv[kt][4 * j + 2 * r], dv[kt][4 * j + 2 * r + 1]);
+      }
     }
-  }
 #endif
 }
 
