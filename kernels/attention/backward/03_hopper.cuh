@@ -104,6 +104,65 @@ struct HopperBwdArgs {
   CUtensorMap q, k, v, dout, dq_accum;
 };
 
+// The steps of a key block as both rung-3 kernels (this one and 03_hopper_split.cuh) walk them,
+// as in rung 2: step st < n_steps is (query head hk group + st / m_blocks, query rows m_first +
+// kM (st % m_blocks)), m_first .. over the row blocks that see keys n0 .. n0 + kN - 1.
+struct HopperBwdSteps {
+  int m_first, m_blocks, n_steps;
+};
+template <int kM, int kN>
+__device__ __forceinline__ HopperBwdSteps hopper_bwd_steps(const AttnBwdParams& p, const AttnBatch& sb, int n0) {
+  const int key_hi = sb.sk - n0 < kN ? sb.sk : n0 + kN;
+  const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, sb.sk - sb.sq, p.window_left, p.window_right);
+  HopperBwdSteps w;
+  w.m_first = rr.lo - rr.lo % kM;
+  w.m_blocks = rr.hi > rr.lo ? (rr.hi - w.m_first + kM - 1) / kM : 0;
+  w.n_steps = w.m_blocks * (p.nheads / p.nheads_kv);
+  return w;
+}
+
+// The producer thread's copies for key block n0 of KV head hk, batch b (Tr: either kernel's
+// traits): K and V (kBlockN keys) on kv_full, then each step's Q and dO (kBlockM rows, 64-column
+// boxes) and its lse log2(e) and D rows into stage st % kStages once `empty` lets it. kProbe 1 (an
+// experiment): the first kStages steps only, later stages handed over as they are.
+template <typename Tr, int kProbe = 0>
+__device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, const AttnBatch& sb, int b, int hk, int n0,
+                                                   const HopperBwdSteps& w, unsigned char* sk, unsigned char* sv,
+                                                   unsigned char* sq, unsigned char* sdo, float* slse, float* sdsum,
+                                                   uint64_t* kv_full, uint64_t* full, uint64_t* empty) {
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
+  const AttnBwdParams& p = args.p;
+  const int qb = p.cu_seqlens_q != nullptr ? 0 : b;  // batch coordinate (varlen: packed rows, batch 1)
+  const int group = p.nheads / p.nheads_kv;
+  const int k_row = static_cast<int>(sb.k_row0) + n0;
+  mbarrier_arrive_expect_tx(kv_full, 2 * Tr::kKBytes);
+#pragma unroll
+  for (int x = 0; x < Tr::kBoxes; ++x) {
+    tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, kv_full);
+    tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, kv_full);
+  }
+#pragma unroll 1  // (unrolled, the loop spilled at the producer's 24 registers, even at 32)
+  for (int st = 0; st < w.n_steps; ++st) {
+    const int s = st % kStages;
+    const int h = hk * group + st / w.m_blocks, m0 = w.m_first + kM * (st % w.m_blocks);
+    const int q_row = static_cast<int>(sb.q_row0) + m0;
+    mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+    if (kProbe == 1 && st >= kStages) {
+      mbarrier_arrive(&full[s]);
+      continue;
+    }
+    mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
+#pragma unroll
+    for (int x = 0; x < Tr::kBoxes; ++x) {
+      tma_load_4d(sq + s * Tr::kQBytes + x * kM * 128, &args.q, 64 * x, q_row, h, qb, &full[s]);
+      tma_load_4d(sdo + s * Tr::kQBytes + x * kM * 128, &args.dout, 64 * x, q_row, h, qb, &full[s]);
+    }
+    const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0;
+    bulk_load(slse + s * kM, p.lse_log2 + at, Tr::kRowBytes, &full[s]);
+    bulk_load(sdsum + s * kM, p.dsum + at, Tr::kRowBytes, &full[s]);
+  }
+}
+
 // Grid (ceil(max_sk / 128), nheads_kv, batch), 384 threads, Tr::kSmemBytes dynamic shared memory.
 // dq_accum zeroed, dsum and lse_log2 written by attn_bwd_dsum_rows_kernel first.
 // kStages: HopperBwdTraits' kStages_. kSharedSpace: the tiles' base aligned by align_smem, so
@@ -153,15 +212,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
   const AttnBatch sb = attn_batch(p, b);
   if (n0 >= sb.sk) return;  // varlen: this batch has fewer keys (the whole block leaves)
-  const bool varlen = p.cu_seqlens_q != nullptr;
   const int group = p.nheads / p.nheads_kv;
-  // The steps, as in rung 2: (query head h of the group, query block m0), m0 over the blocks
-  // that see these keys.
-  const int key_hi = sb.sk - n0 < kN ? sb.sk : n0 + kN;
-  const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, sb.sk - sb.sq, p.window_left, p.window_right);
-  const int m_first = rr.lo - rr.lo % kM;
-  const int m_blocks = rr.hi > rr.lo ? (rr.hi - m_first + kM - 1) / kM : 0;
-  const int n_steps = m_blocks * group;  // step st: head hk group + st / m_blocks, rows m_first + kM (st % m_blocks)
+  const HopperBwdSteps steps = hopper_bwd_steps<kM, kN>(p, sb, n0);
+  const int m_first = steps.m_first, m_blocks = steps.m_blocks, n_steps = steps.n_steps;
 
   if (threadIdx.x == 0) {
     mbarrier_init(&kv_full, 1);
@@ -185,34 +238,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   if (wg == 0) {  // producer
     setmaxnreg_dec<24>();
     if (threadIdx.x == 0 && n_steps > 0) {
-      const int qb = varlen ? 0 : b;  // batch coordinate (varlen: packed rows, batch 1)
-      const int k_row = static_cast<int>(sb.k_row0) + n0;
-      mbarrier_arrive_expect_tx(&kv_full, 2 * Tr::kKBytes);
-#pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x) {
-        tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, &kv_full);
-        tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, &kv_full);
-      }
-#pragma unroll 1
-      for (int st = 0; st < n_steps; ++st) {
-        const int s = st % kStages;
-        const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
-        const int q_row = static_cast<int>(sb.q_row0) + m0;
-        mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-        if (kProbe == 1 && st >= kStages) {
-          mbarrier_arrive(&full[s]);
-          continue;
-        }
-        mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
-#pragma unroll
-        for (int x = 0; x < Tr::kBoxes; ++x) {
-          tma_load_4d(sq + s * Tr::kQBytes + x * kM * 128, &args.q, 64 * x, q_row, h, qb, &full[s]);
-          tma_load_4d(sdo + s * Tr::kQBytes + x * kM * 128, &args.dout, 64 * x, q_row, h, qb, &full[s]);
-        }
-        const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0;
-        bulk_load(slse + s * kM, p.lse_log2 + at, Tr::kRowBytes, &full[s]);
-        bulk_load(sdsum + s * kM, p.dsum + at, Tr::kRowBytes, &full[s]);
-      }
+      hopper_bwd_produce<Tr, kProbe>(args, sb, b, hk, n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full, empty);
     } else if (kDqByProducer && (threadIdx.x == 32 || threadIdx.x == 64)) {
       // Consumer rc's dQ tiles, step by step: once staged, added to dq_accum by TMA; handed back
       // once the reductions have read them.

@@ -16,9 +16,10 @@
 //   - Then each its columns: dV += P^T dO (P from registers), dK += dS^T Q, dQ = dS K (dS from
 //     shared memory), so the products per step are 5 x (64 x 64 x 128) multiply-adds for each
 //     consumer, none computed twice (both head dims).
-//   - dQ: from registers by 16-byte vector reductions (red.global.add.v4.f32, as rung 2): a TMA
-//     reduction would stage 64 x 256 fp32 (64 KB) in shared memory, which does not fit beside
-//     two stages of Q and dO (64 KB each at d 256).
+//   - dQ: no room for a tile of its own (64 x 256 fp32 = 64 KB at d 256, beside two stages of Q
+//     and dO of 64 KB each): each consumer stages its 64 x d / 2 fp32 in the step's own Q and dO
+//     boxes once its products are done (only it reads those by then), and a producer warp adds
+//     it to dq_accum by TMA reduction (kDqMode, below).
 // Pipelining: the consumers meet twice a step (P^T ready; dS^T ready), and consumer 1 issues its
 // products after consumer 0's, so consumer 0's next S^T runs under consumer 1's dV / dK / dQ, and
 // consumer 1's dS pass under consumer 0's dV. Shared memory at d 256 (bytes): K, V 64 K; two stages
@@ -109,13 +110,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
   const AttnBatch sb = attn_batch(p, b);
   if (n0 >= sb.sk) return;  // varlen: this batch has fewer keys (the whole block leaves)
-  const bool varlen = p.cu_seqlens_q != nullptr;
   const int group = p.nheads / p.nheads_kv;
-  const int key_hi = sb.sk - n0 < kN ? sb.sk : n0 + kN;
-  const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, sb.sk - sb.sq, p.window_left, p.window_right);
-  const int m_first = rr.lo - rr.lo % kM;
-  const int m_blocks = rr.hi > rr.lo ? (rr.hi - m_first + kM - 1) / kM : 0;
-  const int n_steps = m_blocks * group;  // step st: head hk group + st / m_blocks, rows m_first + kM (st % m_blocks)
+  const HopperBwdSteps steps = hopper_bwd_steps<kM, kN>(p, sb, n0);
+  const int m_first = steps.m_first, m_blocks = steps.m_blocks, n_steps = steps.n_steps;
 
   if (threadIdx.x == 0) {
     mbarrier_init(&kv_full, 1);
@@ -139,30 +136,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   if (warpgroup_index() == 0) {  // producer
     setmaxnreg_dec<24>();
     if (threadIdx.x == 0 && n_steps > 0) {
-      const int qb = varlen ? 0 : b;  // batch coordinate (varlen: packed rows, batch 1)
-      const int k_row = static_cast<int>(sb.k_row0) + n0;
-      mbarrier_arrive_expect_tx(&kv_full, 2 * Tr::kKBytes);
-#pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x) {
-        tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, &kv_full);
-        tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, &kv_full);
-      }
-#pragma unroll 1  // (unrolled, the producer spilled even at 32 registers)
-      for (int st = 0; st < n_steps; ++st) {
-        const int s = st % kStages;
-        const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
-        const int q_row = static_cast<int>(sb.q_row0) + m0;
-        mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-        mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
-#pragma unroll
-        for (int x = 0; x < Tr::kBoxes; ++x) {
-          tma_load_4d(sq + s * Tr::kQBytes + x * kM * 128, &args.q, 64 * x, q_row, h, qb, &full[s]);
-          tma_load_4d(sdo + s * Tr::kQBytes + x * kM * 128, &args.dout, 64 * x, q_row, h, qb, &full[s]);
-        }
-        const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0;
-        bulk_load(slse + s * kM, p.lse_log2 + at, Tr::kRowBytes, &full[s]);
-        bulk_load(sdsum + s * kM, p.dsum + at, Tr::kRowBytes, &full[s]);
-      }
+      hopper_bwd_produce<Tr>(args, sb, b, hk, n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full, empty);
     } else if (kDqMode == 2 && (threadIdx.x == 32 || threadIdx.x == 64)) {
       // Consumer rc's dQ tiles: once staged (in the stage's Q / dO boxes kCB rc .. kCB rc + kCB - 1),
       // added to dq_accum by TMA; the stage goes back to the loads once both reductions have read it.
