@@ -30,7 +30,8 @@ Strides3 strides_of(const TensorView& t, bool varlen) {
 
 
 // The automatic choice: rung 1 when deterministic; rung 2 with dropout, or off sm_90, or for
-// head dims rung 3 does not take (or strides TMA cannot walk); rung 3 otherwise.
+// head dims rung 3 does not take (or strides TMA cannot walk, or softcap at head dim 256); rung 3
+// otherwise.
 int resolved_rung(int rung, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& dout,
                   const AttnBwdOptions& opt) {
   if (rung != kAttnBwdRungAuto) return rung;

@@ -61,6 +61,8 @@ void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStr
 template <typename T, int kHeadDim, bool kAlibi, int kDqMode = 2, int kProbe = 0>
 void launch_attn_bwd_hopper_split(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperBwdSplitTraits<kHeadDim>;
+  FLASHLAB_CHECK(!(p.softcap > 0.f), "attention_bwd: argument 'softcap': expected 0 for rung 3's split kernel (head dim ",
+                 kHeadDim, "), got ", p.softcap);
   const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, kDqMode > 0);
   const auto kernel = kernels::attn_bwd_hopper_split_kernel<T, kHeadDim, kAlibi, kDqMode, kProbe>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));

@@ -82,9 +82,7 @@ void main_split(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
 template <int kD>
 std::vector<Variant> variants() {
   if constexpr (kD == 256) {
-    // Head dim 256's own kernel: dQ by TMA reductions from the step's stage (the library's) or by
-    // red.global.add.v4.f32 from registers.
-    // dQ's TMA reductions issued by the producer's warps (the library's), by the consumers, or dQ
+    // Head dim 256's own kernel (03_hopper_split.cuh): dQ's TMA reductions issued by the producer's warps (the library's), by the consumers, or dQ
     // by red.global.add from registers; a probe (timing only, wrong gradients): no dQ reduction.
     return {{"rung3_library", nullptr},
             {"dq_tma_by_consumer", main_split<256, 1>},

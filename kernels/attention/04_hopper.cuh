@@ -597,8 +597,8 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
 // copy engine; thread 0 of the warpgroup waits until the copy has read the tile) or, varlen, row
 // by row, 16 bytes at a time, up to the sequence's sq rows (the rows past it belong to the next
 // sequence). t128: the thread's index in its warpgroup.
-// kWaitRead false (a timing probe of the persistent kernel, wrong output): no wait.
-template <typename Tr, typename T, bool kWaitRead = true>
+// kStoreWait false (a timing probe of the persistent kernel, wrong output): no wait.
+template <typename Tr, typename T, bool kStoreWait = true>
 __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, const unsigned char* sq, T* out_rows,
                                                     int64_t o_row_stride, bool varlen, int wg_row0, int sq_rows, int h,
                                                     int b, int cw, int t128) {
@@ -607,7 +607,7 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
 #pragma unroll
       for (int x = 0; x < Tr::kBoxes; ++x) tma_store_4d(o_map, sq + x * Tr::kBlockM * 128 + cw * 64 * 128, x * 64, wg_row0, h, b);
       tma_store_commit();
-      if constexpr (kWaitRead) tma_store_wait_all<true>();  // shared memory must outlive the copy's reads
+      if constexpr (kStoreWait) tma_store_wait_all<true>();  // shared memory must outlive the copy's reads
     }
   } else {
     constexpr int kChunks = Tr::kHeadDim / 8;

@@ -8,8 +8,8 @@ What differs from flash-attn:
 * differentiable: torch tensors go through the custom ops ``torch.ops.flashlab.attention_fwd`` /
   ``attention_bwd`` (``_torch_ops``, registered when the first torch tensors come in), so
   torch.compile sees one opaque op per call (no graph break) and autograd's backward runs
-  ``attention_bwd`` on its automatic choice: rung 3 (Hopper, TMA + wgmma) on sm_90 for head dims 64
-  and 128 without dropout, else rung 2 (FlashAttention-2 style); with ``deterministic=True`` rung 1,
+  ``attention_bwd`` on its automatic choice: rung 3 (Hopper, TMA + wgmma) on sm_90 for head dims 64,
+  128 and 256 (256 without softcap) without dropout, else rung 2 (FlashAttention-2 style); with ``deterministic=True`` rung 1,
   the naive one (slow); not for FP8 inputs;
 * dropout (``dropout_p`` in [0, 1)) runs on some rungs only (include/flashlab/attention.h: forward
   1 and 3, backward 1 and 2; the automatic choices take forward rung 3 and backward rung 2; other

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "flashlab/attention.h"
@@ -230,7 +231,7 @@ TEST(AttentionBwd, LongerSequences) {
   c.wl = 100, c.wr = 20;
   check_bwd_case(DType::kF16, c, rng);
   // Many steps per key block (rung 3's two Q / dO stages and two dS buffers wrap around many
-  // times), GQA, both head dims of rung 3.
+  // times), GQA, rung 3's head dims 64 and 128 (256: AttentionBwd.HeadDim256).
   c = fixed(1, 600, 300, 4, 2, 128);
   check_bwd_case(DType::kBF16, c, rng);
   c = fixed(1, 520, 300, 4, 1, 64);
@@ -240,8 +241,9 @@ TEST(AttentionBwd, LongerSequences) {
 
 // Head dim 256 (rung 3's own kernel, backward/03_hopper_split.cuh: 64-key blocks, the consumers
 // splitting the head dim and the two score products): masks and windows across its 64-key blocks,
-// ALiBi, GQA, varlen with empty sequences, strides, many steps per block (its two stages and two
-// dS^T buffers wrap around), softcap (rung 2 only).
+// ALiBi, GQA, varlen with empty sequences and with a window, strides, many steps per block (its
+// two stages and two dS^T buffers wrap around), edge sizes, blocks without a step, softcap (rung
+// 2 only).
 TEST(AttentionBwd, HeadDim256) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(79);
@@ -276,6 +278,26 @@ TEST(AttentionBwd, HeadDim256) {
   check_bwd_case(DType::kBF16, v, rng);
   v.causal = true, v.alibi = 1;
   check_bwd_case(DType::kF16, v, rng);
+  v.causal = false, v.alibi = 0, v.wl = 20, v.wr = 3;  // varlen with a window
+  check_bwd_case(DType::kBF16, v, rng);
+  // Edges: one row and one key; keys a whole number of blocks (no block needs the key mask);
+  // windows with one edge only; ALiBi without a mask (i - j of both signs); blocks with keys but
+  // no step (a causal window of 16 over 400 keys and 64 rows: keys below 320 see no row).
+  c = fixed(1, 1, 1, 2, 1, 256);
+  check_bwd_case(DType::kBF16, c, rng);
+  c = fixed(1, 100, 128, 2, 2, 256);
+  check_bwd_case(DType::kF16, c, rng);
+  for (const auto& w : {std::pair<int, int>{-1, 5}, std::pair<int, int>{30, -1}}) {
+    c = fixed(1, 150, 150, 2, 1, 256);
+    c.wl = w.first, c.wr = w.second;
+    check_bwd_case(DType::kBF16, c, rng);
+  }
+  c = fixed(1, 90, 130, 2, 2, 256);
+  c.alibi = 2;
+  check_bwd_case(DType::kBF16, c, rng);
+  c = fixed(1, 64, 400, 2, 1, 256);
+  c.causal = true, c.wl = 16;
+  check_bwd_case(DType::kF16, c, rng);
 }
 
 // Dropout: the forward (automatic rung: rung 3) and the backward (rungs 1 and 2) regenerate one mask

@@ -334,6 +334,8 @@ BWD_CASES = [
     (2, 113, 5, 2, 1, 64, "float16", dict(causal=True)),                            # few keys, most rows empty
     (1, 150, 150, 8, 2, 64, "bfloat16", dict(causal=True, window=(40, -1), softcap=10.0, alibi="bh", amp=2.0)),
     (1, 128, 192, 2, 2, 256, "float16", dict(causal=True, alibi="h")),
+    (2, 90, 130, 4, 2, 256, "bfloat16", dict(alibi="bh")),                           # d 256 ALiBi both ways of i - j
+    (1, 70, 90, 2, 1, 256, "bfloat16", dict(softcap=5.0, amp=3.0)),                 # d 256 softcap: auto takes rung 2
 ]
 
 

@@ -18,8 +18,9 @@
 //       dK += dS^T Q                       (A = its 64 keys of dS^T, K-major; B = Q, MN-major)
 //       dQ[:, half cw] = dS K[:, half cw]  (A = dS, MN-major, all 128 keys; B = K, MN-major)
 //     dQ goes to shared memory (fp32, 128B-swizzled 32-column boxes) and one thread per consumer
-//     adds it to the fp32 workspace with a TMA reduction (cp.reduce.async.bulk.tensor .add: the
-//     adds happen in L2; rung 2's threads each issue red.global.add.v4.f32 instead).
+//     (kDqByProducer, the library's at d 64: producer warp 1 + cw) adds it to the fp32 workspace
+//     with a TMA reduction (cp.reduce.async.bulk.tensor .add: the adds happen in L2; rung 2's
+//     threads each issue red.global.add.v4.f32 instead).
 //     (dK from registers, like dV, takes 16 more registers a thread: ptxas spilled the softcap /
 //     ALiBi variant at head dim 128, whose 240 hold dK, dV, S^T and dP^T already.)
 //   - The consumers meet only through mbarriers on two dS^T buffers (ds_full: both halves of a
@@ -114,11 +115,11 @@ template <int kM, int kN>
 __device__ __forceinline__ HopperBwdSteps hopper_bwd_steps(const AttnBwdParams& p, const AttnBatch& sb, int n0) {
   const int key_hi = sb.sk - n0 < kN ? sb.sk : n0 + kN;
   const AttnRowRange rr = attn_row_range(n0, key_hi, sb.sq, sb.sk - sb.sq, p.window_left, p.window_right);
-  HopperBwdSteps w;
-  w.m_first = rr.lo - rr.lo % kM;
-  w.m_blocks = rr.hi > rr.lo ? (rr.hi - w.m_first + kM - 1) / kM : 0;
-  w.n_steps = w.m_blocks * (p.nheads / p.nheads_kv);
-  return w;
+  HopperBwdSteps steps;
+  steps.m_first = rr.lo - rr.lo % kM;
+  steps.m_blocks = rr.hi > rr.lo ? (rr.hi - steps.m_first + kM - 1) / kM : 0;
+  steps.n_steps = steps.m_blocks * (p.nheads / p.nheads_kv);
+  return steps;
 }
 
 // The producer thread's copies for key block n0 of KV head hk, batch b (Tr: either kernel's
@@ -127,7 +128,7 @@ __device__ __forceinline__ HopperBwdSteps hopper_bwd_steps(const AttnBwdParams& 
 // experiment): the first kStages steps only, later stages handed over as they are.
 template <typename Tr, int kProbe = 0>
 __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, const AttnBatch& sb, int b, int hk, int n0,
-                                                   const HopperBwdSteps& w, unsigned char* sk, unsigned char* sv,
+                                                   const HopperBwdSteps& steps, unsigned char* sk, unsigned char* sv,
                                                    unsigned char* sq, unsigned char* sdo, float* slse, float* sdsum,
                                                    uint64_t* kv_full, uint64_t* full, uint64_t* empty) {
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
@@ -142,9 +143,9 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
     tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, kv_full);
   }
 #pragma unroll 1  // (unrolled, the loop spilled at the producer's 24 registers, even at 32)
-  for (int st = 0; st < w.n_steps; ++st) {
+  for (int st = 0; st < steps.n_steps; ++st) {
     const int s = st % kStages;
-    const int h = hk * group + st / w.m_blocks, m0 = w.m_first + kM * (st % w.m_blocks);
+    const int h = hk * group + st / steps.m_blocks, m0 = steps.m_first + kM * (st % steps.m_blocks);
     const int q_row = static_cast<int>(sb.q_row0) + m0;
     mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
     if (kProbe == 1 && st >= kStages) {
@@ -281,7 +282,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // work runs under the other's products). dQ[:, cw half] = dS K[:, cw half]: A = dS (rows
   // contiguous per key: MN-major), B = K (head-dim columns contiguous per key: MN-major); 16 keys
   // per k-step. Then into this consumer's fp32 tile (32-column boxes, 128B-swizzled; the previous
-  // reduction has finished reading it), and one thread adds the tile to dq_accum by TMA
+  // reduction has finished reading it), and one thread (kDqByProducer: producer warp 1 + cw)
+  // adds the tile to dq_accum by TMA
   // (cp.reduce.async.bulk .add: the additions happen in L2, nothing comes back to the SM). Rows
   // past the sequence's end get dS = 0, so they add 0 to the rows after it. Waits for every
   // wgmma in flight (this step's dV and dK too) except issue_behind's.

@@ -30,6 +30,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -96,6 +97,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   // dq_full[2 s + cw] (kDqMode 2): consumer cw's dQ tile of the step in stage s staged.
   __shared__ uint64_t kv_full, full[kStages], empty[kStages], p_full, p_empty, ds_full[2], ds_empty[2], dq_full[2 * kStages];
   constexpr bool kDqByTma = kDqMode > 0;
+  static_assert(kDqMode >= 0 && kDqMode <= 2 && (kProbe == 0 || kProbe == 2), "kDqMode 0..2, kProbe 0 or 2");
+  // Named barriers (0 is __syncthreads): consumer cw's own 128 threads.
+  const auto consumer_sync = [](int cw) { named_barrier_sync(2 + cw, 128); };
   unsigned char* smem = align_smem<1024>(smem_raw);  // 128B-swizzled tiles on 1024-byte boundaries
   unsigned char* sk = smem;                          // K: kBoxes x kN keys x 128 bytes
   unsigned char* sv = sk + Tr::kKBytes;              // V
@@ -205,7 +209,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
                                            wgmma_desc_sw128(b_rows + b_off, 16, 1024), kk > 0 ? 1 : 0);
         }
       wgmma_commit();
-      // kDqByTma: the previous step's dQ reduction has read its stage (under this product).
+      // kDqMode 1: the previous step's dQ reduction has read its stage (under this product).
       if (kDqMode == 1 && st > 0 && t128 == 0) {
         tma_store_wait_all<true>();
         mbarrier_arrive(&empty[(st - 1) % kStages]);
@@ -298,7 +302,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
       mbarrier_arrive(&p_empty);
       fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
       mbarrier_arrive(&ds_full[st % 2]);
-      named_barrier_sync(3, 128);  // all of consumer 1's dS^T written (its own products read it)
+      consumer_sync(1);  // all of consumer 1's dS^T written (its own products read it)
     }
 
     // dV[:, cols] += P^T dO[:, cols] (B MN-major: 16 rows of 128 bytes per k-step, boxes kM rows apart).
@@ -345,11 +349,15 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     mbarrier_arrive(&ds_empty[st % 2]);
     if constexpr (kDqByTma) {
       // dQ[:, cols] (64 rows x kC fp32) as kC / 32 32-column, 128B-swizzled boxes in this stage's
-      // Q boxes kCB cw .. and dO boxes kCB cw .. (8 KB each, as a dQ box): by now only this consumer reads those
-      // (the other consumer's products take its own boxes; both score products are done: consumer
-      // 1 waited for P^T, consumer 0 for dS^T). One thread adds them to dq_accum by TMA (the adds
-      // happen in L2); the stage goes back to the producer once the reduction has read it (next
-      // step). Rows past the sequence's end carry dS = 0: they add 0 to the rows after it.
+      // Q boxes kCB cw .. and dO boxes kCB cw .. (8 KB each, as a dQ box): by now only this
+      // consumer reads those (the other consumer's products take its own boxes; both score
+      // products are done: consumer 1 waited for P^T, consumer 0 for dS^T), and once all four of
+      // its warps are past their wait (a warp's wgmma_wait covers its own part of the products,
+      // whose B operands are these boxes), none does. The TMA reductions add the tiles to
+      // dq_accum (in L2): kDqMode 2 by producer warp 1 + cw, which hands the stage back once they
+      // have read it; 1 by this consumer's thread 0, which waits for the reads in the next step.
+      // Rows past the sequence's end carry dS = 0: they add 0 to the rows after it.
+      consumer_sync(cw);
       unsigned char* dq_boxes[2] = {sq + s * Tr::kQBytes + kCB * cw * kM * 128, sdo + s * Tr::kQBytes + kCB * cw * kM * 128};
 #pragma unroll
       for (int j = 0; j < kC / 8; ++j)
@@ -364,7 +372,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
         mbarrier_arrive(&dq_full[2 * s + cw]);  // producer warp 1 + cw takes it from here
         continue;
       }
-      named_barrier_sync(2 + cw, 128);
+      consumer_sync(cw);
       if (t128 == 0) {
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0));
 #pragma unroll
