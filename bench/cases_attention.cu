@@ -20,6 +20,7 @@
 
 #include "bench/cases.h"
 #include "flashlab/attention.h"
+#include "kernels/attention/params.h"
 
 namespace flashlab::bench {
 
@@ -184,7 +185,7 @@ void bench_attention_bwd(Harness& h, DType dt) {
                   dropout ? 3 : kAttnFwdRungAuto, opt);
     for (int rung = kAttnBwdRungs; rung >= 1; --rung) {
       if (rung == 1 && (dropout || c.seqlen > 2048 || c.headdim != 128)) continue;
-      if (rung == 3 && (!hopper || dropout || (c.headdim != 64 && c.headdim != 128 && c.headdim != 256))) continue;  // rung 3's reach
+      if (rung == 3 && (!hopper || dropout || !attn_bwd_rung3_takes(c.headdim, false))) continue;  // rung 3's reach
       const double ms = h.time_ms([&] {
         attention_bwd(view(q.p, dt, shape), view(k.p, dt, shape), view(v.p, dt, shape), view(out.p, dt, shape),
                       view(dout.p, dt, shape), view(dq.p, dt, shape), view(dk.p, dt, shape), view(dv.p, dt, shape),

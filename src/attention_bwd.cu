@@ -37,7 +37,7 @@ int resolved_rung(int rung, const TensorView& q, const TensorView& k, const Tens
   if (rung != kAttnBwdRungAuto) return rung;
   if (opt.deterministic) return 1;
   const int64_t d = q.shape[q.ndim() - 1];
-  if (opt.dropout_p > 0.f || (d != 64 && d != 128 && d != 256) || (d == 256 && opt.softcap > 0.f)) return 2;
+  if (opt.dropout_p > 0.f || !attn_bwd_rung3_takes(d, opt.softcap > 0.f)) return 2;
   if (!(detail::tma_strides(q) && detail::tma_strides(k) && detail::tma_strides(v) && detail::tma_strides(dout))) return 2;
   detail::DeviceGuard guard(q.device.index);
   return detail::cc_major() == 9 ? 3 : 2;
@@ -88,8 +88,8 @@ AttnBwdParams validated_params(const TensorView& q, const TensorView& k, const T
     check::disjoint(dK, dV);
     if (rung == 3) {  // TMA + wgmma: 64-column boxes of positive strides, built for sm_90a only
       const int64_t d = q.shape[q.ndim() - 1];
-      if (d != 64 && d != 128 && d != 256) check::fail(Q, "head dim (last dim) 64, 128 or 256 for rung 3", detail::concat(d));
-      FLASHLAB_CHECK(!(d == 256 && opt.softcap > 0.f), kOp,
+      if (!attn_bwd_rung3_head_dim(d)) check::fail(Q, "head dim (last dim) 64, 128 or 256 for rung 3", detail::concat(d));
+      FLASHLAB_CHECK(attn_bwd_rung3_takes(d, opt.softcap > 0.f), kOp,
                      ": argument 'softcap': expected 0 at head dim 256 for rung 3 (rung 2 or auto takes it), got ", opt.softcap);
       FLASHLAB_CHECK(!(opt.dropout_p > 0.f), kOp, ": argument 'dropout_p': expected 0 for rung 3 (rung 2 or auto takes dropout), got ",
                      opt.dropout_p);

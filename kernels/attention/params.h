@@ -72,6 +72,15 @@ struct AttnFwdParams {
 // dsum_rows rounds seqlen_q up to a multiple of this.
 inline constexpr int kAttnBwdRowPad = 128;
 
+// Backward rung 3's reach in head dims and score modifiers, asked by the validation, the automatic
+// choice, the dispatch, the benchmark and the tests: head dims 64 and 128
+// (kernels/attention/backward/03_hopper.cuh) and 256 without softcap (03_hopper_split.cuh, where
+// softcap's gradient factor would need S where dS is formed).
+constexpr bool attn_bwd_rung3_head_dim(int64_t headdim) { return headdim == 64 || headdim == 128 || headdim == 256; }
+constexpr bool attn_bwd_rung3_takes(int64_t headdim, bool softcap) {
+  return attn_bwd_rung3_head_dim(headdim) && !(headdim == 256 && softcap);
+}
+
 struct AttnBwdParams : AttnFwdParams {
   // dout: like o; dq: like q; dk, dv: like k (each its own strides, head dim contiguous).
   const void* dout;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "flashlab/attention.h"
+#include "kernels/attention/params.h"
 #include "src/reference/attention.h"
 #include "tests/common/attention_cases.h"
 #include "tests/common/attention_naive.h"
@@ -136,8 +137,7 @@ void check_bwd_case_on(DType dt, const Case& c, int rung, std::mt19937_64& rng, 
 // Rung 3 (Hopper): sm_90, head dims 64, 128 and 256 (without softcap), no dropout (its rejections:
 // tests/cpu).
 bool rung_takes(int rung, const Case& c) {
-  return rung != 3 || (device_cc_major() == 9 && (c.d == 64 || c.d == 128 || (c.d == 256 && c.softcap == 0.f)) &&
-                       c.dropout_p == 0.f);
+  return rung != 3 || (device_cc_major() == 9 && attn_bwd_rung3_takes(c.d, c.softcap > 0.f) && c.dropout_p == 0.f);
 }
 
 // Every rung that takes the case (rungs 2 and 3 are not deterministic: repeats only on rung 1).
