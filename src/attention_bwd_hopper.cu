@@ -19,8 +19,8 @@ void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t st
       // faster on an H100; at 128 1.4-1.8% slower (aa32ea3).
       if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod, 2, true, false, true>(p, dtype, stream);
       if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod>(p, dtype, stream);
-      if (p.headdim == 256 && !(p.softcap > 0.f))  // (softcap: the caller's validation sends it to rung 2)
-        return launch_attn_bwd_hopper_split<T, 256, kScoreMod>(p, dtype, stream);
+      // (softcap at 256: the validation and the automatic choice send it to rung 2; the launcher refuses it)
+      if (p.headdim == 256) return launch_attn_bwd_hopper_split<T, 256, kScoreMod>(p, dtype, stream);
       throw Error(concat("launch_attn_bwd_hopper: unsupported head dim ", p.headdim));
     });
   });

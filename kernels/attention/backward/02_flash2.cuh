@@ -177,6 +177,19 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, floa
 #endif
 }
 
+// One n8 tile of an mma accumulator (acc: row g, columns 2t, 2t + 1; row g + 8, the same) added
+// to fp32 rows by 16-byte reductions: lanes t and t ^ 1 trade halves so that each holds four
+// adjacent columns of one row (even t: row g, its columns and the partner's; odd t: row g + 8).
+// row: this lane's row (g for even t, g + 8 for odd t) at column 2 (t & ~1), the tile at column
+// col further; nullptr: a row past the sequence (the lane still trades). Every lane calls it.
+__device__ __forceinline__ void red_add_tile_f32(float* row, int col, const float* acc, bool even) {
+  const float send0 = even ? acc[2] : acc[0], send1 = even ? acc[3] : acc[1];
+  const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+  if (row == nullptr) return;
+  if (even) red_add_f32x4(row + col, acc[0], acc[1], got0, got1);
+  else red_add_f32x4(row + col, got0, got1, acc[2], acc[3]);
+}
+
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
 // shared memory. dq_accum zeroed and dsum written by attn_bwd_dsum_rows_kernel first.
 // kScoreMod: softcap and/or ALiBi (the generic element-wise path); without them P and dS take
@@ -277,8 +290,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     cp_async_wait<1>();                     // step st's copies (and K, V) landed
     __syncthreads();
     // Every (row, key) pair of this step visible: no element-wise mask.
-    const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
-                           (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
+    const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
     {
       // S = Q K^T and dP = dO V^T: rows s_row + 16 mi + (g, g + 8), keys s_key + 8 j + 2 t + {0, 1}.
       float s[Tr::kSMTiles][Tr::kSNTiles][4], dp[Tr::kSMTiles][Tr::kSNTiles][4];
@@ -390,22 +402,14 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
           for (int mi = 0; mi < Tr::kQMTiles; ++mi) mma_m16n8k16_x2<T>(dq[mi][j], dq[mi][j + 1], ads[mi], bk);
         }
       }
-      // Lanes t and t ^ 1 trade halves so that each holds four adjacent columns of one row (even
-      // t: row g, its columns and the partner's; odd t: row g + 8): one 16-byte reduction each.
+      // Into dq_accum, an n8 tile at a time (red_add_tile_f32: lanes t and t ^ 1 trade halves).
       const bool even = t % 2 == 0;
 #pragma unroll
       for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
         const int i = m0 + q_row + 16 * mi + g + (even ? 0 : 8);
         float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + c0 + 2 * (t & ~1) : nullptr;
 #pragma unroll
-        for (int j = 0; j < Tr::kDqChunk / 8; ++j) {
-          const float* acc = dq[mi][j];
-          const float send0 = even ? acc[2] : acc[0], send1 = even ? acc[3] : acc[1];
-          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          if (row == nullptr) continue;
-          if (even) red_add_f32x4(row + j * 8, acc[0], acc[1], got0, got1);
-          else red_add_f32x4(row + j * 8, got0, got1, acc[2], acc[3]);
-        }
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row, j * 8, dq[mi][j], even);
       }
     }
     h = h_next, m0 = m_next;

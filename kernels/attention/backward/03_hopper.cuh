@@ -276,7 +276,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const int cwu = warpgroup_index() - 1;  // cw, warp-uniform: the descriptors below in uniform registers
   const uint32_t k_wg = smem_u32(sk) + cwu * 64 * 128, v_wg = smem_u32(sv) + cwu * 64 * 128;  // this consumer's 64 keys
   constexpr int kDSteps = kD / 16;  // k16 steps over the head dim
-  const int diag = sb.sk - sb.sq;
   // dQ of step st, one step late (so that a consumer does not wait for the other's dS^T half
   // right after writing its own: the two drift apart by up to a step, and one's element-wise
   // work runs under the other's products). dQ[:, cw half] = dS K[:, cw half]: A = dS (rows
@@ -380,21 +379,14 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // key_base + 8 r, query row m0 + 8 j + 2 t + c.
     const AttnBwdScore score(attn_score_mod(p, b, h, sb));
     const AttnScoreMod& mod = score.mod;
-    const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
-                           (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
+    const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
     const float* lse_s = slse + s * kM;
     const float* dsum_s = sdsum + s * kM;
-    // Key key_base + 8 r is seen by rows [key - diag - window_right, key - diag + window_left]
-    // (attn_visible), by none past the sequence's keys: the bounds as offsets from this thread's
-    // first row m0 + 2 t, so that each element's mask is two compares with a constant.
-    int lo[2], hi[2];
+    // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t.
+    AttnBwdRowBounds seen[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int key = n0 + key_base + 8 * r, base = m0 + 2 * t;
-      lo[r] = key >= sb.sk ? INT_MAX : mod.window_right >= 0 ? key - diag - mod.window_right - base : INT_MIN;
-      hi[r] = mod.window_left >= 0 ? key - diag + mod.window_left - base : INT_MAX;
-    }
-    const auto visible = [&](int j, int e) { return 8 * j + e % 2 >= lo[e / 2] && 8 * j + e % 2 <= hi[e / 2]; };
+    for (int r = 0; r < 2; ++r) seen[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
+    const auto visible = [&](int j, int e) { return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi; };
     uint32_t pa[kM / 16][4];
     const auto pack_p = [&](int j, const float (&pr)[4]) {
       pa[j / 2][2 * (j % 2)] = pack2<T>(pr[0], pr[1]), pa[j / 2][2 * (j % 2) + 1] = pack2<T>(pr[2], pr[3]);

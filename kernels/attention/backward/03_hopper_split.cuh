@@ -181,7 +181,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   // This consumer's columns of K, Q, dO: boxes kCB cw .. kCB cw + kCB - 1.
   const uint32_t k_cols = smem_u32(sk) + kCB * cwu * kN * 128;
   const uint32_t score_a = smem_u32(cwu == 0 ? sk : sv);  // S^T = K Q^T or dP^T = V dO^T
-  const int diag = sb.sk - sb.sq;
 
   if (n_steps > 0) mbarrier_wait(&kv_full, 0);
   for (int st = 0; st < n_steps; ++st) {
@@ -229,20 +228,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     if (cw == 0) {
       // P^T = exp2(S^T scale log2(e) - lse log2(e)), 0 where masked.
       const AttnScoreMod& mod = score.mod;
-      const bool need_mask = n0 + kN > sb.sk || (mod.window_left >= 0 && n0 < m0 + kM - 1 + mod.diag - mod.window_left) ||
-                             (mod.window_right >= 0 && n0 + kN - 1 > m0 + mod.diag + mod.window_right);
-      // Key 64 kt + key_base + 8 r is seen by rows [key - diag - window_right, key - diag +
-      // window_left], by none past the sequence's keys: bounds as offsets from this thread's first
-      // row m0 + 2 t.
-      int lo[kKT][2], hi[kKT][2];
+      const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
+      // The rows that see key 64 kt + key_base + 8 r, from this thread's first row m0 + 2 t.
+      AttnBwdRowBounds seen[kKT][2];
 #pragma unroll
       for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int key = n0 + 64 * kt + key_base + 8 * r, base = m0 + 2 * t;
-          lo[kt][r] = key >= sb.sk ? INT_MAX : mod.window_right >= 0 ? key - diag - mod.window_right - base : INT_MIN;
-          hi[kt][r] = mod.window_left >= 0 ? key - diag + mod.window_left - base : INT_MAX;
-        }
+        for (int r = 0; r < 2; ++r) seen[kt][r] = attn_bwd_row_bounds(mod, n0 + 64 * kt + key_base + 8 * r, m0 + 2 * t, sb.sk);
       const float* lse_s = slse + s * kM;
       const auto p_pass = [&](auto mask_tag) {
         constexpr bool kMask = decltype(mask_tag)::value;
@@ -253,7 +245,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
           for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const bool visible = !kMask || (8 * j + e % 2 >= lo[kt][e / 2] && 8 * j + e % 2 <= hi[kt][e / 2]);
+              const AttnBwdRowBounds& rows = seen[kt][e / 2];
+              const bool visible = !kMask || (8 * j + e % 2 >= rows.lo && 8 * j + e % 2 <= rows.hi);
               const float lse_e = e % 2 ? lse2.y : lse2.x;
               float x = acc[kt][4 * j + e] * score.scale_log2;
               if constexpr (kAlibi) {
@@ -384,21 +377,14 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     }
     mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
 
-    // dQ into the fp32 workspace: lanes t and t ^ 1 trade halves so that each holds four adjacent
-    // columns of one row (even t: row g, its columns and the partner's; odd t: row g + 8); rows
-    // past the sequence's end (dS = 0 there) are skipped.
+    // dQ into the fp32 workspace, an n8 tile at a time (red_add_tile_f32); rows past the
+    // sequence's end (dS = 0 there) are skipped.
     const bool even = t % 2 == 0;
     const int i = m0 + 16 * warp + g + (even ? 0 : 8);
     float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * Tr::kHeadDim + kC * cw + 2 * (t & ~1)
                            : nullptr;
 #pragma unroll
-    for (int j = 0; j < kC / 8; ++j) {
-      const float send0 = even ? dq[4 * j + 2] : dq[4 * j], send1 = even ? dq[4 * j + 3] : dq[4 * j + 1];
-      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-      if (row == nullptr) continue;
-      if (even) red_add_f32x4(row + 8 * j, dq[4 * j], dq[4 * j + 1], got0, got1);
-      else red_add_f32x4(row + 8 * j, got0, got1, dq[4 * j + 2], dq[4 * j + 3]);
-    }
+    for (int j = 0; j < kC / 8; ++j) red_add_tile_f32(row, 8 * j, dq + 4 * j, even);
   }
 
   if (kDqMode == 1 && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads

@@ -2,12 +2,32 @@
 // (row, key) element, recomputed from the raw dot products q . k and dout . v.
 #pragma once
 
+#include <climits>
 #include <cmath>
 
 #include "kernels/attention/common.cuh"
 #include "kernels/common/online_softmax.cuh"
 
 namespace flashlab::kernels {
+
+// Whether a step of query rows m0 .. m0 + rows - 1 against keys n0 .. n0 + keys - 1 may hold an
+// invisible (row, key) pair: keys past sk, or a window edge inside the step. The tiled rungs
+// compile the element-wise mask in only for such steps.
+__device__ __forceinline__ bool attn_bwd_step_needs_mask(const AttnScoreMod& mod, int m0, int rows, int n0, int keys, int sk) {
+  return n0 + keys > sk || (mod.window_left >= 0 && n0 < m0 + rows - 1 + mod.diag - mod.window_left) ||
+         (mod.window_right >= 0 && n0 + keys - 1 > m0 + mod.diag + mod.window_right);
+}
+
+// The rows that see `key` ([key - diag - window_right, key - diag + window_left], attn_visible;
+// none for a key past sk) as offsets from row `base`, so that an element's mask is two compares
+// with a constant: row base + x sees the key iff lo <= x <= hi.
+struct AttnBwdRowBounds {
+  int lo, hi;
+};
+__device__ __forceinline__ AttnBwdRowBounds attn_bwd_row_bounds(const AttnScoreMod& mod, int key, int base, int sk) {
+  return {key >= sk ? INT_MAX : mod.window_right >= 0 ? key - mod.diag - mod.window_right - base : INT_MIN,
+          mod.window_left >= 0 ? key - mod.diag + mod.window_left - base : INT_MAX};
+}
 
 // The score modifiers of one (batch, query head) in the units the element-wise step uses.
 struct AttnBwdScore {
