@@ -87,6 +87,7 @@ std::vector<Variant> variants() {
     return {{"rung3_library", nullptr},
             {"dq_tma_by_consumer", main_split<256, 1>},
             {"dq_by_red", main_split<256, 0>},
+            {"dq_stores_column_order", main_split<256, 2, 3>},
             {"probe_no_dq_reduce", main_split<256, 2, 2>, false},
             {"pre_post_only", no_main, false}};
   } else {
@@ -101,6 +102,10 @@ std::vector<Variant> variants() {
     v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, kD == 64, false, true>});
+    // The library's form with the dQ tile stored in column order (two-way bank conflicts), and
+    // with dK's A operand (dS^T) read from shared memory: the forms before 2026-11-27 (23).
+    v.push_back({"dq_stores_column_order", main_variant<kD, 2, kD == 64, false, kD == 64, 3>});
+    v.push_back({"dk_from_smem", main_variant<kD, 2, kD == 64, false, kD == 64, 4>});
     // The split form (03_hopper_split.cuh, d 256's): the consumers split the head dim and the two
     // score products, 128-key blocks.
     if constexpr (kD == 128) v.push_back({"split", main_split<128>});

@@ -56,6 +56,31 @@ __device__ __forceinline__ ConsumerThread consumer_thread() {
   return {wg - 1, t128, warp, lane, lane / 4, lane % 4};
 }
 
+// Stores a warpgroup's fp32 accumulator of 64 rows x 8 kFrags columns (thread (warp, g, t) holds
+// rows 16 warp + g and + 8, columns 8 j + 2 t and + 1, in acc[4 j + 2 r + 0 / 1]) as 32-column
+// boxes of 64 rows x 128 bytes, 128B-swizzled (an fp32 TMA box): box(x) is box x's base.
+// An 8-byte store is served a half-warp (rows g = 0..3 or 4..7) at a time; a row's 32 bytes of
+// column block j are the chunk pair 2 (j % 4), + 1, XORed with the row, so rows g and g ^ 1 land
+// on the same pair and every store takes four wavefronts instead of two (the backward's dQ tiles:
+// 8% of its shared-memory wavefronts excess, Nsight Compute). Here lanes of odd g store column
+// block j ^ 2 when the others store j: a half-warp's four rows then cover eight distinct chunks.
+// kColumnOrder: every lane stores block j (the conflicting order; for the ablation).
+template <int kFrags, bool kColumnOrder = false, typename BoxFn>
+__device__ __forceinline__ void store_acc_f32_sw128(const float* acc, const BoxFn& box, int warp, int g, int t) {
+  static_assert(kFrags % 4 == 0, "whole 32-column boxes");
+  const bool odd = !kColumnOrder && (g & 1);
+#pragma unroll
+  for (int j = 0; j < kFrags; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int jj = odd ? j ^ 2 : j;  // same box: j ^ 2 stays in j's group of four
+      const int row = 16 * warp + g + 8 * r, chunk = 2 * (jj % 4) + t / 2;
+      const float x0 = odd ? acc[4 * (j ^ 2) + 2 * r] : acc[4 * j + 2 * r];
+      const float x1 = odd ? acc[4 * (j ^ 2) + 2 * r + 1] : acc[4 * j + 2 * r + 1];
+      *reinterpret_cast<float2*>(box(j / 4) + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) = make_float2(x0, x1);
+    }
+}
+
 // Keeps the compiler from moving accumulator accesses across an asynchronous wgmma.
 template <int kN>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {

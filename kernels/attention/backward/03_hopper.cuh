@@ -179,8 +179,10 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // per consumer where they fit: HopperBwdTraits::kDqBufs). Without it, the consumer's thread 0
 // issues the reductions and, before staging the next tile, waits for their reads, with two named
 // barriers of the consumer around the stores.
-// kProbe (experiments only, wrong gradients): 1 loads Q / dO / lse / D for the first kStages
-// steps only (later steps compute on whatever the stages hold), 2 skips dQ's TMA reductions.
+// kProbe (experiments only): 1 loads Q / dO / lse / D for the first kStages steps only (later
+// steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
+// gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
+// operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -189,6 +191,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 #else
   using Tr = HopperBwdTraits<kHeadDim, kStages_, kDqByProducer>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
+  // dK's A operand from registers with plain scores (16 registers a thread at d 128; the
+  // softcap / ALiBi pass spilled with them).
+  constexpr bool kDkRs = !kScoreMod && kProbe != 4;
   extern __shared__ unsigned char smem_raw[];
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
@@ -323,14 +328,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       if (t128 == 0) tma_store_wait_all<true>();
       named_barrier_sync(2 + cw, 128);
     }
-#pragma unroll
-    for (int j = 0; j < Tr::kDqCols / 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2;
-        *reinterpret_cast<float2*>(dq_tile + (j / 4) * 64 * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
-            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-      }
+    store_acc_f32_sw128<Tr::kDqCols / 8, kProbe == 3>(dq, [&](int x) { return dq_tile + x * 64 * 128; }, warp, g, t);
     fence_proxy_async_smem();
     if constexpr (kDqByProducer) {
       mbarrier_arrive(&dq_full[dq_i]);  // producer warp 1 + cw takes it from here
@@ -391,9 +389,14 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const auto pack_p = [&](int j, const float (&pr)[4]) {
       pa[j / 2][2 * (j % 2)] = pack2<T>(pr[0], pr[1]), pa[j / 2][2 * (j % 2) + 1] = pack2<T>(pr[2], pr[3]);
     };
+    // dS^T: to shared memory (dQ's A operand, both consumers) and, with kDkRs, into the A
+    // fragments of this consumer's dK product as well (pa's layout).
+    uint32_t dsa[kM / 16][4];
     const auto store_ds = [&](int j, const float (&ds)[4]) {
-      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = pack2<T>(ds[0], ds[1]);
-      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = pack2<T>(ds[2], ds[3]);
+      const uint32_t lo = pack2<T>(ds[0], ds[1]), hi = pack2<T>(ds[2], ds[3]);
+      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
+      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
+      if constexpr (kDkRs) dsa[j / 2][2 * (j % 2)] = lo, dsa[j / 2][2 * (j % 2) + 1] = hi;
     };
     // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
     // boxes kM rows apart).
@@ -468,28 +471,36 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         store_ds(j, ds);
       }
     }
+    // dK += dS^T Q: B = Q (MN-major, as dO above); A = dS^T from registers (kDkRs: issued at
+    // once, before this consumer's half of the tile is even published), else this consumer's 64
+    // keys of the dS^T tile (K-major: 16 rows are 32 bytes along a key's row of a 64-row box).
+    const uint32_t ds_base = smem_u32(ds_buf);
+    const auto issue_dk = [&] {
+      wgmma_fence_operands(dk);
+      if constexpr (kDkRs) wgmma_fence_operands(dsa);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kM / 16; ++kk) {
+        const uint64_t b = wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024);
+        if constexpr (kDkRs)
+          WgmmaRs<T, kD>::template mma<1>(dk, dsa[kk], b, 1);
+        else
+          Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cwu * 64 * 128 + (kk % 4) * 32, 16, 1024), b, 1);
+      }
+      wgmma_commit();
+    };
+    constexpr bool kDkEarly = kDkRs && !kDqFirst;
+    if constexpr (kDkEarly) issue_dk();
     fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
     mbarrier_arrive(&ds_full[st % 2]);
     named_barrier_sync(2 + cw, 128);  // this consumer's half written
 
-    // dK += dS^T Q: A = this consumer's 64 keys of dS^T (K-major: 16 rows are 32 bytes along a
-    // key's row of a 64-row box), B = Q (MN-major, as dO above).
-    const uint32_t ds_base = smem_u32(ds_buf);
-    const auto issue_dk = [&] {
-      wgmma_fence_operands(dk);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kM / 16; ++kk)
-        Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cwu * 64 * 128 + (kk % 4) * 32, 16, 1024),
-                                         wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024), 1);
-      wgmma_commit();
-    };
     if (kDqFirst && st > 0) {
       dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
       wgmma_wait<0>();            // dK done: the Q stage may go
       wgmma_fence_operands(dk);
     } else {
-      issue_dk();
+      if constexpr (!kDkEarly) issue_dk();
       if (st > 0) {
         dq_step(st - 1, nullptr);
       } else {

@@ -79,9 +79,10 @@ struct HopperBwdSplitTraits {
 //   1: the same reductions issued by each consumer's thread 0, which waits for their reads in the
 //      next step (under its score product);
 //   0: red.global.add.v4.f32 from registers (dq_accum's map unused).
-// kProbe (experiments only, wrong gradients): 2 skips dQ's TMA reductions (what they cost the
-// loop). (A probe 1 without the Q / dO reloads, 3987653, ran 1-2% faster than the kernel: the
-// loads are not what it waits for.)
+// kProbe (experiments only): 2 skips dQ's TMA reductions (what they cost the loop; wrong
+// gradients); 3 stores the dQ tiles in column order (two-way bank conflicts; the form before
+// 2026-11-27 (23)). (A probe 1 without the Q / dO reloads, 3987653, ran 1-2% faster than the
+// kernel: the loads are not what it waits for.)
 template <typename T, int kHeadDim, bool kAlibi, int kDqMode = 2, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   // dq_full[2 s + cw] (kDqMode 2): consumer cw's dQ tile of the step in stage s staged.
   __shared__ uint64_t kv_full, full[kStages], empty[kStages], p_full, p_empty, ds_full[2], ds_empty[2], dq_full[2 * kStages];
   constexpr bool kDqByTma = kDqMode > 0;
-  static_assert(kDqMode >= 0 && kDqMode <= 2 && (kProbe == 0 || kProbe == 2), "kDqMode 0..2, kProbe 0 or 2");
+  static_assert(kDqMode >= 0 && kDqMode <= 2 && (kProbe == 0 || kProbe == 2 || kProbe == 3), "kDqMode 0..2, kProbe 0, 2 or 3");
   // Named barriers (0 is __syncthreads): consumer cw's own 128 threads.
   const auto consumer_sync = [](int cw) { named_barrier_sync(2 + cw, 128); };
   unsigned char* smem = align_smem<1024>(smem_raw);  // 128B-swizzled tiles on 1024-byte boundaries
@@ -352,14 +353,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
       // Rows past the sequence's end carry dS = 0: they add 0 to the rows after it.
       consumer_sync(cw);
       unsigned char* dq_boxes[2] = {sq + s * Tr::kQBytes + kCB * cw * kM * 128, sdo + s * Tr::kQBytes + kCB * cw * kM * 128};
-#pragma unroll
-      for (int j = 0; j < kC / 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 16 * warp + g + 8 * r, chunk = 2 * (j % 4) + t / 2, box = j / 4;
-          *reinterpret_cast<float2*>(dq_boxes[box / kCB] + (box % kCB) * kM * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + 8 * (t % 2)) =
-              make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-        }
+      store_acc_f32_sw128<kC / 8, kProbe == 3>(dq, [&](int x) { return dq_boxes[x / kCB] + (x % kCB) * kM * 128; }, warp, g, t);
       fence_proxy_async_smem();
       if constexpr (kDqMode == 2) {
         mbarrier_arrive(&dq_full[2 * s + cw]);  // producer warp 1 + cw takes it from here
