@@ -99,20 +99,20 @@ std::vector<Variant> variants() {
       v.push_back({"stages3_shared", main_variant<kD, 3, true>});
     }
     // dQ's product issued before dK's (kDqFirst), on the library's form of each head dim.
-    v.push_back({"dq_first", main_variant<kD, 2, kD == 64, true>});
+    v.push_back({"dq_first", main_variant<kD, 2, true, true>});
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
-    v.push_back({"dq_by_producer", main_variant<kD, 2, kD == 64, false, true>});
+    v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and
     // with dK's A operand (dS^T) read from shared memory: the forms before 2026-11-27 (23).
-    v.push_back({"dq_stores_column_order", main_variant<kD, 2, kD == 64, false, kD == 64, 3>});
-    v.push_back({"dk_from_smem", main_variant<kD, 2, kD == 64, false, kD == 64, 4>});
+    v.push_back({"dq_stores_column_order", main_variant<kD, 2, true, false, kD == 64, 3>});
+    v.push_back({"dk_from_smem", main_variant<kD, 2, true, false, kD == 64, 4>});
     // The split form (03_hopper_split.cuh, d 256's): the consumers split the head dim and the two
     // score products, 128-key blocks.
     if constexpr (kD == 128) v.push_back({"split", main_split<128>});
     // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
     // first two steps; no dQ reductions.
-    v.push_back({"probe_no_reload", main_variant<kD, 2, kD == 64, false, kD == 64, 1>, false});
-    v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, kD == 64, false, kD == 64, 2>, false});
+    v.push_back({"probe_no_reload", main_variant<kD, 2, true, false, kD == 64, 1>, false});
+    v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, false, kD == 64, 2>, false});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }
