@@ -102,6 +102,7 @@ std::vector<Variant> variants() {
     v.push_back({"dq_first", main_variant<kD, 2, true, true>});
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
+    v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and
     // with dK's A operand (dS^T) read from shared memory: the forms before 2026-11-27 (23).
     v.push_back({"dq_stores_column_order", main_variant<kD, 2, true, false, kD == 64, 3>});
