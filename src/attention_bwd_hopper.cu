@@ -16,10 +16,12 @@ void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t st
       // The tiles addressed as shared memory (STS / LDS): 3% faster than generic accesses at head
       // dim 64 on an H200; at 128 1% slower until the dQ stores lost their bank conflicts, 0.4-9%
       // faster since (H100, 2026-11-27; bench/experiments/attention_bwd_hopper_ablation.cu).
-      // Head dim 64 has dQ's TMA reductions issued by the producer's warps (kDqByProducer): 1.5-2.5%
-      // faster on an H100; at 128 1.4-1.8% slower (aa32ea3).
-      if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod, 2, true, false, true>(p, dtype, stream);
-      if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod, 2, true>(p, dtype, stream);
+      // dQ's TMA reductions issued by the producer's warps (kDqByProducer) and dQ's product issued
+      // before dK's (kDqFirst), together: at head dim 128 8-13% faster than neither, 4-9% than
+      // either alone; at 64 2-3% and 1-3% (H100, 2026-11-27, df00425; before the dQ stores lost
+      // their bank conflicts kDqByProducer was 1.4-1.8% slower at 128 and kDqFirst 0-5%).
+      if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod, 2, true, true, true>(p, dtype, stream);
+      if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod, 2, true, true, true>(p, dtype, stream);
       // (softcap at 256: the validation and the automatic choice send it to rung 2; the launcher refuses it)
       if (p.headdim == 256) return launch_attn_bwd_hopper_split<T, 256, kScoreMod>(p, dtype, stream);
       throw Error(concat("launch_attn_bwd_hopper: unsupported head dim ", p.headdim));

@@ -15,17 +15,18 @@
 //     the register A-operand layout of dV += P^T dO (B = dO, MN-major: no transpose pass). dS^T
 //     goes to shared memory (16-bit, swizzled, 128-byte rows of 64 query rows per key); once both
 //     consumers' halves are written:
-//       dK += dS^T Q                       (A = its 64 keys of dS^T, K-major; B = Q, MN-major)
+//       dK += dS^T Q                       (A = its 64 keys of dS^T: from registers with plain
+//                                           scores, like P^T for dV; else K-major in shared
+//                                           memory, the softcap / ALiBi pass spilled with 16
+//                                           more registers; B = Q, MN-major)
 //       dQ[:, half cw] = dS K[:, half cw]  (A = dS, MN-major, all 128 keys; B = K, MN-major)
-//     dQ goes to shared memory (fp32, 128B-swizzled 32-column boxes) and one thread per consumer
-//     (kDqByProducer, the library's at d 64: producer warp 1 + cw) adds it to the fp32 workspace
-//     with a TMA reduction (cp.reduce.async.bulk.tensor .add: the adds happen in L2; rung 2's
-//     threads each issue red.global.add.v4.f32 instead).
-//     (dK from registers, like dV, takes 16 more registers a thread: ptxas spilled the softcap /
-//     ALiBi variant at head dim 128, whose 240 hold dK, dV, S^T and dP^T already.)
+//     dQ goes to shared memory (fp32, 128B-swizzled 32-column boxes, stored without bank
+//     conflicts: store_acc_f32_sw128) and one thread (kDqByProducer, the library's: producer warp
+//     1 + cw) adds it to the fp32 workspace with a TMA reduction (cp.reduce.async.bulk.tensor
+//     .add: the adds happen in L2; rung 2's threads each issue red.global.add.v4.f32 instead).
 //   - The consumers meet only through mbarriers on two dS^T buffers (ds_full: both halves of a
 //     step written; ds_empty: both consumers' dQ of it done), and each computes step n's dQ in
-//     step n + 1, after its own dK: neither waits for the other right after writing its half, so
+//     step n + 1, before its own dK (kDqFirst, the library's): neither waits for the other right after writing its half, so
 //     they drift apart by up to a step and one's element-wise work runs under the other's
 //     products. Plain scores: P as soon as S^T is done (dP^T still running), dV's product issued,
 //     then dS while it runs.
@@ -169,7 +170,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // kStages: HopperBwdTraits' kStages_. kSharedSpace: the tiles' base aligned by align_smem, so
 // the dS^T and dQ tile stores and the lse / D loads are STS / LDS; false: through uintptr_t,
 // generic ST.E / LD.E (both measured by bench/experiments/attention_bwd_hopper_ablation.cu).
-// kDqFirst (prepared 2026-11-26, not yet measured): a step issues the previous step's dQ product
+// kDqFirst (the library's, with kDqByProducer, since 2026-11-27): a step issues the previous step's dQ product
 // before its own dK product and waits only for dQ, so that dQ's tile stores, barriers and TMA
 // reduction run while dK is on the tensor cores (without it, the dQ step's wait drains dK and dQ
 // together and the consumer's tensor work stops for the whole dQ epilogue). The Q stage is
