@@ -103,6 +103,8 @@ std::vector<Variant> variants() {
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
+    // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
+    if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and
     // with dK's A operand (dS^T) read from shared memory: the forms before 2026-11-27 (23).
     v.push_back({"dq_stores_column_order", main_variant<kD, 2, true, false, kD == 64, 3>});
@@ -111,9 +113,9 @@ std::vector<Variant> variants() {
     // score products, 128-key blocks.
     if constexpr (kD == 128) v.push_back({"split", main_split<128>});
     // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
-    // first two steps; no dQ reductions.
-    v.push_back({"probe_no_reload", main_variant<kD, 2, true, false, kD == 64, 1>, false});
-    v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, false, kD == 64, 2>, false});
+    // first two steps; no dQ reductions (on kDqFirst + kDqByProducer since 2026-11-27 (23)).
+    v.push_back({"probe_no_reload", main_variant<kD, 2, true, true, true, 1>, false});
+    v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, true, true, 2>, false});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }
