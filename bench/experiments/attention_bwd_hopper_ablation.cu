@@ -103,8 +103,6 @@ std::vector<Variant> variants() {
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
-    // The same with each step's dK waited for at the end of the step (the form until 2026-11-27 (23)).
-    v.push_back({"dk_drained", main_variant<kD, 2, true, true, true, 5>});
     // One consumer a step computes all of dQ (N = 128), the consumers in turn (kDqAlt).
     if constexpr (kD == 128) v.push_back({"dq_alternate", main_variant<kD, 2, true, true, true, 0, true>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).

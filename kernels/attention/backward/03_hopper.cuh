@@ -187,8 +187,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // kProbe (experiments only): 1 loads Q / dO / lse / D for the first kStages steps only (later
 // steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
-// operand (dS^T) from shared memory with plain scores, 5 (kDqFirst) waits for a step's dK at the
-// end of that step (the forms before 2026-11-27 (23)).
+// operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)).
 // kDqAlt (experiment, 2026-11-27 (23)): the consumer cw computes the dQ of the steps st with st % 2
 // == cw, all 128 columns (one wgmma of N = 128 a k-step instead of two of N = 64 on the two
 // consumers: 16 KB less of shared-memory operand reads a step); the other only hands the dS^T
@@ -360,18 +359,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   };
 
   if (n_steps > 0) mbarrier_wait(&kv_full, 0);
-  // kDqFirst: a step's dK product stays in flight into the next step (issued behind dQ, it reads
-  // this step's Q stage), whose first wait covers it; the stage goes back to the producer there.
-  // kProbe 5: drained at the end of its own step instead (the form until 2026-11-27 (23)).
-  constexpr bool kDkAcross = kDqFirst && !kDqAlt && kProbe != 5;
-  int release = -1;  // the stage whose dK is still in flight (kDkAcross)
-  const auto release_stage = [&] {
-    if (kDkAcross && release >= 0) {
-      wgmma_fence_operands(dk);
-      mbarrier_arrive(&empty[release]);  // Q, dO, lse, D of that stage read
-      release = -1;
-    }
-  };
   for (int st = 0; st < n_steps; ++st) {
     const int s = st % kStages;
     const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
@@ -439,7 +426,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       // Softcap / ALiBi, or 128-row steps (where P in fp32 next to P's fragments and dP^T spilled:
       // 144 bytes): one pass per element after both products (AttnBwdScore::p_ds).
       wgmma_wait<0>();
-      release_stage();
       wgmma_fence_operands(sT);
       wgmma_fence_operands(dpT);
       const auto p_ds = [&](auto mask_tag) {
@@ -467,7 +453,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       // Plain scores: P as soon as S is done (dP^T still on the tensor cores), dV's product
       // issued, then dS from P in fp32 while dV runs.
       wgmma_wait<1>();
-      release_stage();
       wgmma_fence_operands(sT);
       const auto p_only = [&](auto mask_tag) {
         constexpr bool kMask = decltype(mask_tag)::value;
@@ -531,11 +516,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       wgmma_fence_operands(dk);
     } else if (kDqFirst && st > 0) {
       dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
-      if constexpr (kDkAcross) {
-        release = s;  // dK still reads this stage's Q: released after the next step's first wait
-        continue;
-      }
-      wgmma_wait<0>();  // dK done: the Q stage may go
+      wgmma_wait<0>();            // dK done: the Q stage may go
       wgmma_fence_operands(dk);
     } else {
       if constexpr (!kDkEarly) issue_dk();
@@ -549,8 +530,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     }
     mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
   }
-  if (n_steps > 0 && (!kDqAlt || (n_steps - 1) % 2 == cw)) dq_step(n_steps - 1, nullptr);  // waits for every product
-  release_stage();
+  if (n_steps > 0 && (!kDqAlt || (n_steps - 1) % 2 == cw)) dq_step(n_steps - 1, nullptr);
   if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's keys, written once (0 where no step ran).
