@@ -43,14 +43,14 @@ inline kernels::HopperBwdArgs attn_bwd_hopper_args(const AttnBwdParams& p, DType
   return args;
 }
 
-// kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe, kDqAlt: attn_bwd_hopper_kernel's
+// kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe: attn_bwd_hopper_kernel's
 // (kernels/attention/backward/03_hopper.cuh).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false, bool kDqFirst = false,
-          bool kDqByProducer = false, int kProbe = 0, bool kDqAlt = false>
+          bool kDqByProducer = false, int kProbe = 0>
 void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
-  using Tr = kernels::HopperBwdTraits<kHeadDim, kStages, kDqByProducer, kDqAlt>;
+  using Tr = kernels::HopperBwdTraits<kHeadDim, kStages, kDqByProducer>;
   const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, true);
-  const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe, kDqAlt>;
+  const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

@@ -69,9 +69,9 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
-template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false, int kProbe = 0, bool kDqAlt = false>
+template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false, int kProbe = 0>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe, kDqAlt>(p, dtype, s);
+  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe>(p, dtype, s);
 }
 
 template <int kD, int kDqMode = 2, int kProbe = 0>
@@ -103,8 +103,6 @@ std::vector<Variant> variants() {
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
-    // One consumer a step computes all of dQ (N = 128), the consumers in turn (kDqAlt).
-    if constexpr (kD == 128) v.push_back({"dq_alternate", main_variant<kD, 2, true, true, true, 0, true>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
     if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and

@@ -66,9 +66,7 @@ namespace flashlab::kernels {
 
 // kStages_: Q / dO / lse / D stages (bench/experiments/attention_bwd_hopper_ablation.cu measures
 // 3 at head dim 128, the most that fits).
-// kDqAlt_ (kDqAlt below): one consumer computes all of a step's dQ columns, the consumers taking
-// the steps in turn.
-template <int kHeadDim_, int kStages_ = 2, bool kDqByProducer_ = false, bool kDqAlt_ = false>
+template <int kHeadDim_, int kStages_ = 2, bool kDqByProducer_ = false>
 struct HopperBwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // Query rows per step: 128 at head dim 64 (S^T and dP^T take 64 registers each next to 64 of
@@ -87,8 +85,7 @@ struct HopperBwdTraits {
   // dQ (kBlockM rows x d) split between the consumers: by rows with 128-row steps (64 rows x d
   // each), else by columns (64 rows x d / 2 each); one wgmma M (64 rows) each either way.
   static constexpr bool kDqByRows = kBlockM == 128;
-  static constexpr bool kDqAlt = kDqAlt_;
-  static constexpr int kDqCols = kDqByRows || kDqAlt ? kHeadDim : kHeadDim / 2;  // dQ columns per consumer
+  static constexpr int kDqCols = kDqByRows ? kHeadDim : kHeadDim / 2;  // dQ columns per consumer
   static constexpr int kDqBoxes = kDqCols / 32;                        // its 32-column (128-byte fp32) boxes
   static constexpr int kDqBytes = kDqBoxes * 64 * 128;                 // a consumer's fp32 dQ tile (64 rows)
   static constexpr int kBaseBytes = 2 * kKBytes + kStages * (2 * kQBytes + 2 * kRowBytes) + 2 * kDsBytes + 1024;
@@ -99,7 +96,6 @@ struct HopperBwdTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
   static_assert((kBlockM == 64 || kBlockM == 128) && kAttnBwdRowPad % kBlockM == 0, "whole steps of padded rows");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
-  static_assert(!kDqAlt || (!kDqByRows && kDqByProducer_), "kDqAlt: 64-row steps, reductions by the producer");
 };
 
 // Q, dO (64-row boxes), K, V (128-row boxes) over (head dim, rows, heads, batch), 128-byte boxes;
@@ -188,19 +184,14 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)).
-// kDqAlt (experiment, 2026-11-27 (23)): the consumer cw computes the dQ of the steps st with st % 2
-// == cw, all 128 columns (one wgmma of N = 128 a k-step instead of two of N = 64 on the two
-// consumers: 16 KB less of shared-memory operand reads a step); the other only hands the dS^T
-// buffer back. Plain scores (dK from registers: the other consumer does not read the tile).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
-          bool kDqByProducer = false, int kProbe = 0, bool kDqAlt = false>
+          bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
-  using Tr = HopperBwdTraits<kHeadDim, kStages_, kDqByProducer, kDqAlt>;
+  using Tr = HopperBwdTraits<kHeadDim, kStages_, kDqByProducer>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
-  static_assert(!kDqAlt || (!kScoreMod && kDqFirst), "kDqAlt: plain scores (dK from registers), kDqFirst");
   // dK's A operand from registers with plain scores (16 registers a thread at d 128; the
   // softcap / ALiBi pass spilled with them).
   constexpr bool kDkRs = !kScoreMod && kProbe != 4;
@@ -261,13 +252,11 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       const int rc = threadIdx.x / 32 - 1;
 #pragma unroll 1
       for (int st = 0; st < n_steps; ++st) {
-        if (kDqAlt && st % 2 != rc) continue;
-        const int n = kDqAlt ? st / 2 : st;  // consumer rc's n-th tile
-        const int i = rc * Tr::kDqBufs + n % Tr::kDqBufs;
+        const int i = rc * Tr::kDqBufs + st % Tr::kDqBufs;
         const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
-        mbarrier_wait(&dq_full[i], (n / Tr::kDqBufs) & 1);
+        mbarrier_wait(&dq_full[i], (st / Tr::kDqBufs) & 1);
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * rc : 0);
-        const int col0 = Tr::kDqByRows || kDqAlt ? 0 : rc * Tr::kDqCols;
+        const int col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
 #pragma unroll
         for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
           tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
@@ -313,7 +302,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const uint32_t ds_rows = smem_u32(sds + (st % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cwu * kN * 128 : 0);
     mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
     float dq[Tr::kDqCols / 2];
-    constexpr int kColBytes = Tr::kDqByRows || kDqAlt ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
+    constexpr int kColBytes = Tr::kDqByRows ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
     const uint32_t k_cols = smem_u32(sk) + (cwu * kColBytes / 128) * kN * 128 + (cwu * kColBytes) % 128;
     wgmma_fence_operands(dq);
     wgmma_fence();
@@ -332,11 +321,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     wgmma_fence_operands(dv);
     if constexpr (!kBehind) wgmma_fence_operands(dk);
     mbarrier_arrive(&ds_empty[st % 2]);
-    const int dq_n = kDqAlt ? st / 2 : st;  // this consumer's dq_n-th tile
-    const int dq_i = cw * Tr::kDqBufs + dq_n % Tr::kDqBufs;
+    const int dq_i = cw * Tr::kDqBufs + st % Tr::kDqBufs;
     unsigned char* dq_tile = sdq + dq_i * Tr::kDqBytes;
     if constexpr (kDqByProducer) {
-      if (dq_n >= Tr::kDqBufs) mbarrier_wait(&dq_empty[dq_i], (dq_n / Tr::kDqBufs - 1) & 1);  // the tile kDqBufs before's reductions read it
+      if (st >= Tr::kDqBufs) mbarrier_wait(&dq_empty[dq_i], (st / Tr::kDqBufs - 1) & 1);  // step st - kDqBufs's reductions read it
     } else {
       if (t128 == 0) tma_store_wait_all<true>();
       named_barrier_sync(2 + cw, 128);
@@ -508,13 +496,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     mbarrier_arrive(&ds_full[st % 2]);
     named_barrier_sync(2 + cw, 128);  // this consumer's half written
 
-    if (kDqAlt && st > 0 && (st - 1) % 2 != cw) {
-      mbarrier_arrive(&ds_empty[(st - 1) % 2]);  // the other consumer computes step st - 1's dQ
-      issue_dk();
-      wgmma_wait<0>();
-      wgmma_fence_operands(dv);
-      wgmma_fence_operands(dk);
-    } else if (kDqFirst && st > 0) {
+    if (kDqFirst && st > 0) {
       dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
       wgmma_wait<0>();            // dK done: the Q stage may go
       wgmma_fence_operands(dk);
@@ -530,7 +512,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     }
     mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
   }
-  if (n_steps > 0 && (!kDqAlt || (n_steps - 1) % 2 == cw)) dq_step(n_steps - 1, nullptr);
+  if (n_steps > 0) dq_step(n_steps - 1, nullptr);
   if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 
   // dK, dV of this consumer's keys, written once (0 where no step ran).
