@@ -18,6 +18,9 @@
 // Head dim 256 (its own kernel, backward/03_hopper_split.cuh): dQ's TMA reductions issued by the
 // producer's warps (the library's) or the consumers' (dq_tma_by_consumer), or dQ by
 // red.global.add.v4.f32 from registers (dq_by_red). Head dim 128: that kernel's form too (split).
+// Since 2026-11-27 (23) also: kDqFirst with kDqByProducer (the library's at 64 and 128), three
+// stages on it, and the forms before that day's changes (dQ tiles stored in column order, with
+// bank conflicts; dK's A operand read from shared memory; both also at 256 where they apply).
 // Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256]
 #include <cmath>
 #include <cstdint>
