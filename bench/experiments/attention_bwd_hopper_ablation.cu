@@ -21,7 +21,7 @@
 // Since 2026-11-27 (23) also: kDqFirst with kDqByProducer (the library's at 64 and 128), three
 // stages on it, and the forms before that day's changes (dQ tiles stored in column order, with
 // bank conflicts; dK's A operand read from shared memory; both also at 256 where they apply).
-// Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256]
+// Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256] [--variants a,b]
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -106,6 +106,8 @@ std::vector<Variant> variants() {
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
+    // The same with each step's dK left in flight into the next step (kProbe 5).
+    v.push_back({"dk_in_flight", main_variant<kD, 2, true, true, true, 5>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
     if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and
@@ -123,6 +125,9 @@ std::vector<Variant> variants() {
     return v;
   }
 }
+
+// --variants a,b: only these (and rung3_library, the reference, always first); empty: all.
+std::string g_variants;
 
 template <int kD>
 void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
@@ -146,7 +151,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
       detail::attention_bwd_with_main(t(q.p), t(k.p), t(v.p), t(out.p), t(dout.p), t(dq.p), t(dk.p), t(dv.p), h.stream(), 3,
                                       opt, var.main);
   };
-  const std::vector<Variant> vars = variants<kD>();
+  std::vector<Variant> vars;
+  for (const Variant& v : variants<kD>())
+    if (vars.empty() || g_variants.empty() || ("," + g_variants + ",").find("," + std::string(v.name) + ",") != std::string::npos)
+      vars.push_back(v);
   run(vars[0]);
   FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
   const std::vector<float> want_q = download_bf16(dq.p, n), want_k = download_bf16(dk.p, n), want_v = download_bf16(dv.p, n);
@@ -182,6 +190,7 @@ int main(int argc, char** argv) {
   std::string dims = "64,128,256";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--dims") == 0 && i + 1 < argc) dims = argv[++i];
+    else if (std::strcmp(argv[i], "--variants") == 0 && i + 1 < argc) g_variants = argv[++i];
     else opt.out = argv[i];
   }
   const auto want = [&](const char* d) { return ("," + dims + ",").find(std::string(",") + d + ",") != std::string::npos; };

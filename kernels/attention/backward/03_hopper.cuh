@@ -183,7 +183,9 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // kProbe (experiments only): 1 loads Q / dO / lse / D for the first kStages steps only (later
 // steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
-// operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)).
+// operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 5 (with
+// kDqFirst; right gradients; not yet measured) leaves each step's dK, reading dS^T from the tile,
+// in flight into the next step (below).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -194,7 +196,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
   // dK's A operand from registers with plain scores (16 registers a thread at d 128; the
   // softcap / ALiBi pass spilled with them).
-  constexpr bool kDkRs = !kScoreMod && kProbe != 4;
+  constexpr bool kDkRs = !kScoreMod && kProbe != 4 && kProbe != 5;
   extern __shared__ unsigned char smem_raw[];
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
@@ -347,6 +349,20 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   };
 
   if (n_steps > 0) mbarrier_wait(&kv_full, 0);
+  // kProbe 5 (kDkAcross; prepared 2026-11-27 (23), not yet measured): a step's dK product, issued
+  // behind the previous step's dQ, stays in flight into the next step, whose first wait covers it;
+  // the stage it reads (Q) goes back there. Every path through a step ends with exactly that dK in
+  // flight, and the loop's exit waits for it before anything else: left in flight into the code
+  // after the loop (the last dQ, behind a condition), ptxas serialized every wgmma of the kernel
+  // (C7518; b5bb99f, 17-24% slower). dK reads dS^T from the tile here: its A fragments in flight
+  // next to the next step's S^T and dP^T were too many registers (C7512, serialized again).
+  constexpr bool kDkAcross = kDqFirst && kProbe == 5;
+  const auto dk_done = [&](int st) {
+    if constexpr (kDkAcross) {
+      wgmma_fence_operands(dk);
+      if (st > 0) mbarrier_arrive(&empty[(st - 1) % kStages]);  // Q, dO, lse, D of step st - 1 read
+    }
+  };
   for (int st = 0; st < n_steps; ++st) {
     const int s = st % kStages;
     const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
@@ -414,6 +430,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       // Softcap / ALiBi, or 128-row steps (where P in fp32 next to P's fragments and dP^T spilled:
       // 144 bytes): one pass per element after both products (AttnBwdScore::p_ds).
       wgmma_wait<0>();
+      dk_done(st);
       wgmma_fence_operands(sT);
       wgmma_fence_operands(dpT);
       const auto p_ds = [&](auto mask_tag) {
@@ -441,6 +458,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       // Plain scores: P as soon as S is done (dP^T still on the tensor cores), dV's product
       // issued, then dS from P in fp32 while dV runs.
       wgmma_wait<1>();
+      dk_done(st);
       wgmma_fence_operands(sT);
       const auto p_only = [&](auto mask_tag) {
         constexpr bool kMask = decltype(mask_tag)::value;
@@ -498,19 +516,28 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 
     if (kDqFirst && st > 0) {
       dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
-      wgmma_wait<0>();            // dK done: the Q stage may go
-      wgmma_fence_operands(dk);
+      if constexpr (!kDkAcross) {
+        wgmma_wait<0>();  // dK done: the Q stage may go
+        wgmma_fence_operands(dk);
+      }
     } else {
       if constexpr (!kDkEarly) issue_dk();
       if (st > 0) {
         dq_step(st - 1, nullptr);
+      } else if constexpr (kDkAcross) {
+        wgmma_wait<1>();  // dV done; dK in flight, as after dq_step above
+        wgmma_fence_operands(dv);
       } else {
         wgmma_wait<0>();
         wgmma_fence_operands(dv);
         wgmma_fence_operands(dk);
       }
     }
-    mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
+    if constexpr (!kDkAcross) mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
+  }
+  if constexpr (kDkAcross) {
+    wgmma_wait<0>();  // the last step's dK
+    wgmma_fence_operands(dk);
   }
   if (n_steps > 0) dq_step(n_steps - 1, nullptr);
   if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
