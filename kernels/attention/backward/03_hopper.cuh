@@ -26,10 +26,10 @@
 //     .add: the adds happen in L2; rung 2's threads each issue red.global.add.v4.f32 instead).
 //   - The consumers meet only through mbarriers on two dS^T buffers (ds_full: both halves of a
 //     step written; ds_empty: both consumers' dQ of it done), and each computes step n's dQ in
-//     step n + 1, before its own dK (kDqFirst, the library's): neither waits for the other right after writing its half, so
-//     they drift apart by up to a step and one's element-wise work runs under the other's
-//     products. Plain scores: P as soon as S^T is done (dP^T still running), dV's product issued,
-//     then dS while it runs.
+//     step n + 1, before its own dK (kDqFirst, the library's): neither waits for the other right
+//     after writing its half, so they drift apart by up to a step and one's element-wise work
+//     runs under the other's products. Plain scores: P as soon as S^T is done (dP^T still
+//     running), dV's product issued, then dS while it runs.
 //   - Element-wise P and dS: per element as in rung 2 (AttnBwdScore::p_ds), lse and D per column
 //     (query row) from shared memory; the mask compiled in only for steps that straddle it.
 // Head dims 64 (steps of 128 query rows, dQ split by rows) and 128 (steps of 64 rows, dQ split
@@ -170,11 +170,11 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // kStages: HopperBwdTraits' kStages_. kSharedSpace: the tiles' base aligned by align_smem, so
 // the dS^T and dQ tile stores and the lse / D loads are STS / LDS; false: through uintptr_t,
 // generic ST.E / LD.E (both measured by bench/experiments/attention_bwd_hopper_ablation.cu).
-// kDqFirst (the library's, with kDqByProducer, since 2026-11-27): a step issues the previous step's dQ product
-// before its own dK product and waits only for dQ, so that dQ's tile stores, barriers and TMA
-// reduction run while dK is on the tensor cores (without it, the dQ step's wait drains dK and dQ
-// together and the consumer's tensor work stops for the whole dQ epilogue). The Q stage is
-// released after dK completes.
+// kDqFirst (the library's, with kDqByProducer, since 2026-11-27): a step issues the previous
+// step's dQ product before its own dK product and waits only for dQ, so that dQ's tile stores,
+// barriers and TMA reduction run while dK is on the tensor cores (without it, the dQ step's wait
+// drains dK and dQ together and the consumer's tensor work stops for the whole dQ epilogue). The
+// Q stage is released after dK completes.
 // kDqByProducer: a consumer stages its dQ tile and arrives on an mbarrier; producer warp 1 + cw
 // issues the tile's TMA reductions, waits for them to read it and hands the tile back (two tiles
 // per consumer where they fit: HopperBwdTraits::kDqBufs). Without it, the consumer's thread 0
@@ -403,9 +403,11 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     for (int r = 0; r < 2; ++r) seen[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
     const auto visible = [&](int j, int e) { return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi; };
     uint32_t pa[kM / 16][4];
-    const auto pack_p = [&](int j, const float (&pr)[4]) {
-      pa[j / 2][2 * (j % 2)] = pack2<T>(pr[0], pr[1]), pa[j / 2][2 * (j % 2) + 1] = pack2<T>(pr[2], pr[3]);
+    // Accumulator n8 tile j (keys key_base and + 8, packed in pairs) as half of A fragment j / 2.
+    const auto set_frag = [](uint32_t (&a)[kM / 16][4], int j, uint32_t lo, uint32_t hi) {
+      a[j / 2][2 * (j % 2)] = lo, a[j / 2][2 * (j % 2) + 1] = hi;
     };
+    const auto pack_p = [&](int j, const float (&pr)[4]) { set_frag(pa, j, pack2<T>(pr[0], pr[1]), pack2<T>(pr[2], pr[3])); };
     // dS^T: to shared memory (dQ's A operand, both consumers) and, with kDkRs, into the A
     // fragments of this consumer's dK product as well (pa's layout).
     uint32_t dsa[kM / 16][4];
@@ -413,7 +415,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       const uint32_t lo = pack2<T>(ds[0], ds[1]), hi = pack2<T>(ds[2], ds[3]);
       *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
       *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
-      if constexpr (kDkRs) dsa[j / 2][2 * (j % 2)] = lo, dsa[j / 2][2 * (j % 2) + 1] = hi;
+      if constexpr (kDkRs) set_frag(dsa, j, lo, hi);
     };
     // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
     // boxes kM rows apart).
