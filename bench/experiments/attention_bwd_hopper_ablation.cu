@@ -108,6 +108,14 @@ std::vector<Variant> variants() {
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
     // The same with each step's dK left in flight into the next step (kProbe 5).
     v.push_back({"dk_in_flight", main_variant<kD, 2, true, true, true, 5>});
+    // 2026-11-27 (24), on the library's form: dQ added from registers (red.global.add, kProbe bit
+    // 16; no producer warps then), lse and D loaded before the waits (32, d 128), no named
+    // barrier after the dS^T writes (64), and the three together.
+    v.push_back({"dq_by_red", main_variant<kD, 2, true, true, false, 16>});
+    if constexpr (kD == 128) v.push_back({"rows_prefetched", main_variant<kD, 2, true, true, true, 32>});
+    v.push_back({"no_ds_barrier", main_variant<kD, 2, true, true, true, 64>});
+    if constexpr (kD == 128) v.push_back({"prefetched_no_barrier", main_variant<kD, 2, true, true, true, 32 | 64>});
+    v.push_back({"red_prefetched_no_barrier", main_variant<kD, 2, true, true, false, 16 | 32 | 64>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
     if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and

@@ -185,7 +185,10 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 5 (with
 // kDqFirst; right gradients; not yet measured) leaves each step's dK, reading dS^T from the tile,
-// in flight into the next step (below).
+// in flight into the next step (below). Bits from 16 (combinable; 2026-11-27 (24)): 16 adds dQ to
+// the workspace from registers (red.global.add.v4.f32, rung 2's way: no tile, fence or barrier),
+// 32 loads a step's lse and D into registers before the waits for S^T and dP^T, 64 drops the
+// consumer's named barrier after its dS^T writes where dK reads dS^T from registers.
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -197,6 +200,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // dK's A operand from registers with plain scores (16 registers a thread at d 128; the
   // softcap / ALiBi pass spilled with them).
   constexpr bool kDkRs = !kScoreMod && kProbe != 4 && kProbe != 5;
+  constexpr bool kDqRed = (kProbe & 16) != 0, kPrefetchRows = (kProbe & 32) != 0 && !kScoreMod && kHeadDim == 128,
+                 kNoDsBarrier = (kProbe & 64) != 0 && kDkRs;
+  static_assert(!(kDqRed && kDqByProducer), "dQ from registers has no tile for the producer's warps");
   extern __shared__ unsigned char smem_raw[];
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
@@ -323,6 +329,18 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     wgmma_fence_operands(dv);
     if constexpr (!kBehind) wgmma_fence_operands(dk);
     mbarrier_arrive(&ds_empty[st % 2]);
+    if constexpr (kDqRed) {
+      // An n8 tile at a time (red_add_tile_f32: lanes t and t ^ 1 trade halves); rows past the
+      // sequence's end (dS = 0 there) skipped.
+      const bool even = t % 2 == 0;
+      const int i = m0 + (Tr::kDqByRows ? 64 * cw : 0) + 16 * warp + g + (even ? 0 : 8);
+      float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD +
+                                   (Tr::kDqByRows ? 0 : cw * Tr::kDqCols) + 2 * (t & ~1)
+                             : nullptr;
+#pragma unroll
+      for (int j = 0; j < Tr::kDqCols / 8; ++j) red_add_tile_f32(row, 8 * j, dq + 4 * j, even);
+      return;
+    }
     const int dq_i = cw * Tr::kDqBufs + st % Tr::kDqBufs;
     unsigned char* dq_tile = sdq + dq_i * Tr::kDqBytes;
     if constexpr (kDqByProducer) {
@@ -386,6 +404,14 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     };
     gemm_t(sT, k_wg, q_base);
     gemm_t(dpT, v_wg, do_base);
+    const float* lse_s = slse + s * kM;
+    const float* dsum_s = sdsum + s * kM;
+    // kPrefetchRows: this thread's lse of the step (query rows 8 j + 2 t, + 1) while S^T runs.
+    float2 lse_r[kPrefetchRows ? kM / 8 : 1];
+    if constexpr (kPrefetchRows) {
+#pragma unroll
+      for (int j = 0; j < kM / 8; ++j) lse_r[j] = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+    }
     if (st >= 2) mbarrier_wait(&ds_empty[st % 2], ((st - 2) / 2) & 1);  // both consumers' dQ of step st - 2 done
 
     // P^T and dS^T g element by element, into the A fragments of dV's product (the accumulator's
@@ -395,8 +421,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const AttnBwdScore score(attn_score_mod(p, b, h, sb));
     const AttnScoreMod& mod = score.mod;
     const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
-    const float* lse_s = slse + s * kM;
-    const float* dsum_s = sdsum + s * kM;
     // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t.
     AttnBwdRowBounds seen[2];
 #pragma unroll
@@ -466,7 +490,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         constexpr bool kMask = decltype(mask_tag)::value;
 #pragma unroll
         for (int j = 0; j < kM / 8; ++j) {
-          const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+          float2 lse2;
+          if constexpr (kPrefetchRows) lse2 = lse_r[j];
+          else lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
           const float lse_c[2] = {lse2.x, lse2.y};
           float pr[4];
 #pragma unroll
@@ -480,12 +506,27 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       if (need_mask) p_only(std::true_type{});
       else p_only(std::false_type{});
       issue_dv();
+      // kPrefetchRows: D g of this thread's rows before the wait for dP^T.
+      float2 dsum_r[kPrefetchRows ? kM / 8 : 1];
+      if constexpr (kPrefetchRows) {
+#pragma unroll
+        for (int j = 0; j < kM / 8; ++j) {
+          const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+          dsum_r[j] = make_float2(dsum.x * mod.scale, dsum.y * mod.scale);
+        }
+      }
       wgmma_wait<1>();  // dP^T done (dV may still run)
       wgmma_fence_operands(dpT);
 #pragma unroll
       for (int j = 0; j < kM / 8; ++j) {
-        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-        const float dsum_g[2] = {dsum.x * mod.scale, dsum.y * mod.scale};
+        float2 dsum;
+        if constexpr (kPrefetchRows) {
+          dsum = dsum_r[j];
+        } else {
+          dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+          dsum = make_float2(dsum.x * mod.scale, dsum.y * mod.scale);
+        }
+        const float dsum_g[2] = {dsum.x, dsum.y};
         float ds[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) ds[e] = sT[4 * j + e] * fmaf(dpT[4 * j + e], mod.scale, -dsum_g[e % 2]);
@@ -514,7 +555,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     if constexpr (kDkEarly) issue_dk();
     fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
     mbarrier_arrive(&ds_full[st % 2]);
-    named_barrier_sync(2 + cw, 128);  // this consumer's half written
+    if constexpr (!kNoDsBarrier) named_barrier_sync(2 + cw, 128);  // this consumer's half written
 
     if (kDqFirst && st > 0) {
       dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
