@@ -21,11 +21,17 @@
 // Since 2026-11-27 (23) also: kDqFirst with kDqByProducer (the library's at 64 and 128), three
 // stages on it, and the forms before that day's changes (dQ tiles stored in column order, with
 // bank conflicts; dK's A operand read from shared memory; both also at 256 where they apply).
-// Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256] [--variants a,b]
+// trace (kProbe 6, 2026-11-27 (24)): the library's form writing a timeline of a few blocks (the SM
+// clock at each phase of each step; 03_hopper.cuh, bwd_trace); with --trace FILE, each shape's
+// timeline is appended to FILE as CSV (d, seqlen, causal, block, step, slot, clock), read by
+// bench/experiments/bwd_trace_report.py.
+// Usage: experiment_attention_bwd_hopper_ablation [out.json] [--dims 64,128,256] [--variants a,b] [--trace FILE]
+#define FLASHLAB_BWD_TRACE 1
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -106,16 +112,6 @@ std::vector<Variant> variants() {
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
-    // The same with each step's dK left in flight into the next step (kProbe 5).
-    v.push_back({"dk_in_flight", main_variant<kD, 2, true, true, true, 5>});
-    // 2026-11-27 (24), on the library's form: dQ added from registers (red.global.add, kProbe bit
-    // 16; no producer warps then), lse and D loaded before the waits (32, d 128), no named
-    // barrier after the dS^T writes (64), and the three together.
-    v.push_back({"dq_by_red", main_variant<kD, 2, true, true, false, 16>});
-    if constexpr (kD == 128) v.push_back({"rows_prefetched", main_variant<kD, 2, true, true, true, 32>});
-    v.push_back({"no_ds_barrier", main_variant<kD, 2, true, true, true, 64>});
-    if constexpr (kD == 128) v.push_back({"prefetched_no_barrier", main_variant<kD, 2, true, true, true, 32 | 64>});
-    v.push_back({"red_prefetched_no_barrier", main_variant<kD, 2, true, true, false, 16 | 32 | 64>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
     if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and
@@ -127,6 +123,7 @@ std::vector<Variant> variants() {
     if constexpr (kD == 128) v.push_back({"split", main_split<128>});
     // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
     // first two steps; no dQ reductions (on kDqFirst + kDqByProducer since 2026-11-27 (23)).
+    v.push_back({"trace", main_variant<kD, 2, true, true, true, 6>});
     v.push_back({"probe_no_reload", main_variant<kD, 2, true, true, true, 1>, false});
     v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, true, true, 2>, false});
     v.push_back({"pre_post_only", no_main, false});
@@ -136,6 +133,33 @@ std::vector<Variant> variants() {
 
 // --variants a,b: only these (and rung3_library, the reference, always first); empty: all.
 std::string g_variants;
+std::string g_trace_file;  // --trace: where the trace variant's timelines go
+
+// The trace variant once more, its timeline appended to g_trace_file.
+void write_trace(const Config& c, const std::function<void()>& run_trace) {
+  using flashlab::kernels::g_bwd_trace;
+  std::vector<long long> t(sizeof(g_bwd_trace) / sizeof(long long), 0);
+  FLASHLAB_CUDA_CHECK(cudaMemcpyToSymbol(g_bwd_trace, t.data(), sizeof(g_bwd_trace)));
+  run_trace();
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  FLASHLAB_CUDA_CHECK(cudaMemcpyFromSymbol(t.data(), g_bwd_trace, sizeof(g_bwd_trace)));
+  FILE* f = std::fopen(g_trace_file.c_str(), "a");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot open %s\n", g_trace_file.c_str());
+    return;
+  }
+  constexpr int kCtas = flashlab::kernels::kBwdTraceCtas, kSteps = flashlab::kernels::kBwdTraceSteps,
+                kSlots = flashlab::kernels::kBwdTraceSlots;
+  for (int b = 0; b < kCtas; ++b)
+    for (int st = 0; st < kSteps; ++st)
+      for (int sl = 0; sl < kSlots; ++sl) {
+        const long long v = t[(static_cast<size_t>(b) * kSteps + st) * kSlots + sl];
+        if (v != 0)
+          std::fprintf(f, "%lld,%lld,%d,%d,%d,%d,%lld\n", static_cast<long long>(c.headdim), static_cast<long long>(c.seqlen),
+                       c.causal ? 1 : 0, b, st, sl, v);
+      }
+  std::fclose(f);
+}
 
 template <int kD>
 void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
@@ -188,6 +212,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
     r.extra["max_rel_diff_vs_rung3"] = rel;
     h.add(r);
   }
+  if (!g_trace_file.empty())
+    for (const Variant& v : vars)
+      if (std::strcmp(v.name, "trace") == 0) write_trace(c, [&] { run(v); });
 }
 
 }  // namespace
@@ -199,6 +226,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--dims") == 0 && i + 1 < argc) dims = argv[++i];
     else if (std::strcmp(argv[i], "--variants") == 0 && i + 1 < argc) g_variants = argv[++i];
+    else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) g_trace_file = argv[++i];
     else opt.out = argv[i];
   }
   const auto want = [&](const char* d) { return ("," + dims + ",").find(std::string(",") + d + ",") != std::string::npos; };

@@ -123,6 +123,25 @@ __device__ __forceinline__ HopperBwdSteps hopper_bwd_steps(const AttnBwdParams& 
   return steps;
 }
 
+// kProbe 6 (an experiment, right gradients): a timeline. Where the including file defines
+// FLASHLAB_BWD_TRACE, the first kBwdTraceCtas key blocks of KV head 8 % nheads_kv of batch 0 write
+// the SM's clock (clock64) at the phases of each step (slot 11 cw + e: consumer cw's thread 0; 22:
+// the producer's copies issued; 23 + 2 rc, 24 + 2 rc: reducing warp rc saw the dQ tile staged / its
+// reductions read it) into g_bwd_trace (bench/experiments/attention_bwd_hopper_ablation.cu --trace).
+#if defined(FLASHLAB_BWD_TRACE)
+constexpr int kBwdTraceCtas = 4, kBwdTraceSteps = 128, kBwdTraceSlots = 27;
+static __device__ long long g_bwd_trace[kBwdTraceCtas][kBwdTraceSteps][kBwdTraceSlots];
+#endif
+template <int kProbe>
+__device__ __forceinline__ void bwd_trace(int st, int slot) {
+#if defined(FLASHLAB_BWD_TRACE)
+  if constexpr (kProbe == 6) {
+    if (blockIdx.z == 0 && blockIdx.y == 8 % gridDim.y && blockIdx.x < kBwdTraceCtas && st < kBwdTraceSteps)
+      g_bwd_trace[blockIdx.x][st][slot] = clock64();
+  }
+#endif
+}
+
 // The producer thread's copies for key block n0 of KV head hk, batch b (Tr: either kernel's
 // traits): K and V (kBlockN keys) on kv_full, then each step's Q and dO (kBlockM rows, 64-column
 // boxes) and its lse log2(e) and D rows into stage st % kStages once `empty` lets it. kProbe 1 (an
@@ -153,6 +172,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
       mbarrier_arrive(&full[s]);
       continue;
     }
+    bwd_trace<kProbe>(st, 22);
     mbarrier_arrive_expect_tx(&full[s], Tr::kStepBytes);
 #pragma unroll
     for (int x = 0; x < Tr::kBoxes; ++x) {
@@ -183,12 +203,8 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // kProbe (experiments only): 1 loads Q / dO / lse / D for the first kStages steps only (later
 // steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
-// operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 5 (with
-// kDqFirst; right gradients; not yet measured) leaves each step's dK, reading dS^T from the tile,
-// in flight into the next step (below). Bits from 16 (combinable; 2026-11-27 (24)): 16 adds dQ to
-// the workspace from registers (red.global.add.v4.f32, rung 2's way: no tile, fence or barrier),
-// 32 loads a step's lse and D into registers before the waits for S^T and dP^T, 64 drops the
-// consumer's named barrier after its dS^T writes where dK reads dS^T from registers.
+// operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
+// a timeline (bwd_trace above).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -199,10 +215,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
   // dK's A operand from registers with plain scores (16 registers a thread at d 128; the
   // softcap / ALiBi pass spilled with them).
-  constexpr bool kDkRs = !kScoreMod && kProbe != 4 && kProbe != 5;
-  constexpr bool kDqRed = (kProbe & 16) != 0, kPrefetchRows = (kProbe & 32) != 0 && !kScoreMod && kHeadDim == 128,
-                 kNoDsBarrier = (kProbe & 64) != 0 && kDkRs;
-  static_assert(!(kDqRed && kDqByProducer), "dQ from registers has no tile for the producer's warps");
+  constexpr bool kDkRs = !kScoreMod && kProbe != 4;
   extern __shared__ unsigned char smem_raw[];
   // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
@@ -263,6 +276,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         const int i = rc * Tr::kDqBufs + st % Tr::kDqBufs;
         const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
         mbarrier_wait(&dq_full[i], (st / Tr::kDqBufs) & 1);
+        bwd_trace<kProbe>(st, 23 + 2 * rc);
         const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * rc : 0);
         const int col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
 #pragma unroll
@@ -270,6 +284,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
           tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
         tma_store_commit();
         tma_store_wait_all<true>();
+        bwd_trace<kProbe>(st, 24 + 2 * rc);
         mbarrier_arrive(&dq_empty[i]);
       }
     }
@@ -281,6 +296,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const ConsumerThread c = consumer_thread();
   const int cw = c.cw, t128 = c.t128, warp = c.warp, g = c.g, t = c.t;
   const int key_base = 64 * cw + 16 * warp + g;  // this thread's keys (in the block): key_base, + 8
+  const auto mark = [&](int st, int e) {
+    if (t128 == 0) bwd_trace<kProbe>(st, 11 * cw + e);
+  };
 
   // dK, dV accumulators: d[4 j + 2 r + c] = key key_base + 8 r, column 8 j + 2 t + c.
   float dk[kD / 2], dv[kD / 2];
@@ -309,6 +327,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // (by columns: the cw-th half of each key's row, 64 or 32 columns).
     const uint32_t ds_rows = smem_u32(sds + (st % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cwu * kN * 128 : 0);
     mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
+    mark(st, 6);
     float dq[Tr::kDqCols / 2];
     constexpr int kColBytes = Tr::kDqByRows ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
     const uint32_t k_cols = smem_u32(sk) + (cwu * kColBytes / 128) * kN * 128 + (cwu * kColBytes) % 128;
@@ -328,23 +347,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     wgmma_fence_operands(dq);
     wgmma_fence_operands(dv);
     if constexpr (!kBehind) wgmma_fence_operands(dk);
+    mark(st, 7);
     mbarrier_arrive(&ds_empty[st % 2]);
-    if constexpr (kDqRed) {
-      // An n8 tile at a time (red_add_tile_f32: lanes t and t ^ 1 trade halves); rows past the
-      // sequence's end (dS = 0 there) skipped.
-      const bool even = t % 2 == 0;
-      const int i = m0 + (Tr::kDqByRows ? 64 * cw : 0) + 16 * warp + g + (even ? 0 : 8);
-      float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD +
-                                   (Tr::kDqByRows ? 0 : cw * Tr::kDqCols) + 2 * (t & ~1)
-                             : nullptr;
-#pragma unroll
-      for (int j = 0; j < Tr::kDqCols / 8; ++j) red_add_tile_f32(row, 8 * j, dq + 4 * j, even);
-      return;
-    }
     const int dq_i = cw * Tr::kDqBufs + st % Tr::kDqBufs;
     unsigned char* dq_tile = sdq + dq_i * Tr::kDqBytes;
     if constexpr (kDqByProducer) {
       if (st >= Tr::kDqBufs) mbarrier_wait(&dq_empty[dq_i], (st / Tr::kDqBufs - 1) & 1);  // step st - kDqBufs's reductions read it
+      mark(st, 8);
     } else {
       if (t128 == 0) tma_store_wait_all<true>();
       named_barrier_sync(2 + cw, 128);
@@ -353,6 +362,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     fence_proxy_async_smem();
     if constexpr (kDqByProducer) {
       mbarrier_arrive(&dq_full[dq_i]);  // producer warp 1 + cw takes it from here
+      mark(st, 9);
       return;
     }
     named_barrier_sync(2 + cw, 128);
@@ -367,26 +377,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   };
 
   if (n_steps > 0) mbarrier_wait(&kv_full, 0);
-  // kProbe 5 (kDkAcross; prepared 2026-11-27 (23), not yet measured): a step's dK product, issued
-  // behind the previous step's dQ, stays in flight into the next step, whose first wait covers it;
-  // the stage it reads (Q) goes back there. Every path through a step ends with exactly that dK in
-  // flight, and the loop's exit waits for it before anything else: left in flight into the code
-  // after the loop (the last dQ, behind a condition), ptxas serialized every wgmma of the kernel
-  // (C7518; b5bb99f, 17-24% slower). dK reads dS^T from the tile here: its A fragments in flight
-  // next to the next step's S^T and dP^T were too many registers (C7512, serialized again).
-  constexpr bool kDkAcross = kDqFirst && kProbe == 5;
-  const auto dk_done = [&](int st) {
-    if constexpr (kDkAcross) {
-      wgmma_fence_operands(dk);
-      if (st > 0) mbarrier_arrive(&empty[(st - 1) % kStages]);  // Q, dO, lse, D of step st - 1 read
-    }
-  };
   for (int st = 0; st < n_steps; ++st) {
     const int s = st % kStages;
     const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
     const uint32_t q_base = smem_u32(sq + s * Tr::kQBytes), do_base = smem_u32(sdo + s * Tr::kQBytes);
     unsigned char* ds_buf = sds + (st % 2) * Tr::kDsBytes;
     mbarrier_wait(&full[s], (st / kStages) & 1);
+    mark(st, 0);
 
     // S^T = K Q^T and dP^T = V dO^T: d[4 j + 2 r + c] = key key_base + 8 r, query row 8 j + 2 t + c.
     // Both K-major: the next k-step is 32 bytes further along the 128-byte rows of a box.
@@ -404,15 +401,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     };
     gemm_t(sT, k_wg, q_base);
     gemm_t(dpT, v_wg, do_base);
-    const float* lse_s = slse + s * kM;
-    const float* dsum_s = sdsum + s * kM;
-    // kPrefetchRows: this thread's lse of the step (query rows 8 j + 2 t, + 1) while S^T runs.
-    float2 lse_r[kPrefetchRows ? kM / 8 : 1];
-    if constexpr (kPrefetchRows) {
-#pragma unroll
-      for (int j = 0; j < kM / 8; ++j) lse_r[j] = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
-    }
     if (st >= 2) mbarrier_wait(&ds_empty[st % 2], ((st - 2) / 2) & 1);  // both consumers' dQ of step st - 2 done
+    mark(st, 1);
 
     // P^T and dS^T g element by element, into the A fragments of dV's product (the accumulator's
     // n8 tiles 2 kk, 2 kk + 1 are k-step kk) and dS^T into shared memory, one 128-byte row per key
@@ -421,6 +411,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const AttnBwdScore score(attn_score_mod(p, b, h, sb));
     const AttnScoreMod& mod = score.mod;
     const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
+    const float* lse_s = slse + s * kM;
+    const float* dsum_s = sdsum + s * kM;
     // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t.
     AttnBwdRowBounds seen[2];
 #pragma unroll
@@ -456,7 +448,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       // Softcap / ALiBi, or 128-row steps (where P in fp32 next to P's fragments and dP^T spilled:
       // 144 bytes): one pass per element after both products (AttnBwdScore::p_ds).
       wgmma_wait<0>();
-      dk_done(st);
       wgmma_fence_operands(sT);
       wgmma_fence_operands(dpT);
       const auto p_ds = [&](auto mask_tag) {
@@ -484,15 +475,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       // Plain scores: P as soon as S is done (dP^T still on the tensor cores), dV's product
       // issued, then dS from P in fp32 while dV runs.
       wgmma_wait<1>();
-      dk_done(st);
+      mark(st, 2);
       wgmma_fence_operands(sT);
       const auto p_only = [&](auto mask_tag) {
         constexpr bool kMask = decltype(mask_tag)::value;
 #pragma unroll
         for (int j = 0; j < kM / 8; ++j) {
-          float2 lse2;
-          if constexpr (kPrefetchRows) lse2 = lse_r[j];
-          else lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+          const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
           const float lse_c[2] = {lse2.x, lse2.y};
           float pr[4];
 #pragma unroll
@@ -506,27 +495,14 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       if (need_mask) p_only(std::true_type{});
       else p_only(std::false_type{});
       issue_dv();
-      // kPrefetchRows: D g of this thread's rows before the wait for dP^T.
-      float2 dsum_r[kPrefetchRows ? kM / 8 : 1];
-      if constexpr (kPrefetchRows) {
-#pragma unroll
-        for (int j = 0; j < kM / 8; ++j) {
-          const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-          dsum_r[j] = make_float2(dsum.x * mod.scale, dsum.y * mod.scale);
-        }
-      }
+      mark(st, 3);
       wgmma_wait<1>();  // dP^T done (dV may still run)
+      mark(st, 4);
       wgmma_fence_operands(dpT);
 #pragma unroll
       for (int j = 0; j < kM / 8; ++j) {
-        float2 dsum;
-        if constexpr (kPrefetchRows) {
-          dsum = dsum_r[j];
-        } else {
-          dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-          dsum = make_float2(dsum.x * mod.scale, dsum.y * mod.scale);
-        }
-        const float dsum_g[2] = {dsum.x, dsum.y};
+        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+        const float dsum_g[2] = {dsum.x * mod.scale, dsum.y * mod.scale};
         float ds[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) ds[e] = sT[4 * j + e] * fmaf(dpT[4 * j + e], mod.scale, -dsum_g[e % 2]);
@@ -555,32 +531,25 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     if constexpr (kDkEarly) issue_dk();
     fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
     mbarrier_arrive(&ds_full[st % 2]);
-    if constexpr (!kNoDsBarrier) named_barrier_sync(2 + cw, 128);  // this consumer's half written
+    named_barrier_sync(2 + cw, 128);  // this consumer's half written
+    mark(st, 5);
 
     if (kDqFirst && st > 0) {
       dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
-      if constexpr (!kDkAcross) {
-        wgmma_wait<0>();  // dK done: the Q stage may go
-        wgmma_fence_operands(dk);
-      }
+      wgmma_wait<0>();            // dK done: the Q stage may go
+      wgmma_fence_operands(dk);
+      mark(st, 10);
     } else {
       if constexpr (!kDkEarly) issue_dk();
       if (st > 0) {
         dq_step(st - 1, nullptr);
-      } else if constexpr (kDkAcross) {
-        wgmma_wait<1>();  // dV done; dK in flight, as after dq_step above
-        wgmma_fence_operands(dv);
       } else {
         wgmma_wait<0>();
         wgmma_fence_operands(dv);
         wgmma_fence_operands(dk);
       }
     }
-    if constexpr (!kDkAcross) mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
-  }
-  if constexpr (kDkAcross) {
-    wgmma_wait<0>();  // the last step's dK
-    wgmma_fence_operands(dk);
+    mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
   }
   if (n_steps > 0) dq_step(n_steps - 1, nullptr);
   if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
