@@ -124,6 +124,10 @@ std::vector<Variant> variants() {
     // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
     // first two steps; no dQ reductions (on kDqFirst + kDqByProducer since 2026-11-27 (23)).
     v.push_back({"trace", main_variant<kD, 2, true, true, true, 6>});
+    // Turns between the consumers (the forward's pingpong; kProbe 7 / 8): a consumer's score
+    // products wait for the other's dV product / its dQ and dK products.
+    v.push_back({"turns_after_dv", main_variant<kD, 2, true, true, true, 7>});
+    v.push_back({"turns_after_dk", main_variant<kD, 2, true, true, true, 8>});
     v.push_back({"probe_no_reload", main_variant<kD, 2, true, true, true, 1>, false});
     v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, true, true, 2>, false});
     v.push_back({"pre_post_only", no_main, false});

@@ -204,7 +204,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
-// a timeline (bwd_trace above).
+// a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -377,6 +377,21 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   };
 
   if (n_steps > 0) mbarrier_wait(&kv_full, 0);
+  // kProbe 7 / 8 (experiments, 2026-11-27 (24)): turns between the consumers, as the forward's
+  // pingpong (named barriers 4 + cw): a consumer issues its S^T and dP^T products only after the
+  // other has issued its dV product (7) or its dQ and dK products (8) of its previous step, so that
+  // one's element-wise passes run under the other's products. Consumer 0 goes first; consumer 1
+  // skips its last arrive (every arrive matched by a sync).
+  constexpr bool kTurns = kProbe == 7 || kProbe == 8;
+  const auto turn_begin = [&] {
+    if constexpr (kTurns) named_barrier_sync(4 + cw, 256);
+  };
+  const auto turn_end = [&](int st) {
+    if constexpr (kTurns)
+      if (!(st == n_steps - 1 && cw == 1)) named_barrier_arrive(4 + (cw ^ 1), 256);
+  };
+  if constexpr (kTurns)
+    if (n_steps > 0 && cw == 1) named_barrier_arrive(4, 256);
   for (int st = 0; st < n_steps; ++st) {
     const int s = st % kStages;
     const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
@@ -399,6 +414,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       }
       wgmma_commit();
     };
+    turn_begin();
     gemm_t(sT, k_wg, q_base);
     gemm_t(dpT, v_wg, do_base);
     if (st >= 2) mbarrier_wait(&ds_empty[st % 2], ((st - 2) / 2) & 1);  // both consumers' dQ of step st - 2 done
@@ -471,6 +487,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       if (need_mask) p_ds(std::true_type{});
       else p_ds(std::false_type{});
       issue_dv();
+      if constexpr (kProbe == 7) turn_end(st);
     } else {
       // Plain scores: P as soon as S is done (dP^T still on the tensor cores), dV's product
       // issued, then dS from P in fp32 while dV runs.
@@ -495,6 +512,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       if (need_mask) p_only(std::true_type{});
       else p_only(std::false_type{});
       issue_dv();
+      if constexpr (kProbe == 7) turn_end(st);
       mark(st, 3);
       wgmma_wait<1>();  // dP^T done (dV may still run)
       mark(st, 4);
@@ -535,12 +553,19 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     mark(st, 5);
 
     if (kDqFirst && st > 0) {
-      dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
+      if constexpr (kProbe == 8)
+        dq_step(st - 1, [&] {
+          issue_dk();
+          turn_end(st);
+        });
+      else
+        dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
       wgmma_wait<0>();            // dK done: the Q stage may go
       wgmma_fence_operands(dk);
       mark(st, 10);
     } else {
       if constexpr (!kDkEarly) issue_dk();
+      if constexpr (kProbe == 8) turn_end(st);
       if (st > 0) {
         dq_step(st - 1, nullptr);
       } else {
