@@ -204,7 +204,8 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
-// a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below).
+// a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
+// wgmma descriptor from its address (desc_at).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -308,6 +309,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const int cwu = warpgroup_index() - 1;  // cw, warp-uniform: the descriptors below in uniform registers
   const uint32_t k_wg = smem_u32(sk) + cwu * 64 * 128, v_wg = smem_u32(sv) + cwu * 64 * 128;  // this consumer's 64 keys
   constexpr int kDSteps = kD / 16;  // k16 steps over the head dim
+  // A k-step's descriptor: the first one (desc0, of the tile at base) advanced by `bytes`
+  // (wgmma_desc_advance: one add instead of mask, shift and or per wgmma); kProbe 9 rebuilds it
+  // from the address (the form before 2026-11-27 (24)).
+  const auto desc_at = [](uint64_t desc0, uint32_t base, uint32_t lbo, uint32_t bytes) {
+    return kProbe == 9 ? wgmma_desc_sw128(base + bytes, lbo, 1024) : wgmma_desc_advance(desc0, bytes);
+  };
   // dQ of step st, one step late (so that a consumer does not wait for the other's dS^T half
   // right after writing its own: the two drift apart by up to a step, and one's element-wise
   // work runs under the other's products). dQ[:, cw half] = dS K[:, cw half]: A = dS (rows
@@ -331,12 +338,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     float dq[Tr::kDqCols / 2];
     constexpr int kColBytes = Tr::kDqByRows ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
     const uint32_t k_cols = smem_u32(sk) + (cwu * kColBytes / 128) * kN * 128 + (cwu * kColBytes) % 128;
+    const uint64_t da0 = wgmma_desc_sw128(ds_rows, kN * 128, 1024), db0 = wgmma_desc_sw128(k_cols, kN * 128, 1024);
     wgmma_fence_operands(dq);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_rows + kk * 16 * 128, kN * 128, 1024),
-                                                wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
+      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, desc_at(da0, ds_rows, kN * 128, kk * 16 * 128),
+                                                desc_at(db0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
     wgmma_commit();
     if constexpr (kBehind) {
       issue_behind();
@@ -404,13 +412,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // Both K-major: the next k-step is 32 bytes further along the 128-byte rows of a box.
     float sT[kM / 2], dpT[kM / 2];
     const auto gemm_t = [&](float (&acc)[kM / 2], uint32_t a_keys, uint32_t b_rows) {
+      const uint64_t da0 = wgmma_desc_sw128(a_keys, 16, 1024), db0 = wgmma_desc_sw128(b_rows, 16, 1024);
       wgmma_fence_operands(acc);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kDSteps; ++kk) {
         const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-        Wgmma<T, kM>::template mma<0, 0>(acc, wgmma_desc_sw128(a_keys + a_off, 16, 1024),
-                                         wgmma_desc_sw128(b_rows + b_off, 16, 1024), kk > 0 ? 1 : 0);
+        Wgmma<T, kM>::template mma<0, 0>(acc, desc_at(da0, a_keys, 16, a_off), desc_at(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
       }
       wgmma_commit();
     };
@@ -452,12 +460,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
     // boxes kM rows apart).
     const auto issue_dv = [&] {
+      const uint64_t db0 = wgmma_desc_sw128(do_base, kM * 128, 1024);
       wgmma_fence_operands(dv);
       wgmma_fence_operands(pa);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kM / 16; ++kk)
-        WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128(do_base + kk * 16 * 128, kM * 128, 1024), 1);
+      for (int kk = 0; kk < kM / 16; ++kk) WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], desc_at(db0, do_base, kM * 128, kk * 16 * 128), 1);
       wgmma_commit();
     };
     if constexpr (kScoreMod || kM == 128) {
@@ -532,16 +540,18 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // keys of the dS^T tile (K-major: 16 rows are 32 bytes along a key's row of a 64-row box).
     const uint32_t ds_base = smem_u32(ds_buf);
     const auto issue_dk = [&] {
+      const uint32_t ds_keys = ds_base + cwu * 64 * 128;  // this consumer's 64 keys of each 64-row box
+      const uint64_t db0 = wgmma_desc_sw128(q_base, kM * 128, 1024), da0 = wgmma_desc_sw128(ds_keys, 16, 1024);
       wgmma_fence_operands(dk);
       if constexpr (kDkRs) wgmma_fence_operands(dsa);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kM / 16; ++kk) {
-        const uint64_t b = wgmma_desc_sw128(q_base + kk * 16 * 128, kM * 128, 1024);
+        const uint64_t b = desc_at(db0, q_base, kM * 128, kk * 16 * 128);
         if constexpr (kDkRs)
           WgmmaRs<T, kD>::template mma<1>(dk, dsa[kk], b, 1);
         else
-          Wgmma<T, kD>::template mma<0, 1>(dk, wgmma_desc_sw128(ds_base + (kk / 4) * kN * 128 + cwu * 64 * 128 + (kk % 4) * 32, 16, 1024), b, 1);
+          Wgmma<T, kD>::template mma<0, 1>(dk, desc_at(da0, ds_keys, 16, (kk / 4) * kN * 128 + (kk % 4) * 32), b, 1);
       }
       wgmma_commit();
     };
