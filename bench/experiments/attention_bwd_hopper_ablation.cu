@@ -97,6 +97,7 @@ std::vector<Variant> variants() {
             {"dq_tma_by_consumer", main_split<256, 1>},
             {"dq_by_red", main_split<256, 0>},
             {"dq_stores_column_order", main_split<256, 2, 3>},
+            {"descriptors_rebuilt", main_split<256, 2, 9>},
             {"probe_no_dq_reduce", main_split<256, 2, 2>, false},
             {"pre_post_only", no_main, false}};
   } else {
@@ -127,6 +128,9 @@ std::vector<Variant> variants() {
     // Every wgmma descriptor rebuilt from its address (kProbe 9; the library adds the k-step's
     // offset to the first one since 2026-11-27 (24)).
     v.push_back({"descriptors_rebuilt", main_variant<kD, 2, true, true, true, 9>});
+    // The mask's row bounds every step and each dS^T store address from hopper_attn_swizzle
+    // (kProbe 10; the library: bounds only on steps that straddle the mask, addresses by XOR).
+    v.push_back({"bounds_every_step", main_variant<kD, 2, true, true, true, 10>});
     // Turns between the consumers (the forward's pingpong; kProbe 7 / 8): a consumer's score
     // products wait for the other's dV product / its dQ and dK products.
     v.push_back({"turns_after_dv", main_variant<kD, 2, true, true, true, 7>});

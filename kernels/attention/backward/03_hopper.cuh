@@ -205,7 +205,8 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
-// wgmma descriptor from its address (desc_at).
+// wgmma descriptor from its address (desc_at); 10 computes the mask's row bounds every step and
+// each dS^T store address with hopper_attn_swizzle (the forms before 2026-11-27 (24)).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -437,11 +438,20 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
     const float* lse_s = slse + s * kM;
     const float* dsum_s = sdsum + s * kM;
-    // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t.
-    AttnBwdRowBounds seen[2];
+    // Steps that straddle the mask only (the bounds cost ~40 instructions a step): the rows that
+    // see key key_base + 8 r, from this thread's first row m0 + 2 t.
+    AttnBwdRowBounds seen_every_step[2] = {};  // kProbe 10: computed every step (the form before)
+    if constexpr (kProbe == 10)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) seen[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
-    const auto visible = [&](int j, int e) { return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi; };
+      for (int r = 0; r < 2; ++r) seen_every_step[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
+    const auto row_bounds = [&](AttnBwdRowBounds (&seen)[2]) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        seen[r] = kProbe == 10 ? seen_every_step[r] : attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
+    };
+    const auto visible = [](const AttnBwdRowBounds (&seen)[2], int j, int e) {
+      return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi;
+    };
     uint32_t pa[kM / 16][4];
     // Accumulator n8 tile j (keys key_base and + 8, packed in pairs) as half of A fragment j / 2.
     const auto set_frag = [](uint32_t (&a)[kM / 16][4], int j, uint32_t lo, uint32_t hi) {
@@ -451,10 +461,20 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // dS^T: to shared memory (dQ's A operand, both consumers) and, with kDkRs, into the A
     // fragments of this consumer's dK product as well (pa's layout).
     uint32_t dsa[kM / 16][4];
+    // Swizzled like a TMA box (hopper_attn_swizzle): row key_base at ds_off0 (its swizzle phase
+    // key_base % 8 in bits 4-6, column 2 t), tile j's 16-byte chunk j % 8 XORed into bits 4-6,
+    // 64-row boxes kN rows apart; key_base + 8 (same phase) 8 rows further.
+    const uint32_t ds_off0 = key_base * 128 + ((key_base % 8) << 4) + 4 * t;
     const auto store_ds = [&](int j, const float (&ds)[4]) {
       const uint32_t lo = pack2<T>(ds[0], ds[1]), hi = pack2<T>(ds[2], ds[3]);
-      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
-      *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
+      if constexpr (kProbe == 10) {
+        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
+        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
+      } else {
+        unsigned char* at = ds_buf + (j / 8) * kN * 128 + (ds_off0 ^ ((j % 8) << 4));
+        *reinterpret_cast<uint32_t*>(at) = lo;
+        *reinterpret_cast<uint32_t*>(at + 8 * 128) = hi;
+      }
       if constexpr (kDkRs) set_frag(dsa, j, lo, hi);
     };
     // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
@@ -476,6 +496,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       wgmma_fence_operands(dpT);
       const auto p_ds = [&](auto mask_tag) {
         constexpr bool kMask = decltype(mask_tag)::value;
+        AttnBwdRowBounds seen[2] = {};
+        if constexpr (kMask) row_bounds(seen);
 #pragma unroll
         for (int j = 0; j < kM / 8; ++j) {
           const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
@@ -485,7 +507,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
-            score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(j, e),
+            score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(seen, j, e),
                                                   lse_c[e % 2], dsum_c[e % 2], dsum_c[e % 2] * mod.scale, 1.f, pr[e], ds[e]);
           }
           pack_p(j, pr);
@@ -504,6 +526,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       wgmma_fence_operands(sT);
       const auto p_only = [&](auto mask_tag) {
         constexpr bool kMask = decltype(mask_tag)::value;
+        AttnBwdRowBounds seen[2] = {};
+        if constexpr (kMask) row_bounds(seen);
 #pragma unroll
         for (int j = 0; j < kM / 8; ++j) {
           const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
@@ -511,7 +535,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
           float pr[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            pr[e] = !kMask || visible(j, e) ? exp2_approx_ftz(fmaf(sT[4 * j + e], score.scale_log2, -lse_c[e % 2])) : 0.f;
+            pr[e] = !kMask || visible(seen, j, e) ? exp2_approx_ftz(fmaf(sT[4 * j + e], score.scale_log2, -lse_c[e % 2])) : 0.f;
             sT[4 * j + e] = pr[e];
           }
           pack_p(j, pr);

@@ -81,7 +81,8 @@ struct HopperBwdSplitTraits {
 //   0: red.global.add.v4.f32 from registers (dq_accum's map unused).
 // kProbe (experiments only): 2 skips dQ's TMA reductions (what they cost the loop; wrong
 // gradients); 3 stores the dQ tiles in column order (two-way bank conflicts; the form before
-// 2026-11-27 (23)). (A probe 1 without the Q / dO reloads, 3987653, ran 1-2% faster than the
+// 2026-11-27 (23)); 9 rebuilds every wgmma descriptor from its address (desc_at; the form before
+// 2026-11-27 (24)). (A probe 1 without the Q / dO reloads, 3987653, ran 1-2% faster than the
 // kernel: the loads are not what it waits for.)
 template <typename T, int kHeadDim, bool kAlibi, int kDqMode = 2, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -98,7 +99,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   // dq_full[2 s + cw] (kDqMode 2): consumer cw's dQ tile of the step in stage s staged.
   __shared__ uint64_t kv_full, full[kStages], empty[kStages], p_full, p_empty, ds_full[2], ds_empty[2], dq_full[2 * kStages];
   constexpr bool kDqByTma = kDqMode > 0;
-  static_assert(kDqMode >= 0 && kDqMode <= 2 && (kProbe == 0 || kProbe == 2 || kProbe == 3), "kDqMode 0..2, kProbe 0, 2 or 3");
+  static_assert(kDqMode >= 0 && kDqMode <= 2 && (kProbe == 0 || kProbe == 2 || kProbe == 3 || kProbe == 9),
+                "kDqMode 0..2, kProbe 0, 2, 3 or 9");
+  // A k-step's descriptor: the first one (desc0, of the tile at base) advanced by `bytes`
+  // (wgmma_desc_advance); kProbe 9 rebuilds it from the address (the form before 2026-11-27 (24)).
+  const auto desc_at = [](uint64_t desc0, uint32_t base, uint32_t lbo, uint32_t bytes) {
+    return kProbe == 9 ? wgmma_desc_sw128(base + bytes, lbo, 1024) : wgmma_desc_advance(desc0, bytes);
+  };
   // Named barriers (0 is __syncthreads): consumer cw's own 128 threads.
   const auto consumer_sync = [](int cw) { named_barrier_sync(2 + cw, 128); };
   unsigned char* smem = align_smem<1024>(smem_raw);  // 128B-swizzled tiles on 1024-byte boundaries
@@ -197,6 +204,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     float acc[kKT][kM / 2];
     {
       const uint32_t b_rows = cwu == 0 ? q_base : do_base;
+      const uint64_t da0 = wgmma_desc_sw128(score_a, 16, 1024), db0 = wgmma_desc_sw128(b_rows, 16, 1024);
 #pragma unroll
       for (int kt = 0; kt < kKT; ++kt) wgmma_fence_operands(acc[kt]);
       wgmma_fence();
@@ -205,8 +213,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
 #pragma unroll
         for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
           const uint32_t a_off = (kk / 4) * kN * 128 + kt * 64 * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-          Wgmma<T, kM>::template mma<0, 0>(acc[kt], wgmma_desc_sw128(score_a + a_off, 16, 1024),
-                                           wgmma_desc_sw128(b_rows + b_off, 16, 1024), kk > 0 ? 1 : 0);
+          Wgmma<T, kM>::template mma<0, 0>(acc[kt], desc_at(da0, score_a, 16, a_off), desc_at(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
         }
       wgmma_commit();
       // kDqMode 1: the previous step's dQ reduction has read its stage (under this product).
@@ -301,6 +308,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
 
     // dV[:, cols] += P^T dO[:, cols] (B MN-major: 16 rows of 128 bytes per k-step, boxes kM rows apart).
     const uint32_t do_cols = do_base + kCB * cwu * kM * 128, q_cols = q_base + kCB * cwu * kM * 128;
+    const uint64_t do0 = wgmma_desc_sw128(do_cols, kM * 128, 1024);
 #pragma unroll
     for (int kt = 0; kt < kKT; ++kt) {
       wgmma_fence_operands(dv[kt]);
@@ -311,7 +319,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
       for (int kk = 0; kk < kM / 16; ++kk)
-        WgmmaRs<T, kC>::template mma<1>(dv[kt], pa[kt][kk], wgmma_desc_sw128(do_cols + kk * 16 * 128, kM * 128, 1024), 1);
+        WgmmaRs<T, kC>::template mma<1>(dv[kt], pa[kt][kk], desc_at(do0, do_cols, kM * 128, kk * 16 * 128), 1);
     wgmma_commit();
     if (cw == 0) mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
     // dK[:, cols] += dS^T Q[:, cols] (A = dS^T K-major: 16 rows are 32 bytes along a key's row);
@@ -321,16 +329,18 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     for (int kt = 0; kt < kKT; ++kt) wgmma_fence_operands(dk[kt]);
     wgmma_fence_operands(dq);
     wgmma_fence();
+    const uint64_t dsk0 = wgmma_desc_sw128(ds_base, 16, 1024), q0 = wgmma_desc_sw128(q_cols, kM * 128, 1024),
+                   dsq0 = wgmma_desc_sw128(ds_base, kN * 128, 1024), k0 = wgmma_desc_sw128(k_cols, kN * 128, 1024);
 #pragma unroll
     for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
       for (int kk = 0; kk < kM / 16; ++kk)
-        Wgmma<T, kC>::template mma<0, 1>(dk[kt], wgmma_desc_sw128(ds_base + kt * 64 * 128 + kk * 32, 16, 1024),
-                                         wgmma_desc_sw128(q_cols + kk * 16 * 128, kM * 128, 1024), 1);
+        Wgmma<T, kC>::template mma<0, 1>(dk[kt], desc_at(dsk0, ds_base, 16, kt * 64 * 128 + kk * 32),
+                                         desc_at(q0, q_cols, kM * 128, kk * 16 * 128), 1);
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      Wgmma<T, kC>::template mma<1, 1>(dq, wgmma_desc_sw128(ds_base + kk * 16 * 128, kN * 128, 1024),
-                                       wgmma_desc_sw128(k_cols + kk * 16 * 128, kN * 128, 1024), kk > 0 ? 1 : 0);
+      Wgmma<T, kC>::template mma<1, 1>(dq, desc_at(dsq0, ds_base, kN * 128, kk * 16 * 128),
+                                       desc_at(k0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
