@@ -205,7 +205,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
-// wgmma descriptor from its address (desc_at); 10 computes the mask's row bounds every step and
+// wgmma descriptor from its address (desc_at); 10 computes the mask's row bounds every step, 11
 // each dS^T store address with hopper_attn_swizzle (the forms before 2026-11-27 (24)).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const uint32_t ds_off0 = key_base * 128 + ((key_base % 8) << 4) + 4 * t;
     const auto store_ds = [&](int j, const float (&ds)[4]) {
       const uint32_t lo = pack2<T>(ds[0], ds[1]), hi = pack2<T>(ds[2], ds[3]);
-      if constexpr (kProbe == 10) {
+      if constexpr (kProbe == 11) {
         *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
         *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
       } else {
