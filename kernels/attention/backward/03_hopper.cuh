@@ -205,8 +205,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
-// wgmma descriptor from its address (desc_at); 10 computes the mask's row bounds every step, 11
-// each dS^T store address with hopper_attn_swizzle (the forms before 2026-11-27 (24)).
+// wgmma descriptor from its address (desc_at).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -438,16 +437,21 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
     const float* lse_s = slse + s * kM;
     const float* dsum_s = sdsum + s * kM;
-    // Steps that straddle the mask only (the bounds cost ~40 instructions a step): the rows that
-    // see key key_base + 8 r, from this thread's first row m0 + 2 t.
-    AttnBwdRowBounds seen_every_step[2] = {};  // kProbe 10: computed every step (the form before)
-    if constexpr (kProbe == 10)
+    // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t (about 40
+    // instructions). kLeanPass (the one-pass element-wise form: softcap / ALiBi, d 64): computed
+    // only in the pass of steps that straddle the mask, and the dS^T store addresses by XOR (below):
+    // 1.5-2% faster at d 64 (ablation, e163711 / 4eb3d39). The two-pass form (plain scores at
+    // d 128) computes them every step before the wait for S^T, under which they hide, and each
+    // store address from hopper_attn_swizzle: the lean forms there ran 1-2% slower at 8k.
+    constexpr bool kLeanPass = kScoreMod || kM == 128;
+    AttnBwdRowBounds seen_up_front[2] = {};
+    if constexpr (!kLeanPass)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) seen_every_step[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
+      for (int r = 0; r < 2; ++r) seen_up_front[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
     const auto row_bounds = [&](AttnBwdRowBounds (&seen)[2]) {
 #pragma unroll
       for (int r = 0; r < 2; ++r)
-        seen[r] = kProbe == 10 ? seen_every_step[r] : attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
+        seen[r] = !kLeanPass ? seen_up_front[r] : attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
     };
     const auto visible = [](const AttnBwdRowBounds (&seen)[2], int j, int e) {
       return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi;
@@ -461,13 +465,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // dS^T: to shared memory (dQ's A operand, both consumers) and, with kDkRs, into the A
     // fragments of this consumer's dK product as well (pa's layout).
     uint32_t dsa[kM / 16][4];
-    // Swizzled like a TMA box (hopper_attn_swizzle): row key_base at ds_off0 (its swizzle phase
-    // key_base % 8 in bits 4-6, column 2 t), tile j's 16-byte chunk j % 8 XORed into bits 4-6,
-    // 64-row boxes kN rows apart; key_base + 8 (same phase) 8 rows further.
+    // Swizzled like a TMA box (hopper_attn_swizzle). kLeanPass: row key_base at ds_off0 (its
+    // swizzle phase key_base % 8 in bits 4-6, column 2 t), tile j's 16-byte chunk j % 8 XORed
+    // into bits 4-6, 64-row boxes kN rows apart; key_base + 8 (same phase) 8 rows further.
     const uint32_t ds_off0 = key_base * 128 + ((key_base % 8) << 4) + 4 * t;
     const auto store_ds = [&](int j, const float (&ds)[4]) {
       const uint32_t lo = pack2<T>(ds[0], ds[1]), hi = pack2<T>(ds[2], ds[3]);
-      if constexpr (kProbe == 11) {
+      if constexpr (!kLeanPass) {
         *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
         *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
       } else {
