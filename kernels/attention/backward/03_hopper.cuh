@@ -327,9 +327,11 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // wgmma in flight (this step's dV and dK too) except issue_behind's.
   // issue_behind: nullptr, or (kDqFirst) the current step's dK product, issued right after dQ's;
   // the wait then leaves it in flight.
-  const auto dq_step = [&](int st, auto&& issue_behind) {
+  // (Step numbers unsigned here and in the loop below: their stage, buffer and parity arithmetic
+  // is then masks and shifts, not signed division.)
+  const auto dq_step = [&](uint32_t st, auto&& issue_behind) {
     constexpr bool kBehind = !std::is_same_v<std::decay_t<decltype(issue_behind)>, std::nullptr_t>;
-    const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
+    const int h = hk * group + static_cast<int>(st) / m_blocks, m0 = m_first + kM * (static_cast<int>(st) % m_blocks);
     // A: this consumer's 64 rows of dS (by rows: the cw-th 64-row box of dS^T), B: its columns of K
     // (by columns: the cw-th half of each key's row, 64 or 32 columns).
     const uint32_t ds_rows = smem_u32(sds + (st % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cwu * kN * 128 : 0);
@@ -400,9 +402,16 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   };
   if constexpr (kTurns)
     if (n_steps > 0 && cw == 1) named_barrier_arrive(4, 256);
-  for (int st = 0; st < n_steps; ++st) {
+  // Step st's query head h and first row m0, advanced at the end of each step (st / m_blocks and
+  // st % m_blocks: an integer division every step).
+  int h = hk * group, m0 = m_first;
+  const int m_end = m_first + kM * m_blocks;
+  for (uint32_t st = 0; st < static_cast<uint32_t>(n_steps); ++st) {
     const int s = st % kStages;
-    const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
+    if constexpr (kProbe == 12) {  // (an experiment: the division form, 2026-11-27 (24))
+      const int sti = static_cast<int>(*const_cast<volatile uint32_t*>(&st));
+      h = hk * group + sti / m_blocks, m0 = m_first + kM * (sti % m_blocks);
+    }
     const uint32_t q_base = smem_u32(sq + s * Tr::kQBytes), do_base = smem_u32(sdo + s * Tr::kQBytes);
     unsigned char* ds_buf = sds + (st % 2) * Tr::kDsBytes;
     mbarrier_wait(&full[s], (st / kStages) & 1);
@@ -613,6 +622,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       }
     }
     mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
+    m0 += kM;
+    if (m0 == m_end) m0 = m_first, ++h;
   }
   if (n_steps > 0) dq_step(n_steps - 1, nullptr);
   if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
