@@ -128,7 +128,6 @@ std::vector<Variant> variants() {
     // Every wgmma descriptor rebuilt from its address (kProbe 9; the library adds the k-step's
     // offset to the first one since 2026-11-27 (24)).
     v.push_back({"descriptors_rebuilt", main_variant<kD, 2, true, true, true, 9>});
-    v.push_back({"step_division", main_variant<kD, 2, true, true, true, 12>});  // temporary
     // Turns between the consumers (the forward's pingpong; kProbe 7 / 8): a consumer's score
     // products wait for the other's dV product / its dQ and dK products.
     v.push_back({"turns_after_dv", main_variant<kD, 2, true, true, true, 7>});
