@@ -167,16 +167,14 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
     FLASHLAB_CHECK(seqlen_k == 0 || rows <= (kMaxFloats - rows) / 2 / seqlen_k, op, ": the size overflows int64");
     return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));
   }
-  // Rungs 2 and 3: rows x headdim floats, the dq accumulator, D and lse log2(e) for batch x nheads x
-  // seqlen_q rounded up to a query block (rows_padded), and rung 3's dq tile counts, two ints per 64
-  // of those rows (rows_padded / 32; rung 2 sizes the same, so the automatic choice fits either).
+  // Rungs 2 and 3: rows x headdim floats, the dq accumulator, and D and lse log2(e) for batch x nheads x
+  // seqlen_q rounded up to a query block (rows_padded).
   const int64_t blocks = seqlen_q / kAttnBwdRowPad + (seqlen_q % kAttnBwdRowPad != 0);
   const int64_t heads = seqlen_q > 0 ? rows / seqlen_q : 0;  // batch x nheads (fits: rows did)
-  FLASHLAB_CHECK(heads == 0 || blocks <= kMaxFloats / 3 / kAttnBwdRowPad / heads, op, ": the size overflows int64");
+  FLASHLAB_CHECK(heads == 0 || blocks <= kMaxFloats / 2 / kAttnBwdRowPad / heads, op, ": the size overflows int64");
   const int64_t rows_padded = heads * blocks * kAttnBwdRowPad;
-  const int64_t small = 2 * rows_padded + rows_padded / 32;
-  FLASHLAB_CHECK(headdim == 0 || rows <= (kMaxFloats - small) / headdim, op, ": the size overflows int64");
-  return (rows * headdim + small) * static_cast<int64_t>(sizeof(float));
+  FLASHLAB_CHECK(headdim == 0 || rows <= (kMaxFloats - 2 * rows_padded) / headdim, op, ": the size overflows int64");
+  return (rows * headdim + 2 * rows_padded) * static_cast<int64_t>(sizeof(float));
 }
 
 namespace {
@@ -195,13 +193,11 @@ void attention_bwd_impl(const TensorView& q, const TensorView& k, const TensorVi
   p.dsum_rows = static_cast<int>(detail::ceil_div(p.seqlen_q, kAttnBwdRowPad) * kAttnBwdRowPad);
   p.dsum = ws + static_cast<int64_t>(p.batch) * p.seqlen_q * p.nheads * p.headdim;
   p.lse_log2 = p.dsum + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows;
-  p.dq_tile_counts = reinterpret_cast<int*>(p.lse_log2 + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows);
   detail::launch_attn_bwd_preprocess(p, q.dtype, stream);
-  bool dq_written = false;  // by the main kernel (rung 3 at head dims 64 and 128)
   if (main != nullptr) main(p, q.dtype, stream);
-  else if (rung == 3) dq_written = detail::launch_attn_bwd_hopper(p, q.dtype, stream);
+  else if (rung == 3) detail::launch_attn_bwd_hopper(p, q.dtype, stream);
   else detail::launch_attn_bwd_flash2(p, q.dtype, stream);
-  if (!dq_written) detail::launch_attn_bwd_dq_convert(p, q.dtype, stream);
+  detail::launch_attn_bwd_dq_convert(p, q.dtype, stream);
 }
 
 }  // namespace

@@ -43,22 +43,14 @@ inline kernels::HopperBwdArgs attn_bwd_hopper_args(const AttnBwdParams& p, DType
   return args;
 }
 
-// kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe, kConvert: attn_bwd_hopper_kernel's
-// (kernels/attention/backward/03_hopper.cuh). kConvert: the tile counts first
-// (attn_bwd_hopper_dq_counts_kernel, into p.dq_tile_counts), and dq written by the main kernel
-// (the caller skips launch_attn_bwd_dq_convert).
+// kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe: attn_bwd_hopper_kernel's
+// (kernels/attention/backward/03_hopper.cuh).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false, bool kDqFirst = false,
-          bool kDqByProducer = false, int kProbe = 0, bool kConvert = false>
+          bool kDqByProducer = false, int kProbe = 0>
 void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   using Tr = kernels::HopperBwdTraits<kHeadDim, kStages, kDqByProducer>;
   const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, true);
-  if constexpr (kConvert) {
-    FLASHLAB_CHECK(p.dq_tile_counts != nullptr, "launch_attn_bwd_hopper_variant: no dq tile counts in the workspace");
-    const dim3 count_grid(static_cast<unsigned>(p.dsum_rows / 64), p.nheads, p.batch);
-    FLASHLAB_LAUNCH((kernels::attn_bwd_hopper_dq_counts_kernel<Tr::kBlockM, Tr::kBlockN>), count_grid, 32, 0, stream, p);
-  }
-  const auto kernel =
-      kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe, kConvert>;
+  const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

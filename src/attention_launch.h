@@ -49,17 +49,15 @@ void launch_attn_flash2_paged_hdim(const AttnFwdParams& p, DType dtype, cudaStre
 template <int kHeadDim>
 void launch_attn_hopper_paged_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t stream);
 
-// The tiled backward rungs (2, 3): p.dsum, p.lse_log2, p.dq_accum and p.dq_tile_counts point into
-// their workspace (attention_bwd_workspace_bytes). The preprocess (D, lse log2(e), dq_accum zeroed)
-// runs first, then one rung's main kernel, then the dq conversion (src/attention_bwd_flash2.cu)
-// unless the main kernel wrote dq itself.
+// The tiled backward rungs (2, 3): p.dsum, p.lse_log2 and p.dq_accum point into their workspace
+// (attention_bwd_workspace_bytes). The preprocess (D, lse log2(e), dq_accum zeroed) runs first,
+// then one rung's main kernel, then the dq conversion (src/attention_bwd_flash2.cu).
 void launch_attn_bwd_preprocess(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
 void launch_attn_bwd_dq_convert(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
 // Rung 2's main kernel.
 void launch_attn_bwd_flash2(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
-// Rung 3's (src/attention_bwd_hopper.cu): head dims 64, 128 and 256, no dropout, sm_90a. Returns
-// whether it wrote dq too (head dims 64 and 128: no conversion kernel then).
-bool launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
+// Rung 3's (src/attention_bwd_hopper.cu): head dims 64 and 128, no dropout, sm_90a.
+void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
 // attention_bwd at rung 2 or 3 (validation, workspace, preprocess, dq conversion: the
 // library's) with `main` launched in place of that rung's main kernel: how
 // bench/experiments/attention_bwd_hopper_ablation.cu times other variants of rung 3.

@@ -103,10 +103,6 @@ struct AttnBwdParams : AttnFwdParams {
   // fp32 workspace of the tiled rungs: dq accumulated over key blocks, (batch x seqlen_q, nheads, d)
   // dense for fixed lengths, (total_q, nheads, d) for varlen; row r = attn_dq_accum_row(b, i).
   float* dq_accum;
-  // int workspace of the tiled rungs, (batch, nheads, dsum_rows / 64, 2): rung 3 at head dims 64
-  // and 128 with the dq conversion in its main kernel (attn_bwd_hopper_dq_counts_kernel): per
-  // 64-row tile of dq_accum and column half, the TMA reductions still to land; the last one converts.
-  int* dq_tile_counts;
 };
 
 // Rung 4's (kernels/attention/04_hopper.cuh) key-block width by default for 16-bit inputs, and the

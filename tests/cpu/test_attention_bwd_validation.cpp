@@ -588,19 +588,17 @@ TEST(AttentionBwdWorkspace, ClosedForms) {
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 7, 0, 64), 3 * 5 * 7 * 4);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 0, 7, 64), 0);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 0, 5, 7, 9, 64), 0);
-  // Rung 2: the fp32 dq accumulator, batch x seqlen_q x nheads x headdim, D and lse, batch x
-  // nheads x seqlen_q rounded up to 128, each, and rung 3's dq tile counts (one int per 32 padded
-  // rows); the automatic choice is rung 2's.
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 128 + 2 * 4 * 4) * 4);
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 0, 128),
-            (2 * 4 * 16 * 128 + 2 * 2 * 4 * 128 + 2 * 4 * 4) * 4);  // no keys: the same
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 128, 9, 32), (3 * 5 * 128 * 32 + 2 * 3 * 5 * 128 + 3 * 5 * 4) * 4);
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 129, 9, 32), (3 * 5 * 129 * 32 + 2 * 3 * 5 * 256 + 3 * 5 * 8) * 4);
+  // Rung 2: the fp32 dq accumulator, batch x seqlen_q x nheads x headdim, and D and lse,
+  // batch x nheads x seqlen_q rounded up to 128, each; the automatic choice is rung 2's.
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 128) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 0, 128), (2 * 4 * 16 * 128 + 2 * 2 * 4 * 128) * 4);  // no keys: the same
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 128, 9, 32), (3 * 5 * 128 * 32 + 2 * 3 * 5 * 128) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 129, 9, 32), (3 * 5 * 129 * 32 + 2 * 3 * 5 * 256) * 4);
   EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 0, 9, 32), 0);  // no rows: nothing
   EXPECT_EQ(attention_bwd_workspace_bytes(kAttnBwdRungAuto, 2, 4, 16, 32, 64), attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64));
-  // Rung 3: rung 2's (the same preprocess and accumulator; rung 2 sizes the tile counts too), so
-  // the automatic choice's workspace is right whichever of the two it takes.
-  EXPECT_EQ(attention_bwd_workspace_bytes(3, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 128 + 2 * 4 * 4) * 4);
+  // Rung 3: rung 2's (the same preprocess, accumulator and dq conversion), so the automatic
+  // choice's workspace is right whichever of the two it takes.
+  EXPECT_EQ(attention_bwd_workspace_bytes(3, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 128) * 4);
   for (const auto& s : std::vector<std::vector<int64_t>>{
            {2, 4, 16, 32, 64}, {3, 5, 65, 9, 128}, {1, 32, 4096, 4096, 128}, {3, 5, 0, 9, 64}, {2, 4, 16, 0, 64}})
     EXPECT_EQ(attention_bwd_workspace_bytes(3, s[0], s[1], s[2], s[3], s[4]),

@@ -185,39 +185,6 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
   }
 }
 
-// The dq conversion in the main kernel (kConvert): before it, per 64-row tile of dq_accum (both
-// column halves) the number of key blocks whose steps cover the tile's kM-row block, exactly as the
-// main kernel walks them (hopper_bwd_steps); each of their reductions counts it down and the last
-// converts the tile. A tile no key block reaches gets dq = 0 here (rows before the sequence's end).
-// Grid (dsum_rows / 64, nheads, batch), 32 threads: a warp per tile.
-template <int kM, int kN>
-__global__ void attn_bwd_hopper_dq_counts_kernel(const __grid_constant__ AttnBwdParams p) {
-  const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x;
-  const AttnBatch sb = attn_batch(p, b);
-  const int m_block = 64 * tile - (64 * tile) % kM;  // the kM-row block holding the tile (steps start at multiples of kM)
-  int count = 0;
-  for (int n0 = kN * lane; n0 < sb.sk; n0 += 32 * kN) {
-    const HopperBwdSteps steps = hopper_bwd_steps<kM, kN>(p, sb, n0);
-    count += m_block >= steps.m_first && m_block < steps.m_first + kM * steps.m_blocks;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) count += __shfl_xor_sync(0xffffffffu, count, off);
-  if (lane == 0) {
-    int* c = p.dq_tile_counts + ((static_cast<int64_t>(b) * p.nheads + h) * (p.dsum_rows / 64) + tile) * 2;
-    c[0] = c[1] = count;
-  }
-  if (count > 0) return;
-  // No reduction will land: dq = 0 (16-bit values; 16-byte chunks).
-  const int chunks = p.headdim / 8;
-  for (int e = lane; e < 64 * chunks; e += 32) {
-    const int i = 64 * tile + e / chunks;
-    if (i >= sb.sq) break;
-    unsigned char* dq = static_cast<unsigned char*>(p.dq) +
-                        2 * attn_offset(p, b, sb.q_row0, i, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-    *reinterpret_cast<uint4*>(dq + 16 * (e % chunks)) = make_uint4(0, 0, 0, 0);
-  }
-}
-
 // Grid (ceil(max_sk / 128), nheads_kv, batch), 384 threads, Tr::kSmemBytes dynamic shared memory.
 // dq_accum zeroed, dsum and lse_log2 written by attn_bwd_dsum_rows_kernel first.
 // kStages: HopperBwdTraits' kStages_. kSharedSpace: the tiles' base aligned by align_smem, so
@@ -233,8 +200,6 @@ __global__ void attn_bwd_hopper_dq_counts_kernel(const __grid_constant__ AttnBwd
 // per consumer where they fit: HopperBwdTraits::kDqBufs). Without it, the consumer's thread 0
 // issues the reductions and, before staging the next tile, waits for their reads, with two named
 // barriers of the consumer around the stores.
-// kConvert (with kDqByProducer; the library's at head dims 64 and 128 since 2026-11-27 (24)): the
-// reducing warps also write dq (attn_bwd_hopper_dq_counts_kernel first; no conversion kernel after).
 // kProbe (experiments only): 1 loads Q / dO / lse / D for the first kStages steps only (later
 // steps compute on whatever the stages hold), 2 skips dQ's TMA reductions (both: wrong
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
@@ -242,14 +207,13 @@ __global__ void attn_bwd_hopper_dq_counts_kernel(const __grid_constant__ AttnBwd
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
 // wgmma descriptor from its address (desc_at).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
-          bool kDqByProducer = false, int kProbe = 0, bool kConvert = false>
+          bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
   using Tr = HopperBwdTraits<kHeadDim, kStages_, kDqByProducer>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kD = kHeadDim;
-  static_assert(!kConvert || kDqByProducer, "the dq conversion runs in the producer's reducing warps");
   // dK's A operand from registers with plain scores (16 registers a thread at d 128; the
   // softcap / ALiBi pass spilled with them).
   constexpr bool kDkRs = !kScoreMod && kProbe != 4;
@@ -304,60 +268,25 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     setmaxnreg_dec<24>();
     if (threadIdx.x == 0 && n_steps > 0) {
       hopper_bwd_produce<Tr, kProbe>(args, sb, b, hk, n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full, empty);
-    } else if (kDqByProducer && (threadIdx.x / 32 == 1 || threadIdx.x / 32 == 2)) {
-      // Consumer rc's dQ tiles, step by step (producer warp 1 + rc; its lane 0 issues): once
-      // staged, added to dq_accum by TMA; handed back once the reductions have read them.
-      // kConvert: then, once they have landed, the tile's count (attn_bwd_hopper_dq_counts_kernel)
-      // goes down, and the warp that takes it to 0 writes the tile's dq from dq_accum.
-      const int rc = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
-      int h = hk * group, m0 = m_first;  // step st's head and first row (as the consumers')
+    } else if (kDqByProducer && (threadIdx.x == 32 || threadIdx.x == 64)) {
+      // Consumer rc's dQ tiles, step by step: once staged, added to dq_accum by TMA; handed back
+      // once the reductions have read them.
+      const int rc = threadIdx.x / 32 - 1;
 #pragma unroll 1
-      for (int st = 0; st < n_steps; ++st, m0 += kM) {
-        if (m0 == m_first + kM * m_blocks) m0 = m_first, ++h;
+      for (int st = 0; st < n_steps; ++st) {
         const int i = rc * Tr::kDqBufs + st % Tr::kDqBufs;
+        const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
         mbarrier_wait(&dq_full[i], (st / Tr::kDqBufs) & 1);
-        const int r0 = m0 + (Tr::kDqByRows ? 64 * rc : 0), col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
-        if (lane == 0) {
-          bwd_trace<kProbe>(st, 23 + 2 * rc);
-          const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, r0));
+        bwd_trace<kProbe>(st, 23 + 2 * rc);
+        const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * rc : 0);
+        const int col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
 #pragma unroll
-          for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
-            tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
-          tma_store_commit();
-          tma_store_wait_all<true>();
-          bwd_trace<kProbe>(st, 24 + 2 * rc);
-          mbarrier_arrive(&dq_empty[i]);
-        }
-        if constexpr (kConvert) {
-          int last = 0;
-          if (lane == 0) {
-            tma_store_wait_all<false>();  // the reductions' writes done
-            fence_proxy_async_global();
-            __threadfence();
-            int* count = p.dq_tile_counts +
-                         ((static_cast<int64_t>(b) * p.nheads + h) * (p.dsum_rows / 64) + r0 / 64) * 2 + (Tr::kDqByRows ? 0 : rc);
-            last = atomicSub(count, 1) == 1;
-          }
-          if (__shfl_sync(0xffffffffu, last, 0)) {
-            __threadfence();
-            // Rows r0.. (to the sequence's end) x columns col0 .. + kDqCols: 4 fp32 (from L2) to 4
-            // 16-bit values a lane at a time.
-            // (Rows of dq_accum are consecutive, nheads x d floats apart; pointers stepped, the
-            // producer has 24 registers.)
-            constexpr int kChunks = Tr::kDqCols / 4, kRowsPerPass = 32 / kChunks;
-            const int row = r0 + lane / kChunks, col = col0 + 4 * (lane % kChunks);
-            const float* src = p.dq_accum + (attn_dq_accum_row(p, b, sb, row) * p.nheads + h) * kD + col;
-            T* dst = static_cast<T*>(p.dq) + attn_offset(p, b, sb.q_row0, row, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
-            const int rows = min(64, sb.sq - r0);
-#pragma unroll 1
-            for (int r = lane / kChunks; r < rows; r += kRowsPerPass) {
-              const float4 a = __ldcg(reinterpret_cast<const float4*>(src));
-              *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<T>(a.x, a.y), pack2<T>(a.z, a.w));
-              src += static_cast<int64_t>(kRowsPerPass) * p.nheads * kD;
-              dst += kRowsPerPass * p.dq_row_stride;
-            }
-          }
-        }
+        for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
+          tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
+        tma_store_commit();
+        tma_store_wait_all<true>();
+        bwd_trace<kProbe>(st, 24 + 2 * rc);
+        mbarrier_arrive(&dq_empty[i]);
       }
     }
     return;
