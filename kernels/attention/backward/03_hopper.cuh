@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t (about 40
     // instructions). kLeanPass (the one-pass element-wise form: softcap / ALiBi, d 64): computed
     // only in the pass of steps that straddle the mask, and the dS^T store addresses by XOR (below):
-    // 1.5-2% faster at d 64 (ablation, e163711 / 4eb3d39). The two-pass form (plain scores at
+    // 0.7-1.8% faster at d 64 (ablation, e163711 / 4eb3d39). The two-pass form (plain scores at
     // d 128) computes them every step before the wait for S^T, under which they hide, and each
     // store address from hopper_attn_swizzle: the lean forms there ran 1-2% slower at 8k.
     constexpr bool kLeanPass = kScoreMod || kM == 128;
