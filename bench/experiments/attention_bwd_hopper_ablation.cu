@@ -128,6 +128,8 @@ std::vector<Variant> variants() {
     // Every wgmma descriptor rebuilt from its address (kProbe 9; the library adds the k-step's
     // offset to the first one since 2026-11-27 (24)).
     v.push_back({"descriptors_rebuilt", main_variant<kD, 2, true, true, true, 9>});
+    // D loaded into registers before the wait for dP^T (kProbe 13; plain scores at d 128).
+    if constexpr (kD == 128) v.push_back({"dsum_prefetched", main_variant<kD, 2, true, true, true, 13>});
     // Turns between the consumers (the forward's pingpong; kProbe 7 / 8): a consumer's score
     // products wait for the other's dV product / its dQ and dK products.
     v.push_back({"turns_after_dv", main_variant<kD, 2, true, true, true, 7>});

@@ -205,7 +205,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
-// wgmma descriptor from its address (desc_at).
+// wgmma descriptor from its address (desc_at); 13 loads D into registers before the wait for dP^T.
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -555,13 +555,28 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       issue_dv();
       if constexpr (kProbe == 7) turn_end(st);
       mark(st, 3);
+      // kProbe 13 (an experiment, 2026-11-27 (24)): D g of this thread's rows into registers
+      // before the wait for dP^T (16 registers; not lse as well).
+      float2 dsum_r[kProbe == 13 ? kM / 8 : 1];
+      if constexpr (kProbe == 13) {
+#pragma unroll
+        for (int j = 0; j < kM / 8; ++j) {
+          const float2 d = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+          dsum_r[j] = make_float2(d.x * mod.scale, d.y * mod.scale);
+        }
+      }
       wgmma_wait<1>();  // dP^T done (dV may still run)
       mark(st, 4);
       wgmma_fence_operands(dpT);
 #pragma unroll
       for (int j = 0; j < kM / 8; ++j) {
-        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-        const float dsum_g[2] = {dsum.x * mod.scale, dsum.y * mod.scale};
+        float dsum_g[2];
+        if constexpr (kProbe == 13) {
+          dsum_g[0] = dsum_r[j].x, dsum_g[1] = dsum_r[j].y;
+        } else {
+          const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+          dsum_g[0] = dsum.x * mod.scale, dsum_g[1] = dsum.y * mod.scale;
+        }
         float ds[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) ds[e] = sT[4 * j + e] * fmaf(dpT[4 * j + e], mod.scale, -dsum_g[e % 2]);
