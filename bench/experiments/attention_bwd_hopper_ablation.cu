@@ -112,6 +112,8 @@ std::vector<Variant> variants() {
     v.push_back({"dq_first", main_variant<kD, 2, true, true>});
     // dQ's reductions issued by the producer's warps (kDqByProducer), on the library's form.
     v.push_back({"dq_by_producer", main_variant<kD, 2, true, false, true>});
+    // Both: the library's kernel through the variant launcher (its time against rung3_library's
+    // is the run's noise).
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
     if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
@@ -122,8 +124,7 @@ std::vector<Variant> variants() {
     // The split form (03_hopper_split.cuh, d 256's): the consumers split the head dim and the two
     // score products, 128-key blocks.
     if constexpr (kD == 128) v.push_back({"split", main_split<128>});
-    // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
-    // first two steps; no dQ reductions (on kDqFirst + kDqByProducer since 2026-11-27 (23)).
+    // The library's form writing a timeline (kProbe 6; --trace).
     v.push_back({"trace", main_variant<kD, 2, true, true, true, 6>});
     // Every wgmma descriptor rebuilt from its address (kProbe 9; the library adds the k-step's
     // offset to the first one since 2026-11-27 (24)).
@@ -134,11 +135,18 @@ std::vector<Variant> variants() {
     // products wait for the other's dV product / its dQ and dK products.
     v.push_back({"turns_after_dv", main_variant<kD, 2, true, true, true, 7>});
     v.push_back({"turns_after_dk", main_variant<kD, 2, true, true, true, 8>});
+    // Probes on the library's form (timing only, wrong gradients): no Q / dO reloads after the
+    // first two steps; no dQ reductions (on kDqFirst + kDqByProducer since 2026-11-27 (23)).
     v.push_back({"probe_no_reload", main_variant<kD, 2, true, true, true, 1>, false});
     v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, true, true, 2>, false});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }
+}
+
+// Whether `name` is an entry of the comma-separated `list`.
+bool listed(const std::string& list, const std::string& name) {
+  return ("," + list + ",").find("," + name + ",") != std::string::npos;
 }
 
 // --variants a,b: only these (and rung3_library, the reference, always first); empty: all.
@@ -195,7 +203,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok) {
   };
   std::vector<Variant> vars;
   for (const Variant& v : variants<kD>())
-    if (vars.empty() || g_variants.empty() || ("," + g_variants + ",").find("," + std::string(v.name) + ",") != std::string::npos)
+    if (vars.empty() || g_variants.empty() || listed(g_variants, v.name))
       vars.push_back(v);
   run(vars[0]);
   FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(h.stream()));
@@ -239,7 +247,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) g_trace_file = argv[++i];
     else opt.out = argv[i];
   }
-  const auto want = [&](const char* d) { return ("," + dims + ",").find(std::string(",") + d + ",") != std::string::npos; };
+  const auto want = [&](const char* d) { return listed(dims, d); };
   bench::Harness h(opt);
   bool all_ok = true;
   for (bool causal : {false, true}) {

@@ -33,4 +33,12 @@ FLASHLAB_HD inline uint64_t wgmma_desc_swizzled(uint32_t smem_addr, uint32_t lbo
 // address (mask, shift, or: ptxas cannot fold those across k-steps).
 FLASHLAB_HD inline uint64_t wgmma_desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
+// A k-step's descriptor of the 128B-swizzled tile at base (SBO 1024): desc0 = wgmma_desc_sw128(
+// base, lbo, 1024) advanced by `bytes`; kRebuild (an experiment's "before" form): rebuilt from
+// base + bytes instead.
+template <bool kRebuild = false>
+FLASHLAB_HD inline uint64_t wgmma_desc_sw128_at(uint64_t desc0, uint32_t base, uint32_t lbo, uint32_t bytes) {
+  return kRebuild ? wgmma_desc_sw128(base + bytes, lbo, 1024) : wgmma_desc_advance(desc0, bytes);
+}
+
 }  // namespace flashlab::kernels

@@ -32,6 +32,20 @@ TEST(WgmmaDesc, AdvanceEqualsRebuild) {
   }
 }
 
+// wgmma_desc_sw128_at (backward rung 3's k-step descriptors, its kProbe 9 the rebuilt form): both
+// forms equal at the LBOs and offsets the backward uses.
+TEST(WgmmaDesc, StepFormsAgree) {
+  using kernels::wgmma_desc_sw128_at;
+  for (uint32_t lbo : {16u, 64u * 128u, 128u * 128u})
+    for (uint32_t base = 0; base < 200 * 1024; base += 1024)
+      for (uint32_t off = 0; base + off < kMaxSharedBytes && off < 32 * 1024; off += 32) {
+        const uint64_t d0 = wgmma_desc_sw128(base, lbo, 1024);
+        ASSERT_EQ(wgmma_desc_sw128_at<false>(d0, base, lbo, off), wgmma_desc_sw128_at<true>(d0, base, lbo, off))
+            << "lbo " << lbo << " base " << base << " offset " << off;
+        ASSERT_EQ(wgmma_desc_sw128_at<true>(d0, base, lbo, off), wgmma_desc_sw128(base + off, lbo, 1024));
+      }
+}
+
 TEST(WgmmaDesc, AdvancePastTheAddressFieldCarries) {
   const uint64_t last = wgmma_desc_sw128(0x3FFF0, 16, 1024);  // the field's largest address
   EXPECT_NE(wgmma_desc_advance(last, 16), wgmma_desc_sw128(0x40000, 16, 1024));

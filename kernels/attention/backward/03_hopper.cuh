@@ -205,7 +205,8 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // gradients); 3 stores the dQ tile in column order (two-way bank conflicts), 4 reads dK's A
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
-// wgmma descriptor from its address (desc_at); 13 loads D into registers before the wait for dP^T.
+// wgmma descriptor from its address (wgmma_desc_sw128_at); 13 loads D into registers before the
+// wait for dP^T.
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
@@ -309,12 +310,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const int cwu = warpgroup_index() - 1;  // cw, warp-uniform: the descriptors below in uniform registers
   const uint32_t k_wg = smem_u32(sk) + cwu * 64 * 128, v_wg = smem_u32(sv) + cwu * 64 * 128;  // this consumer's 64 keys
   constexpr int kDSteps = kD / 16;  // k16 steps over the head dim
-  // A k-step's descriptor: the first one (desc0, of the tile at base) advanced by `bytes`
-  // (wgmma_desc_advance: one add instead of mask, shift and or per wgmma); kProbe 9 rebuilds it
-  // from the address (the form before 2026-11-27 (24)).
-  const auto desc_at = [](uint64_t desc0, uint32_t base, uint32_t lbo, uint32_t bytes) {
-    return kProbe == 9 ? wgmma_desc_sw128(base + bytes, lbo, 1024) : wgmma_desc_advance(desc0, bytes);
-  };
+  // A k-step's descriptor: the product's first one advanced by the k-step's offset (one add
+  // instead of mask, shift and or per wgmma); kProbe 9 rebuilds it (the form before 2026-11-27 (24)).
+  constexpr bool kRebuildDesc = kProbe == 9;
   // dQ of step st, one step late (so that a consumer does not wait for the other's dS^T half
   // right after writing its own: the two drift apart by up to a step, and one's element-wise
   // work runs under the other's products). dQ[:, cw half] = dS K[:, cw half]: A = dS (rows
@@ -345,8 +343,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, desc_at(da0, ds_rows, kN * 128, kk * 16 * 128),
-                                                desc_at(db0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
+      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128_at<kRebuildDesc>(da0, ds_rows, kN * 128, kk * 16 * 128),
+                                                wgmma_desc_sw128_at<kRebuildDesc>(db0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
     wgmma_commit();
     if constexpr (kBehind) {
       issue_behind();
@@ -423,7 +421,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 #pragma unroll
       for (int kk = 0; kk < kDSteps; ++kk) {
         const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-        Wgmma<T, kM>::template mma<0, 0>(acc, desc_at(da0, a_keys, 16, a_off), desc_at(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
+        Wgmma<T, kM>::template mma<0, 0>(acc, wgmma_desc_sw128_at<kRebuildDesc>(da0, a_keys, 16, a_off),
+                                         wgmma_desc_sw128_at<kRebuildDesc>(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
       }
       wgmma_commit();
     };
@@ -494,7 +493,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       wgmma_fence_operands(pa);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kM / 16; ++kk) WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], desc_at(db0, do_base, kM * 128, kk * 16 * 128), 1);
+      for (int kk = 0; kk < kM / 16; ++kk)
+        WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128_at<kRebuildDesc>(db0, do_base, kM * 128, kk * 16 * 128), 1);
       wgmma_commit();
     };
     if constexpr (kScoreMod || kM == 128) {
@@ -595,11 +595,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kM / 16; ++kk) {
-        const uint64_t b = desc_at(db0, q_base, kM * 128, kk * 16 * 128);
+        const uint64_t b = wgmma_desc_sw128_at<kRebuildDesc>(db0, q_base, kM * 128, kk * 16 * 128);
         if constexpr (kDkRs)
           WgmmaRs<T, kD>::template mma<1>(dk, dsa[kk], b, 1);
         else
-          Wgmma<T, kD>::template mma<0, 1>(dk, desc_at(da0, ds_keys, 16, (kk / 4) * kN * 128 + (kk % 4) * 32), b, 1);
+          Wgmma<T, kD>::template mma<0, 1>(
+              dk, wgmma_desc_sw128_at<kRebuildDesc>(da0, ds_keys, 16, (kk / 4) * kN * 128 + (kk % 4) * 32), b, 1);
       }
       wgmma_commit();
     };

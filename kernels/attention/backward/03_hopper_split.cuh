@@ -81,7 +81,7 @@ struct HopperBwdSplitTraits {
 //   0: red.global.add.v4.f32 from registers (dq_accum's map unused).
 // kProbe (experiments only): 2 skips dQ's TMA reductions (what they cost the loop; wrong
 // gradients); 3 stores the dQ tiles in column order (two-way bank conflicts; the form before
-// 2026-11-27 (23)); 9 rebuilds every wgmma descriptor from its address (desc_at; the form before
+// 2026-11-27 (23)); 9 rebuilds every wgmma descriptor from its address (wgmma_desc_sw128_at; the form before
 // 2026-11-27 (24)). (A probe 1 without the Q / dO reloads, 3987653, ran 1-2% faster than the
 // kernel: the loads are not what it waits for.)
 template <typename T, int kHeadDim, bool kAlibi, int kDqMode = 2, int kProbe = 0>
@@ -101,11 +101,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   constexpr bool kDqByTma = kDqMode > 0;
   static_assert(kDqMode >= 0 && kDqMode <= 2 && (kProbe == 0 || kProbe == 2 || kProbe == 3 || kProbe == 9),
                 "kDqMode 0..2, kProbe 0, 2, 3 or 9");
-  // A k-step's descriptor: the first one (desc0, of the tile at base) advanced by `bytes`
-  // (wgmma_desc_advance); kProbe 9 rebuilds it from the address (the form before 2026-11-27 (24)).
-  const auto desc_at = [](uint64_t desc0, uint32_t base, uint32_t lbo, uint32_t bytes) {
-    return kProbe == 9 ? wgmma_desc_sw128(base + bytes, lbo, 1024) : wgmma_desc_advance(desc0, bytes);
-  };
+  // A k-step's descriptor: the product's first one advanced by the k-step's offset (one add
+  // instead of mask, shift and or per wgmma); kProbe 9 rebuilds it (the form before 2026-11-27 (24)).
+  constexpr bool kRebuildDesc = kProbe == 9;
   // Named barriers (0 is __syncthreads): consumer cw's own 128 threads.
   const auto consumer_sync = [](int cw) { named_barrier_sync(2 + cw, 128); };
   unsigned char* smem = align_smem<1024>(smem_raw);  // 128B-swizzled tiles on 1024-byte boundaries
@@ -213,7 +211,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
 #pragma unroll
         for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
           const uint32_t a_off = (kk / 4) * kN * 128 + kt * 64 * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-          Wgmma<T, kM>::template mma<0, 0>(acc[kt], desc_at(da0, score_a, 16, a_off), desc_at(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
+          Wgmma<T, kM>::template mma<0, 0>(acc[kt], wgmma_desc_sw128_at<kRebuildDesc>(da0, score_a, 16, a_off),
+                                           wgmma_desc_sw128_at<kRebuildDesc>(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
         }
       wgmma_commit();
       // kDqMode 1: the previous step's dQ reduction has read its stage (under this product).
@@ -319,7 +318,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
       for (int kk = 0; kk < kM / 16; ++kk)
-        WgmmaRs<T, kC>::template mma<1>(dv[kt], pa[kt][kk], desc_at(do0, do_cols, kM * 128, kk * 16 * 128), 1);
+        WgmmaRs<T, kC>::template mma<1>(dv[kt], pa[kt][kk], wgmma_desc_sw128_at<kRebuildDesc>(do0, do_cols, kM * 128, kk * 16 * 128), 1);
     wgmma_commit();
     if (cw == 0) mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
     // dK[:, cols] += dS^T Q[:, cols] (A = dS^T K-major: 16 rows are 32 bytes along a key's row);
@@ -335,12 +334,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
       for (int kk = 0; kk < kM / 16; ++kk)
-        Wgmma<T, kC>::template mma<0, 1>(dk[kt], desc_at(dsk0, ds_base, 16, kt * 64 * 128 + kk * 32),
-                                         desc_at(q0, q_cols, kM * 128, kk * 16 * 128), 1);
+        Wgmma<T, kC>::template mma<0, 1>(dk[kt], wgmma_desc_sw128_at<kRebuildDesc>(dsk0, ds_base, 16, kt * 64 * 128 + kk * 32),
+                                         wgmma_desc_sw128_at<kRebuildDesc>(q0, q_cols, kM * 128, kk * 16 * 128), 1);
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      Wgmma<T, kC>::template mma<1, 1>(dq, desc_at(dsq0, ds_base, kN * 128, kk * 16 * 128),
-                                       desc_at(k0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
+      Wgmma<T, kC>::template mma<1, 1>(dq, wgmma_desc_sw128_at<kRebuildDesc>(dsq0, ds_base, kN * 128, kk * 16 * 128),
+                                       wgmma_desc_sw128_at<kRebuildDesc>(k0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
