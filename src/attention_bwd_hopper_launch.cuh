@@ -3,6 +3,7 @@
 // and bench/experiments/attention_bwd_hopper_ablation.cu (the others).
 #pragma once
 
+#include <algorithm>
 #include <climits>
 
 #include "kernels/attention/backward/03_hopper.cuh"
@@ -44,15 +45,25 @@ inline kernels::HopperBwdArgs attn_bwd_hopper_args(const AttnBwdParams& p, DType
 }
 
 // kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe: attn_bwd_hopper_kernel's
-// (kernels/attention/backward/03_hopper.cuh).
+// (kernels/attention/backward/03_hopper.cuh). persistent: a block per SM walking the tiles (key
+// block, KV head, batch) in the grid's order, else a block per tile (the timeline probe, kProbe 6,
+// always the latter: it picks its blocks by grid position).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false, bool kDqFirst = false,
           bool kDqByProducer = false, int kProbe = 0>
-void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
+void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream, bool persistent = false) {
   using Tr = kernels::HopperBwdTraits<kHeadDim, kStages, kDqByProducer>;
-  const kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, true);
+  kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, true);
   const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_k, Tr::kBlockN)), p.nheads_kv, p.batch);
+  const int64_t n_blocks = ceil_div(p.seqlen_k, Tr::kBlockN);
+  const int64_t tiles = n_blocks * p.nheads_kv * p.batch;
+  if (persistent && kProbe != 6 && tiles <= INT_MAX) {
+    args.tiles = static_cast<int>(tiles);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, sm_count())));
+    FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>(n_blocks), p.nheads_kv, p.batch);
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 

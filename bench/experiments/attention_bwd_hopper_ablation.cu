@@ -78,9 +78,13 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
-template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false, int kProbe = 0>
+// kPersistent: a block per SM walking the tiles (the library's since 2026-11-27 (25)), or a block
+// per tile.
+template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false, int kProbe = 0,
+          bool kPersistent = true>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe>(p, dtype, s);
+  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe>(
+      p, dtype, s, kPersistent);
 }
 
 template <int kD, int kDqMode = 2, int kProbe = 0>
@@ -115,6 +119,9 @@ std::vector<Variant> variants() {
     // Both: the library's kernel through the variant launcher (its time against rung3_library's
     // is the run's noise).
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
+    // The library's form with a block per tile (grid (key blocks, KV heads, batch)), the launch
+    // before 2026-11-27 (25).
+    v.push_back({"one_block_per_tile", main_variant<kD, 2, true, true, true, 0, false>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
     if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and
@@ -252,8 +259,9 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   for (bool causal : {false, true}) {
     if (want("128"))
-      for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
-    if (want("64")) run_config<64>(h, {2048, 64, causal}, all_ok);
+      for (int64_t s : {512, 2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
+    if (want("64"))
+      for (int64_t s : {512, 2048}) run_config<64>(h, {s, 64, causal}, all_ok);
     if (want("256"))
       for (int64_t s : {512, 2048}) run_config<256>(h, {s, 256, causal}, all_ok);
   }

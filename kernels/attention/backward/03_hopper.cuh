@@ -101,10 +101,27 @@ struct HopperBwdTraits {
 // Q, dO (64-row boxes), K, V (128-row boxes) over (head dim, rows, heads, batch), 128-byte boxes;
 // Q, dO boxes of kBlockM rows; dq_accum over (head dim, heads, rows (attn_dq_accum_row), 1) with
 // boxes of 32 fp32 x 1 x 64 rows.
+// tiles: 0, one block per key block (grid (key blocks, nheads_kv, batch)); > 0, persistent: a
+// grid of at most one block per SM, block i taking tiles i, i + gridDim.x, ... < tiles in the grid's
+// order (key block fastest, then KV head, then batch: hopper_bwd_tile).
 struct HopperBwdArgs {
   AttnBwdParams p;
   CUtensorMap q, k, v, dout, dq_accum;
+  int tiles;
 };
+
+// Tile t's (batch, KV head, first key) in the order a one-block-per-tile grid launches them (key
+// block fastest: the blocks in flight share a head's Q, dO and dq_accum rows in L2).
+struct HopperBwdTile {
+  int b, hk, n0;
+};
+template <int kN>
+__device__ __forceinline__ HopperBwdTile hopper_bwd_tile(const HopperBwdArgs& args, int tile) {
+  if (args.tiles == 0) return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x) * kN};
+  const int n_blocks = (args.p.seqlen_k + kN - 1) / kN, per_batch = n_blocks * args.p.nheads_kv;
+  const int b = tile / per_batch, r = tile - b * per_batch;
+  return {b, r / n_blocks, (r % n_blocks) * kN};
+}
 
 // The steps of a key block as both rung-3 kernels (this one and 03_hopper_split.cuh) walk them,
 // as in rung 2: step st < n_steps is (query head hk group + st / m_blocks, query rows m_first +
@@ -147,15 +164,20 @@ __device__ __forceinline__ void bwd_trace(int st, int slot) {
 // boxes) and its lse log2(e) and D rows into stage st % kStages once `empty` lets it. kProbe 1 (an
 // experiment): the first kStages steps only, later stages handed over as they are.
 template <typename Tr, int kProbe = 0>
+// Persistent kernel: g0 = the steps of this block's earlier tiles (stages and parities continue
+// across tiles), kv_iter = its earlier tiles with steps; K and V are reloaded once the consumers
+// have arrived on kv_empty (their last product reading the previous tile's K and V done).
 __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, const AttnBatch& sb, int b, int hk, int n0,
                                                    const HopperBwdSteps& steps, unsigned char* sk, unsigned char* sv,
                                                    unsigned char* sq, unsigned char* sdo, float* slse, float* sdsum,
-                                                   uint64_t* kv_full, uint64_t* full, uint64_t* empty) {
+                                                   uint64_t* kv_full, uint64_t* full, uint64_t* empty,
+                                                   uint32_t g0 = 0, uint64_t* kv_empty = nullptr, uint32_t kv_iter = 0) {
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   const AttnBwdParams& p = args.p;
   const int qb = p.cu_seqlens_q != nullptr ? 0 : b;  // batch coordinate (varlen: packed rows, batch 1)
   const int group = p.nheads / p.nheads_kv;
   const int k_row = static_cast<int>(sb.k_row0) + n0;
+  if (kv_iter > 0) mbarrier_wait(kv_empty, (kv_iter - 1) & 1);
   mbarrier_arrive_expect_tx(kv_full, 2 * Tr::kKBytes);
 #pragma unroll
   for (int x = 0; x < Tr::kBoxes; ++x) {
@@ -164,10 +186,11 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
   }
 #pragma unroll 1  // (unrolled, the loop spilled at the producer's 24 registers, even at 32)
   for (int st = 0; st < steps.n_steps; ++st) {
-    const int s = st % kStages;
+    const uint32_t gs = g0 + st;
+    const int s = gs % kStages;
     const int h = hk * group + st / steps.m_blocks, m0 = steps.m_first + kM * (st % steps.m_blocks);
     const int q_row = static_cast<int>(sb.q_row0) + m0;
-    mbarrier_wait(&empty[s], ((st / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+    mbarrier_wait(&empty[s], ((gs / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
     if (kProbe == 1 && st >= kStages) {
       mbarrier_arrive(&full[s]);
       continue;
@@ -219,11 +242,11 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // softcap / ALiBi pass spilled with them).
   constexpr bool kDkRs = !kScoreMod && kProbe != 4;
   extern __shared__ unsigned char smem_raw[];
-  // kv_full: K and V landed; full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
+  // kv_full / kv_empty: K and V landed / read by the tile's last products (persistent); full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
   // dq_full / dq_empty[kDqBufs cw + i] (kDqByProducer): consumer cw's dQ tile i staged / read by
   // its reductions.
-  __shared__ uint64_t kv_full, full[kStages], empty[kStages], ds_full[2], ds_empty[2], dq_full[2 * Tr::kDqBufs],
+  __shared__ uint64_t kv_full, kv_empty, full[kStages], empty[kStages], ds_full[2], ds_empty[2], dq_full[2 * Tr::kDqBufs],
       dq_empty[2 * Tr::kDqBufs];
   // 128B-swizzled tiles start on a 1024-byte boundary.
   unsigned char* smem =
@@ -239,15 +262,28 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   float* sdsum = slse + kStages * kM;                                // (kStages, 64): D
   const AttnBwdParams& p = args.p;
 
-  const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
-  const AttnBatch sb = attn_batch(p, b);
-  if (n0 >= sb.sk) return;  // varlen: this batch has fewer keys (the whole block leaves)
   const int group = p.nheads / p.nheads_kv;
-  const HopperBwdSteps steps = hopper_bwd_steps<kM, kN>(p, sb, n0);
-  const int m_first = steps.m_first, m_blocks = steps.m_blocks, n_steps = steps.n_steps;
+  // This block's tiles (args.tiles == 0: the one of its grid position). Every role walks them
+  // alike: f(tile, its batch, its steps, g0 = the steps of the earlier tiles (stages, buffers and
+  // parities continue across tiles), kv_iter = the earlier tiles with steps (K / V loads)).
+  const bool persistent = args.tiles > 0;
+  const int tile_end = persistent ? args.tiles : 1, tile_stride = persistent ? static_cast<int>(gridDim.x) : 1;
+  const auto for_each_tile = [&](auto&& f) {
+    uint32_t g0 = 0, kv_iter = 0;
+#pragma unroll 1
+    for (int tile = persistent ? static_cast<int>(blockIdx.x) : 0; tile < tile_end; tile += tile_stride) {
+      const HopperBwdTile tl = hopper_bwd_tile<kN>(args, tile);
+      const AttnBatch sb = attn_batch(p, tl.b);
+      if (tl.n0 >= sb.sk) continue;  // varlen: this batch has fewer keys
+      const HopperBwdSteps steps = hopper_bwd_steps<kM, kN>(p, sb, tl.n0);
+      f(tl, sb, steps, g0, kv_iter);
+      if (steps.n_steps > 0) g0 += steps.n_steps, ++kv_iter;
+    }
+  };
 
   if (threadIdx.x == 0) {
     mbarrier_init(&kv_full, 1);
+    mbarrier_init(&kv_empty, 256);  // every consumer thread, after its tile's last product
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);   // the producer's arrive + the copies' bytes
       mbarrier_init(&empty[s], 256);  // every consumer thread (each reads lse and D itself)
@@ -267,28 +303,36 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const int wg = threadIdx.x / 128;
   if (wg == 0) {  // producer
     setmaxnreg_dec<24>();
-    if (threadIdx.x == 0 && n_steps > 0) {
-      hopper_bwd_produce<Tr, kProbe>(args, sb, b, hk, n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full, empty);
+    if (threadIdx.x == 0) {
+      for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps, uint32_t g0,
+                        uint32_t kv_iter) {
+        if (steps.n_steps > 0)
+          hopper_bwd_produce<Tr, kProbe>(args, sb, tl.b, tl.hk, tl.n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full,
+                                         empty, g0, &kv_empty, kv_iter);
+      });
     } else if (kDqByProducer && (threadIdx.x == 32 || threadIdx.x == 64)) {
       // Consumer rc's dQ tiles, step by step: once staged, added to dq_accum by TMA; handed back
       // once the reductions have read them.
       const int rc = threadIdx.x / 32 - 1;
+      for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps, uint32_t g0, uint32_t) {
 #pragma unroll 1
-      for (int st = 0; st < n_steps; ++st) {
-        const int i = rc * Tr::kDqBufs + st % Tr::kDqBufs;
-        const int h = hk * group + st / m_blocks, m0 = m_first + kM * (st % m_blocks);
-        mbarrier_wait(&dq_full[i], (st / Tr::kDqBufs) & 1);
-        bwd_trace<kProbe>(st, 23 + 2 * rc);
-        const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * rc : 0);
-        const int col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
+        for (int st = 0; st < steps.n_steps; ++st) {
+          const uint32_t gs = g0 + st;
+          const int i = rc * Tr::kDqBufs + gs % Tr::kDqBufs;
+          const int h = tl.hk * group + st / steps.m_blocks, m0 = steps.m_first + kM * (st % steps.m_blocks);
+          mbarrier_wait(&dq_full[i], (gs / Tr::kDqBufs) & 1);
+          bwd_trace<kProbe>(st, 23 + 2 * rc);
+          const int row0 = static_cast<int>(attn_dq_accum_row(p, tl.b, sb, m0)) + (Tr::kDqByRows ? 64 * rc : 0);
+          const int col0 = Tr::kDqByRows ? 0 : rc * Tr::kDqCols;
 #pragma unroll
-        for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
-          tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
-        tma_store_commit();
-        tma_store_wait_all<true>();
-        bwd_trace<kProbe>(st, 24 + 2 * rc);
-        mbarrier_arrive(&dq_empty[i]);
-      }
+          for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
+            tma_reduce_add_4d(&args.dq_accum, sdq + i * Tr::kDqBytes + x * 64 * 128, col0 + 32 * x, h, row0, 0);
+          tma_store_commit();
+          tma_store_wait_all<true>();
+          bwd_trace<kProbe>(st, 24 + 2 * rc);
+          mbarrier_arrive(&dq_empty[i]);
+        }
+      });
     }
     return;
   }
@@ -304,8 +348,6 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 
   // dK, dV accumulators: d[4 j + 2 r + c] = key key_base + 8 r, column 8 j + 2 t + c.
   float dk[kD / 2], dv[kD / 2];
-#pragma unroll
-  for (int e = 0; e < kD / 2; ++e) dk[e] = dv[e] = 0.f;
 
   const int cwu = warpgroup_index() - 1;  // cw, warp-uniform: the descriptors below in uniform registers
   const uint32_t k_wg = smem_u32(sk) + cwu * 64 * 128, v_wg = smem_u32(sv) + cwu * 64 * 128;  // this consumer's 64 keys
@@ -313,347 +355,360 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // A k-step's descriptor: the product's first one advanced by the k-step's offset (one add
   // instead of mask, shift and or per wgmma); kProbe 9 rebuilds it (the form before 2026-11-27 (24)).
   constexpr bool kRebuildDesc = kProbe == 9;
-  // dQ of step st, one step late (so that a consumer does not wait for the other's dS^T half
-  // right after writing its own: the two drift apart by up to a step, and one's element-wise
-  // work runs under the other's products). dQ[:, cw half] = dS K[:, cw half]: A = dS (rows
-  // contiguous per key: MN-major), B = K (head-dim columns contiguous per key: MN-major); 16 keys
-  // per k-step. Then into this consumer's fp32 tile (32-column boxes, 128B-swizzled; the previous
-  // reduction has finished reading it), and one thread (kDqByProducer: producer warp 1 + cw)
-  // adds the tile to dq_accum by TMA
-  // (cp.reduce.async.bulk .add: the additions happen in L2, nothing comes back to the SM). Rows
-  // past the sequence's end get dS = 0, so they add 0 to the rows after it. Waits for every
-  // wgmma in flight (this step's dV and dK too) except issue_behind's.
-  // issue_behind: nullptr, or (kDqFirst) the current step's dK product, issued right after dQ's;
-  // the wait then leaves it in flight.
-  // (Step numbers unsigned here and in the loop below: their stage, buffer and parity arithmetic
-  // is then masks and shifts, not signed division.)
-  const auto dq_step = [&](uint32_t st, auto&& issue_behind) {
-    constexpr bool kBehind = !std::is_same_v<std::decay_t<decltype(issue_behind)>, std::nullptr_t>;
-    const int h = hk * group + static_cast<int>(st) / m_blocks, m0 = m_first + kM * (static_cast<int>(st) % m_blocks);
-    // A: this consumer's 64 rows of dS (by rows: the cw-th 64-row box of dS^T), B: its columns of K
-    // (by columns: the cw-th half of each key's row, 64 or 32 columns).
-    const uint32_t ds_rows = smem_u32(sds + (st % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cwu * kN * 128 : 0);
-    mbarrier_wait(&ds_full[st % 2], (st / 2) & 1);
-    mark(st, 6);
-    float dq[Tr::kDqCols / 2];
-    constexpr int kColBytes = Tr::kDqByRows ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
-    const uint32_t k_cols = smem_u32(sk) + (cwu * kColBytes / 128) * kN * 128 + (cwu * kColBytes) % 128;
-    const uint64_t da0 = wgmma_desc_sw128(ds_rows, kN * 128, 1024), db0 = wgmma_desc_sw128(k_cols, kN * 128, 1024);
-    wgmma_fence_operands(dq);
-    wgmma_fence();
+  for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps, uint32_t g0,
+                    uint32_t kv_iter) {
+    const int b = tl.b, hk = tl.hk, n0 = tl.n0;
+    const int m_first = steps.m_first, m_blocks = steps.m_blocks, n_steps = steps.n_steps;
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128_at<kRebuildDesc>(da0, ds_rows, kN * 128, kk * 16 * 128),
-                                                wgmma_desc_sw128_at<kRebuildDesc>(db0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
-    wgmma_commit();
-    if constexpr (kBehind) {
-      issue_behind();
-      wgmma_wait<1>();  // dV and dQ done; dK still running
-    } else {
-      wgmma_wait<0>();
-    }
-    wgmma_fence_operands(dq);
-    wgmma_fence_operands(dv);
-    if constexpr (!kBehind) wgmma_fence_operands(dk);
-    mark(st, 7);
-    mbarrier_arrive(&ds_empty[st % 2]);
-    const int dq_i = cw * Tr::kDqBufs + st % Tr::kDqBufs;
-    unsigned char* dq_tile = sdq + dq_i * Tr::kDqBytes;
-    if constexpr (kDqByProducer) {
-      if (st >= Tr::kDqBufs) mbarrier_wait(&dq_empty[dq_i], (st / Tr::kDqBufs - 1) & 1);  // step st - kDqBufs's reductions read it
-      mark(st, 8);
-    } else {
-      if (t128 == 0) tma_store_wait_all<true>();
-      named_barrier_sync(2 + cw, 128);
-    }
-    store_acc_f32_sw128<Tr::kDqCols / 8, kProbe == 3>(dq, [&](int x) { return dq_tile + x * 64 * 128; }, warp, g, t);
-    fence_proxy_async_smem();
-    if constexpr (kDqByProducer) {
-      mbarrier_arrive(&dq_full[dq_i]);  // producer warp 1 + cw takes it from here
-      mark(st, 9);
-      return;
-    }
-    named_barrier_sync(2 + cw, 128);
-    if (t128 == 0) {
-      const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * cw : 0);
-      const int col0 = Tr::kDqByRows ? 0 : cw * Tr::kDqCols;
-#pragma unroll
-      for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
-        tma_reduce_add_4d(&args.dq_accum, dq_tile + x * 64 * 128, col0 + 32 * x, h, row0, 0);
-      tma_store_commit();
-    }
-  };
-
-  if (n_steps > 0) mbarrier_wait(&kv_full, 0);
-  // kProbe 7 / 8 (experiments, 2026-11-27 (24)): turns between the consumers, as the forward's
-  // pingpong (named barriers 4 + cw): a consumer issues its S^T and dP^T products only after the
-  // other has issued its dV product (7) or its dQ and dK products (8) of its previous step, so that
-  // one's element-wise passes run under the other's products. Consumer 0 goes first; consumer 1
-  // skips its last arrive (every arrive matched by a sync).
-  constexpr bool kTurns = kProbe == 7 || kProbe == 8;
-  const auto turn_begin = [&] {
-    if constexpr (kTurns) named_barrier_sync(4 + cw, 256);
-  };
-  const auto turn_end = [&](int st) {
-    if constexpr (kTurns)
-      if (!(st == n_steps - 1 && cw == 1)) named_barrier_arrive(4 + (cw ^ 1), 256);
-  };
-  if constexpr (kTurns)
-    if (n_steps > 0 && cw == 1) named_barrier_arrive(4, 256);
-  // Step st's query head h and first row m0, advanced at the end of each step (st / m_blocks and
-  // st % m_blocks, an integer division every step, ran 0.2-0.5% slower: ablation at 49fa223).
-  int h = hk * group, m0 = m_first;
-  const int m_end = m_first + kM * m_blocks;
-  for (uint32_t st = 0; st < static_cast<uint32_t>(n_steps); ++st) {
-    const int s = st % kStages;
-    const uint32_t q_base = smem_u32(sq + s * Tr::kQBytes), do_base = smem_u32(sdo + s * Tr::kQBytes);
-    unsigned char* ds_buf = sds + (st % 2) * Tr::kDsBytes;
-    mbarrier_wait(&full[s], (st / kStages) & 1);
-    mark(st, 0);
-
-    // S^T = K Q^T and dP^T = V dO^T: d[4 j + 2 r + c] = key key_base + 8 r, query row 8 j + 2 t + c.
-    // Both K-major: the next k-step is 32 bytes further along the 128-byte rows of a box.
-    float sT[kM / 2], dpT[kM / 2];
-    const auto gemm_t = [&](float (&acc)[kM / 2], uint32_t a_keys, uint32_t b_rows) {
-      const uint64_t da0 = wgmma_desc_sw128(a_keys, 16, 1024), db0 = wgmma_desc_sw128(b_rows, 16, 1024);
-      wgmma_fence_operands(acc);
+    for (int e = 0; e < kD / 2; ++e) dk[e] = dv[e] = 0.f;
+    // dQ of step st (gs: its number counted over this block's tiles), one step late (so that a consumer does not wait for the other's dS^T half
+    // right after writing its own: the two drift apart by up to a step, and one's element-wise
+    // work runs under the other's products). dQ[:, cw half] = dS K[:, cw half]: A = dS (rows
+    // contiguous per key: MN-major), B = K (head-dim columns contiguous per key: MN-major); 16 keys
+    // per k-step. Then into this consumer's fp32 tile (32-column boxes, 128B-swizzled; the previous
+    // reduction has finished reading it), and one thread (kDqByProducer: producer warp 1 + cw)
+    // adds the tile to dq_accum by TMA
+    // (cp.reduce.async.bulk .add: the additions happen in L2, nothing comes back to the SM). Rows
+    // past the sequence's end get dS = 0, so they add 0 to the rows after it. Waits for every
+    // wgmma in flight (this step's dV and dK too) except issue_behind's.
+    // issue_behind: nullptr, or (kDqFirst) the current step's dK product, issued right after dQ's;
+    // the wait then leaves it in flight.
+    // (Step numbers unsigned here and in the loop below: their stage, buffer and parity arithmetic
+    // is then masks and shifts, not signed division.)
+    const auto dq_step = [&](uint32_t st, uint32_t gs, auto&& issue_behind) {
+      constexpr bool kBehind = !std::is_same_v<std::decay_t<decltype(issue_behind)>, std::nullptr_t>;
+      const int h = hk * group + static_cast<int>(st) / m_blocks, m0 = m_first + kM * (static_cast<int>(st) % m_blocks);
+      // A: this consumer's 64 rows of dS (by rows: the cw-th 64-row box of dS^T), B: its columns of K
+      // (by columns: the cw-th half of each key's row, 64 or 32 columns).
+      const uint32_t ds_rows = smem_u32(sds + (gs % 2) * Tr::kDsBytes) + (Tr::kDqByRows ? cwu * kN * 128 : 0);
+      mbarrier_wait(&ds_full[gs % 2], (gs / 2) & 1);
+      mark(st, 6);
+      float dq[Tr::kDqCols / 2];
+      constexpr int kColBytes = Tr::kDqByRows ? 0 : Tr::kDqCols * 2;  // where this consumer's columns start in a key's row
+      const uint32_t k_cols = smem_u32(sk) + (cwu * kColBytes / 128) * kN * 128 + (cwu * kColBytes) % 128;
+      const uint64_t da0 = wgmma_desc_sw128(ds_rows, kN * 128, 1024), db0 = wgmma_desc_sw128(k_cols, kN * 128, 1024);
+      wgmma_fence_operands(dq);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kDSteps; ++kk) {
-        const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
-        Wgmma<T, kM>::template mma<0, 0>(acc, wgmma_desc_sw128_at<kRebuildDesc>(da0, a_keys, 16, a_off),
-                                         wgmma_desc_sw128_at<kRebuildDesc>(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
-      }
+      for (int kk = 0; kk < kN / 16; ++kk)
+        Wgmma<T, Tr::kDqCols>::template mma<1, 1>(dq, wgmma_desc_sw128_at<kRebuildDesc>(da0, ds_rows, kN * 128, kk * 16 * 128),
+                                                  wgmma_desc_sw128_at<kRebuildDesc>(db0, k_cols, kN * 128, kk * 16 * 128), kk > 0 ? 1 : 0);
       wgmma_commit();
-    };
-    turn_begin();
-    gemm_t(sT, k_wg, q_base);
-    gemm_t(dpT, v_wg, do_base);
-    if (st >= 2) mbarrier_wait(&ds_empty[st % 2], ((st - 2) / 2) & 1);  // both consumers' dQ of step st - 2 done
-    mark(st, 1);
-
-    // P^T and dS^T g element by element, into the A fragments of dV's product (the accumulator's
-    // n8 tiles 2 kk, 2 kk + 1 are k-step kk) and dS^T into shared memory, one 128-byte row per key
-    // (its 64 query rows), swizzled like a TMA box. Thread's elements: tile j, e = 2 r + c: key
-    // key_base + 8 r, query row m0 + 8 j + 2 t + c.
-    const AttnBwdScore score(attn_score_mod(p, b, h, sb));
-    const AttnScoreMod& mod = score.mod;
-    const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
-    const float* lse_s = slse + s * kM;
-    const float* dsum_s = sdsum + s * kM;
-    // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t (about 40
-    // instructions). kLeanPass (the one-pass element-wise form: softcap / ALiBi, d 64): computed
-    // only in the pass of steps that straddle the mask, and the dS^T store addresses by XOR (below):
-    // 0.7-1.8% faster at d 64 (ablation, e163711 / 4eb3d39). The two-pass form (plain scores at
-    // d 128) computes them every step before the wait for S^T, under which they hide, and each
-    // store address from hopper_attn_swizzle: the lean forms there ran 1-2% slower at 8k.
-    constexpr bool kLeanPass = kScoreMod || kM == 128;
-    AttnBwdRowBounds seen_up_front[2] = {};
-    if constexpr (!kLeanPass)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) seen_up_front[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
-    const auto row_bounds = [&](AttnBwdRowBounds (&seen)[2]) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        seen[r] = !kLeanPass ? seen_up_front[r] : attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
-    };
-    const auto visible = [](const AttnBwdRowBounds (&seen)[2], int j, int e) {
-      return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi;
-    };
-    uint32_t pa[kM / 16][4];
-    // Accumulator n8 tile j (keys key_base and + 8, packed in pairs) as half of A fragment j / 2.
-    const auto set_frag = [](uint32_t (&a)[kM / 16][4], int j, uint32_t lo, uint32_t hi) {
-      a[j / 2][2 * (j % 2)] = lo, a[j / 2][2 * (j % 2) + 1] = hi;
-    };
-    const auto pack_p = [&](int j, const float (&pr)[4]) { set_frag(pa, j, pack2<T>(pr[0], pr[1]), pack2<T>(pr[2], pr[3])); };
-    // dS^T: to shared memory (dQ's A operand, both consumers) and, with kDkRs, into the A
-    // fragments of this consumer's dK product as well (pa's layout).
-    uint32_t dsa[kM / 16][4];
-    // Swizzled like a TMA box (hopper_attn_swizzle). kLeanPass: row key_base at ds_off0 (its
-    // swizzle phase key_base % 8 in bits 4-6, column 2 t), tile j's 16-byte chunk j % 8 XORed
-    // into bits 4-6, 64-row boxes kN rows apart; key_base + 8 (same phase) 8 rows further.
-    const uint32_t ds_off0 = key_base * 128 + ((key_base % 8) << 4) + 4 * t;
-    const auto store_ds = [&](int j, const float (&ds)[4]) {
-      const uint32_t lo = pack2<T>(ds[0], ds[1]), hi = pack2<T>(ds[2], ds[3]);
-      if constexpr (!kLeanPass) {
-        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
-        *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
-      } else {
-        unsigned char* at = ds_buf + (j / 8) * kN * 128 + (ds_off0 ^ ((j % 8) << 4));
-        *reinterpret_cast<uint32_t*>(at) = lo;
-        *reinterpret_cast<uint32_t*>(at + 8 * 128) = hi;
-      }
-      if constexpr (kDkRs) set_frag(dsa, j, lo, hi);
-    };
-    // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
-    // boxes kM rows apart).
-    const auto issue_dv = [&] {
-      const uint64_t db0 = wgmma_desc_sw128(do_base, kM * 128, 1024);
-      wgmma_fence_operands(dv);
-      wgmma_fence_operands(pa);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kM / 16; ++kk)
-        WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128_at<kRebuildDesc>(db0, do_base, kM * 128, kk * 16 * 128), 1);
-      wgmma_commit();
-    };
-    if constexpr (kScoreMod || kM == 128) {
-      // Softcap / ALiBi, or 128-row steps (where P in fp32 next to P's fragments and dP^T spilled:
-      // 144 bytes): one pass per element after both products (AttnBwdScore::p_ds).
-      wgmma_wait<0>();
-      wgmma_fence_operands(sT);
-      wgmma_fence_operands(dpT);
-      const auto p_ds = [&](auto mask_tag) {
-        constexpr bool kMask = decltype(mask_tag)::value;
-        AttnBwdRowBounds seen[2] = {};
-        if constexpr (kMask) row_bounds(seen);
-#pragma unroll
-        for (int j = 0; j < kM / 8; ++j) {
-          const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
-          const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-          const float lse_c[2] = {lse2.x, lse2.y}, dsum_c[2] = {dsum.x, dsum.y};
-          float pr[4], ds[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
-            score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(seen, j, e),
-                                                  lse_c[e % 2], dsum_c[e % 2], dsum_c[e % 2] * mod.scale, 1.f, pr[e], ds[e]);
-          }
-          pack_p(j, pr);
-          store_ds(j, ds);
-        }
-      };
-      if (need_mask) p_ds(std::true_type{});
-      else p_ds(std::false_type{});
-      issue_dv();
-      if constexpr (kProbe == 7) turn_end(st);
-    } else {
-      // Plain scores: P as soon as S is done (dP^T still on the tensor cores), dV's product
-      // issued, then dS from P in fp32 while dV runs.
-      wgmma_wait<1>();
-      mark(st, 2);
-      wgmma_fence_operands(sT);
-      const auto p_only = [&](auto mask_tag) {
-        constexpr bool kMask = decltype(mask_tag)::value;
-        AttnBwdRowBounds seen[2] = {};
-        if constexpr (kMask) row_bounds(seen);
-#pragma unroll
-        for (int j = 0; j < kM / 8; ++j) {
-          const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
-          const float lse_c[2] = {lse2.x, lse2.y};
-          float pr[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            pr[e] = !kMask || visible(seen, j, e) ? exp2_approx_ftz(fmaf(sT[4 * j + e], score.scale_log2, -lse_c[e % 2])) : 0.f;
-            sT[4 * j + e] = pr[e];
-          }
-          pack_p(j, pr);
-        }
-      };
-      if (need_mask) p_only(std::true_type{});
-      else p_only(std::false_type{});
-      issue_dv();
-      if constexpr (kProbe == 7) turn_end(st);
-      mark(st, 3);
-      // kProbe 13 (an experiment, 2026-11-27 (24)): D g of this thread's rows into registers
-      // before the wait for dP^T (16 registers; not lse as well).
-      float2 dsum_r[kProbe == 13 ? kM / 8 : 1];
-      if constexpr (kProbe == 13) {
-#pragma unroll
-        for (int j = 0; j < kM / 8; ++j) {
-          const float2 d = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-          dsum_r[j] = make_float2(d.x * mod.scale, d.y * mod.scale);
-        }
-      }
-      wgmma_wait<1>();  // dP^T done (dV may still run)
-      mark(st, 4);
-      wgmma_fence_operands(dpT);
-#pragma unroll
-      for (int j = 0; j < kM / 8; ++j) {
-        float dsum_g[2];
-        if constexpr (kProbe == 13) {
-          dsum_g[0] = dsum_r[j].x, dsum_g[1] = dsum_r[j].y;
-        } else {
-          const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-          dsum_g[0] = dsum.x * mod.scale, dsum_g[1] = dsum.y * mod.scale;
-        }
-        float ds[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ds[e] = sT[4 * j + e] * fmaf(dpT[4 * j + e], mod.scale, -dsum_g[e % 2]);
-        store_ds(j, ds);
-      }
-    }
-    // dK += dS^T Q: B = Q (MN-major, as dO above); A = dS^T from registers (kDkRs: issued at
-    // once, before this consumer's half of the tile is even published), else this consumer's 64
-    // keys of the dS^T tile (K-major: 16 rows are 32 bytes along a key's row of a 64-row box).
-    const uint32_t ds_base = smem_u32(ds_buf);
-    const auto issue_dk = [&] {
-      const uint32_t ds_keys = ds_base + cwu * 64 * 128;  // this consumer's 64 keys of each 64-row box
-      const uint64_t db0 = wgmma_desc_sw128(q_base, kM * 128, 1024), da0 = wgmma_desc_sw128(ds_keys, 16, 1024);
-      wgmma_fence_operands(dk);
-      if constexpr (kDkRs) wgmma_fence_operands(dsa);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kM / 16; ++kk) {
-        const uint64_t b = wgmma_desc_sw128_at<kRebuildDesc>(db0, q_base, kM * 128, kk * 16 * 128);
-        if constexpr (kDkRs)
-          WgmmaRs<T, kD>::template mma<1>(dk, dsa[kk], b, 1);
-        else
-          Wgmma<T, kD>::template mma<0, 1>(
-              dk, wgmma_desc_sw128_at<kRebuildDesc>(da0, ds_keys, 16, (kk / 4) * kN * 128 + (kk % 4) * 32), b, 1);
-      }
-      wgmma_commit();
-    };
-    constexpr bool kDkEarly = kDkRs && !kDqFirst;
-    if constexpr (kDkEarly) issue_dk();
-    fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
-    mbarrier_arrive(&ds_full[st % 2]);
-    named_barrier_sync(2 + cw, 128);  // this consumer's half written
-    mark(st, 5);
-
-    if (kDqFirst && st > 0) {
-      if constexpr (kProbe == 8)
-        dq_step(st - 1, [&] {
-          issue_dk();
-          turn_end(st);
-        });
-      else
-        dq_step(st - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
-      wgmma_wait<0>();            // dK done: the Q stage may go
-      wgmma_fence_operands(dk);
-      mark(st, 10);
-    } else {
-      if constexpr (!kDkEarly) issue_dk();
-      if constexpr (kProbe == 8) turn_end(st);
-      if (st > 0) {
-        dq_step(st - 1, nullptr);
+      if constexpr (kBehind) {
+        issue_behind();
+        wgmma_wait<1>();  // dV and dQ done; dK still running
       } else {
         wgmma_wait<0>();
+      }
+      wgmma_fence_operands(dq);
+      wgmma_fence_operands(dv);
+      if constexpr (!kBehind) wgmma_fence_operands(dk);
+      mark(st, 7);
+      mbarrier_arrive(&ds_empty[gs % 2]);
+      const int dq_i = cw * Tr::kDqBufs + gs % Tr::kDqBufs;
+      unsigned char* dq_tile = sdq + dq_i * Tr::kDqBytes;
+      if constexpr (kDqByProducer) {
+        if (gs >= Tr::kDqBufs) mbarrier_wait(&dq_empty[dq_i], (gs / Tr::kDqBufs - 1) & 1);  // step gs - kDqBufs's reductions read it
+        mark(st, 8);
+      } else {
+        if (t128 == 0) tma_store_wait_all<true>();
+        named_barrier_sync(2 + cw, 128);
+      }
+      store_acc_f32_sw128<Tr::kDqCols / 8, kProbe == 3>(dq, [&](int x) { return dq_tile + x * 64 * 128; }, warp, g, t);
+      fence_proxy_async_smem();
+      if constexpr (kDqByProducer) {
+        mbarrier_arrive(&dq_full[dq_i]);  // producer warp 1 + cw takes it from here
+        mark(st, 9);
+        return;
+      }
+      named_barrier_sync(2 + cw, 128);
+      if (t128 == 0) {
+        const int row0 = static_cast<int>(attn_dq_accum_row(p, b, sb, m0)) + (Tr::kDqByRows ? 64 * cw : 0);
+        const int col0 = Tr::kDqByRows ? 0 : cw * Tr::kDqCols;
+#pragma unroll
+        for (int x = 0; x < (kProbe == 2 ? 0 : Tr::kDqBoxes); ++x)
+          tma_reduce_add_4d(&args.dq_accum, dq_tile + x * 64 * 128, col0 + 32 * x, h, row0, 0);
+        tma_store_commit();
+      }
+    };
+
+    if (n_steps > 0) mbarrier_wait(&kv_full, kv_iter & 1);
+    // kProbe 7 / 8 (experiments, 2026-11-27 (24)): turns between the consumers, as the forward's
+    // pingpong (named barriers 4 + cw): a consumer issues its S^T and dP^T products only after the
+    // other has issued its dV product (7) or its dQ and dK products (8) of its previous step, so that
+    // one's element-wise passes run under the other's products. Consumer 0 goes first; consumer 1
+    // skips its last arrive (every arrive matched by a sync).
+    constexpr bool kTurns = kProbe == 7 || kProbe == 8;
+    const auto turn_begin = [&] {
+      if constexpr (kTurns) named_barrier_sync(4 + cw, 256);
+    };
+    const auto turn_end = [&](int st) {
+      if constexpr (kTurns)
+        if (!(st == n_steps - 1 && cw == 1)) named_barrier_arrive(4 + (cw ^ 1), 256);
+    };
+    if constexpr (kTurns)
+      if (n_steps > 0 && cw == 1) named_barrier_arrive(4, 256);
+    // Step st's query head h and first row m0, advanced at the end of each step (st / m_blocks and
+    // st % m_blocks, an integer division every step, ran 0.2-0.5% slower: ablation at 49fa223).
+    int h = hk * group, m0 = m_first;
+    const int m_end = m_first + kM * m_blocks;
+    // Counted over the block's tiles (gs), the step of the tile st = gs - g0 where needed.
+    const uint32_t g_end = g0 + static_cast<uint32_t>(n_steps);
+    for (uint32_t gs = g0; gs != g_end; ++gs) {
+      const uint32_t st = gs - g0;
+      const int s = gs % kStages;
+      const uint32_t q_base = smem_u32(sq + s * Tr::kQBytes), do_base = smem_u32(sdo + s * Tr::kQBytes);
+      unsigned char* ds_buf = sds + (gs % 2) * Tr::kDsBytes;
+      mbarrier_wait(&full[s], (gs / kStages) & 1);
+      mark(st, 0);
+
+      // S^T = K Q^T and dP^T = V dO^T: d[4 j + 2 r + c] = key key_base + 8 r, query row 8 j + 2 t + c.
+      // Both K-major: the next k-step is 32 bytes further along the 128-byte rows of a box.
+      float sT[kM / 2], dpT[kM / 2];
+      const auto gemm_t = [&](float (&acc)[kM / 2], uint32_t a_keys, uint32_t b_rows) {
+        const uint64_t da0 = wgmma_desc_sw128(a_keys, 16, 1024), db0 = wgmma_desc_sw128(b_rows, 16, 1024);
+        wgmma_fence_operands(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kDSteps; ++kk) {
+          const uint32_t a_off = (kk / 4) * kN * 128 + (kk % 4) * 32, b_off = (kk / 4) * kM * 128 + (kk % 4) * 32;
+          Wgmma<T, kM>::template mma<0, 0>(acc, wgmma_desc_sw128_at<kRebuildDesc>(da0, a_keys, 16, a_off),
+                                           wgmma_desc_sw128_at<kRebuildDesc>(db0, b_rows, 16, b_off), kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+      };
+      turn_begin();
+      gemm_t(sT, k_wg, q_base);
+      gemm_t(dpT, v_wg, do_base);
+      if (gs >= 2) mbarrier_wait(&ds_empty[gs % 2], ((gs - 2) / 2) & 1);  // both consumers' dQ of step gs - 2 done
+      mark(st, 1);
+
+      // P^T and dS^T g element by element, into the A fragments of dV's product (the accumulator's
+      // n8 tiles 2 kk, 2 kk + 1 are k-step kk) and dS^T into shared memory, one 128-byte row per key
+      // (its 64 query rows), swizzled like a TMA box. Thread's elements: tile j, e = 2 r + c: key
+      // key_base + 8 r, query row m0 + 8 j + 2 t + c.
+      const AttnBwdScore score(attn_score_mod(p, b, h, sb));
+      const AttnScoreMod& mod = score.mod;
+      const bool need_mask = attn_bwd_step_needs_mask(mod, m0, kM, n0, kN, sb.sk);
+      const float* lse_s = slse + s * kM;
+      const float* dsum_s = sdsum + s * kM;
+      // The rows that see key key_base + 8 r, from this thread's first row m0 + 2 t (about 40
+      // instructions). kLeanPass (the one-pass element-wise form: softcap / ALiBi, d 64): computed
+      // only in the pass of steps that straddle the mask, and the dS^T store addresses by XOR (below):
+      // 0.7-1.8% faster at d 64 (ablation, e163711 / 4eb3d39). The two-pass form (plain scores at
+      // d 128) computes them every step before the wait for S^T, under which they hide, and each
+      // store address from hopper_attn_swizzle: the lean forms there ran 1-2% slower at 8k.
+      constexpr bool kLeanPass = kScoreMod || kM == 128;
+      AttnBwdRowBounds seen_up_front[2] = {};
+      if constexpr (!kLeanPass)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) seen_up_front[r] = attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
+      const auto row_bounds = [&](AttnBwdRowBounds (&seen)[2]) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          seen[r] = !kLeanPass ? seen_up_front[r] : attn_bwd_row_bounds(mod, n0 + key_base + 8 * r, m0 + 2 * t, sb.sk);
+      };
+      const auto visible = [](const AttnBwdRowBounds (&seen)[2], int j, int e) {
+        return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi;
+      };
+      uint32_t pa[kM / 16][4];
+      // Accumulator n8 tile j (keys key_base and + 8, packed in pairs) as half of A fragment j / 2.
+      const auto set_frag = [](uint32_t (&a)[kM / 16][4], int j, uint32_t lo, uint32_t hi) {
+        a[j / 2][2 * (j % 2)] = lo, a[j / 2][2 * (j % 2) + 1] = hi;
+      };
+      const auto pack_p = [&](int j, const float (&pr)[4]) { set_frag(pa, j, pack2<T>(pr[0], pr[1]), pack2<T>(pr[2], pr[3])); };
+      // dS^T: to shared memory (dQ's A operand, both consumers) and, with kDkRs, into the A
+      // fragments of this consumer's dK product as well (pa's layout).
+      uint32_t dsa[kM / 16][4];
+      // Swizzled like a TMA box (hopper_attn_swizzle). kLeanPass: row key_base at ds_off0 (its
+      // swizzle phase key_base % 8 in bits 4-6, column 2 t), tile j's 16-byte chunk j % 8 XORed
+      // into bits 4-6, 64-row boxes kN rows apart; key_base + 8 (same phase) 8 rows further.
+      const uint32_t ds_off0 = key_base * 128 + ((key_base % 8) << 4) + 4 * t;
+      const auto store_ds = [&](int j, const float (&ds)[4]) {
+        const uint32_t lo = pack2<T>(ds[0], ds[1]), hi = pack2<T>(ds[2], ds[3]);
+        if constexpr (!kLeanPass) {
+          *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base, 8 * j + 2 * t, kN)) = lo;
+          *reinterpret_cast<uint32_t*>(ds_buf + hopper_attn_swizzle(key_base + 8, 8 * j + 2 * t, kN)) = hi;
+        } else {
+          unsigned char* at = ds_buf + (j / 8) * kN * 128 + (ds_off0 ^ ((j % 8) << 4));
+          *reinterpret_cast<uint32_t*>(at) = lo;
+          *reinterpret_cast<uint32_t*>(at + 8 * 128) = hi;
+        }
+        if constexpr (kDkRs) set_frag(dsa, j, lo, hi);
+      };
+      // dV += P^T dO: B = dO as an MN-major operand (16 rows of 128 bytes per k-step; 64-column
+      // boxes kM rows apart).
+      const auto issue_dv = [&] {
+        const uint64_t db0 = wgmma_desc_sw128(do_base, kM * 128, 1024);
         wgmma_fence_operands(dv);
+        wgmma_fence_operands(pa);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kM / 16; ++kk)
+          WgmmaRs<T, kD>::template mma<1>(dv, pa[kk], wgmma_desc_sw128_at<kRebuildDesc>(db0, do_base, kM * 128, kk * 16 * 128), 1);
+        wgmma_commit();
+      };
+      if constexpr (kScoreMod || kM == 128) {
+        // Softcap / ALiBi, or 128-row steps (where P in fp32 next to P's fragments and dP^T spilled:
+        // 144 bytes): one pass per element after both products (AttnBwdScore::p_ds).
+        wgmma_wait<0>();
+        wgmma_fence_operands(sT);
+        wgmma_fence_operands(dpT);
+        const auto p_ds = [&](auto mask_tag) {
+          constexpr bool kMask = decltype(mask_tag)::value;
+          AttnBwdRowBounds seen[2] = {};
+          if constexpr (kMask) row_bounds(seen);
+#pragma unroll
+          for (int j = 0; j < kM / 8; ++j) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+            const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+            const float lse_c[2] = {lse2.x, lse2.y}, dsum_c[2] = {dsum.x, dsum.y};
+            float pr[4], ds[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
+              score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(seen, j, e),
+                                                    lse_c[e % 2], dsum_c[e % 2], dsum_c[e % 2] * mod.scale, 1.f, pr[e], ds[e]);
+            }
+            pack_p(j, pr);
+            store_ds(j, ds);
+          }
+        };
+        if (need_mask) p_ds(std::true_type{});
+        else p_ds(std::false_type{});
+        issue_dv();
+        if constexpr (kProbe == 7) turn_end(st);
+      } else {
+        // Plain scores: P as soon as S is done (dP^T still on the tensor cores), dV's product
+        // issued, then dS from P in fp32 while dV runs.
+        wgmma_wait<1>();
+        mark(st, 2);
+        wgmma_fence_operands(sT);
+        const auto p_only = [&](auto mask_tag) {
+          constexpr bool kMask = decltype(mask_tag)::value;
+          AttnBwdRowBounds seen[2] = {};
+          if constexpr (kMask) row_bounds(seen);
+#pragma unroll
+          for (int j = 0; j < kM / 8; ++j) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+            const float lse_c[2] = {lse2.x, lse2.y};
+            float pr[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              pr[e] = !kMask || visible(seen, j, e) ? exp2_approx_ftz(fmaf(sT[4 * j + e], score.scale_log2, -lse_c[e % 2])) : 0.f;
+              sT[4 * j + e] = pr[e];
+            }
+            pack_p(j, pr);
+          }
+        };
+        if (need_mask) p_only(std::true_type{});
+        else p_only(std::false_type{});
+        issue_dv();
+        if constexpr (kProbe == 7) turn_end(st);
+        mark(st, 3);
+        // kProbe 13 (an experiment, 2026-11-27 (24)): D g of this thread's rows into registers
+        // before the wait for dP^T (16 registers; not lse as well).
+        float2 dsum_r[kProbe == 13 ? kM / 8 : 1];
+        if constexpr (kProbe == 13) {
+#pragma unroll
+          for (int j = 0; j < kM / 8; ++j) {
+            const float2 d = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+            dsum_r[j] = make_float2(d.x * mod.scale, d.y * mod.scale);
+          }
+        }
+        wgmma_wait<1>();  // dP^T done (dV may still run)
+        mark(st, 4);
+        wgmma_fence_operands(dpT);
+#pragma unroll
+        for (int j = 0; j < kM / 8; ++j) {
+          float dsum_g[2];
+          if constexpr (kProbe == 13) {
+            dsum_g[0] = dsum_r[j].x, dsum_g[1] = dsum_r[j].y;
+          } else {
+            const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+            dsum_g[0] = dsum.x * mod.scale, dsum_g[1] = dsum.y * mod.scale;
+          }
+          float ds[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ds[e] = sT[4 * j + e] * fmaf(dpT[4 * j + e], mod.scale, -dsum_g[e % 2]);
+          store_ds(j, ds);
+        }
+      }
+      // dK += dS^T Q: B = Q (MN-major, as dO above); A = dS^T from registers (kDkRs: issued at
+      // once, before this consumer's half of the tile is even published), else this consumer's 64
+      // keys of the dS^T tile (K-major: 16 rows are 32 bytes along a key's row of a 64-row box).
+      const uint32_t ds_base = smem_u32(ds_buf);
+      const auto issue_dk = [&] {
+        const uint32_t ds_keys = ds_base + cwu * 64 * 128;  // this consumer's 64 keys of each 64-row box
+        const uint64_t db0 = wgmma_desc_sw128(q_base, kM * 128, 1024), da0 = wgmma_desc_sw128(ds_keys, 16, 1024);
         wgmma_fence_operands(dk);
+        if constexpr (kDkRs) wgmma_fence_operands(dsa);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kM / 16; ++kk) {
+          const uint64_t b = wgmma_desc_sw128_at<kRebuildDesc>(db0, q_base, kM * 128, kk * 16 * 128);
+          if constexpr (kDkRs)
+            WgmmaRs<T, kD>::template mma<1>(dk, dsa[kk], b, 1);
+          else
+            Wgmma<T, kD>::template mma<0, 1>(
+                dk, wgmma_desc_sw128_at<kRebuildDesc>(da0, ds_keys, 16, (kk / 4) * kN * 128 + (kk % 4) * 32), b, 1);
+        }
+        wgmma_commit();
+      };
+      constexpr bool kDkEarly = kDkRs && !kDqFirst;
+      if constexpr (kDkEarly) issue_dk();
+      fence_proxy_async_smem();  // the dS^T writes before the tensor cores read them
+      mbarrier_arrive(&ds_full[gs % 2]);
+      named_barrier_sync(2 + cw, 128);  // this consumer's half written
+      mark(st, 5);
+
+      if (kDqFirst && gs != g0) {
+        if constexpr (kProbe == 8)
+          dq_step(st - 1, gs - 1, [&] {
+            issue_dk();
+            turn_end(st);
+          });
+        else
+          dq_step(st - 1, gs - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
+        wgmma_wait<0>();            // dK done: the Q stage may go
+        wgmma_fence_operands(dk);
+        mark(st, 10);
+      } else {
+        if constexpr (!kDkEarly) issue_dk();
+        if constexpr (kProbe == 8) turn_end(st);
+        if (gs != g0) {
+          dq_step(st - 1, gs - 1, nullptr);
+        } else {
+          wgmma_wait<0>();
+          wgmma_fence_operands(dv);
+          wgmma_fence_operands(dk);
+        }
+      }
+      mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
+      m0 += kM;
+      if (m0 == m_end) m0 = m_first, ++h;
+    }
+    if (n_steps > 0) {
+      dq_step(n_steps - 1, g0 + n_steps - 1, nullptr);
+      mbarrier_arrive(&kv_empty);  // K and V read: the producer may load the next tile's
+    }
+
+    // dK, dV of this consumer's keys, written once (0 where no step ran).
+    T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+    T* dv_out = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = n0 + key_base + 8 * r;
+      if (key >= sb.sk) continue;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int col = 8 * j + 2 * t;
+        *reinterpret_cast<uint32_t*>(dk_out + static_cast<int64_t>(key) * p.dk_row_stride + col) = pack2<T>(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv_out + static_cast<int64_t>(key) * p.dv_row_stride + col) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
       }
     }
-    mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
-    m0 += kM;
-    if (m0 == m_end) m0 = m_first, ++h;
-  }
-  if (n_steps > 0) dq_step(n_steps - 1, nullptr);
+  });
   if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
-
-  // dK, dV of this consumer's keys, written once (0 where no step ran).
-  T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-  T* dv_out = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = n0 + key_base + 8 * r;
-    if (key >= sb.sk) continue;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int col = 8 * j + 2 * t;
-      *reinterpret_cast<uint32_t*>(dk_out + static_cast<int64_t>(key) * p.dk_row_stride + col) = pack2<T>(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dv_out + static_cast<int64_t>(key) * p.dv_row_stride + col) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-    }
-  }
 #endif
 }
 
