@@ -20,9 +20,8 @@ void launch_attn_bwd_hopper(const AttnBwdParams& p, DType dtype, cudaStream_t st
       // before dK's (kDqFirst), together: at head dim 128 8-13% faster than neither, 4-9% than
       // either alone; at 64 2-3% and 1-3% (H100, 2026-11-27, df00425; before the dQ stores lost
       // their bank conflicts kDqByProducer was 1.4-1.8% slower at 128 and kDqFirst 0-5%).
-      // Persistent (a block per SM walking the tiles): MEASUREMENT PENDING.
-      if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod, 2, true, true, true>(p, dtype, stream, true);
-      if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod, 2, true, true, true>(p, dtype, stream, true);
+      if (p.headdim == 64) return launch_attn_bwd_hopper_variant<T, 64, kScoreMod, 2, true, true, true>(p, dtype, stream);
+      if (p.headdim == 128) return launch_attn_bwd_hopper_variant<T, 128, kScoreMod, 2, true, true, true>(p, dtype, stream);
       // (softcap at 256: the validation and the automatic choice send it to rung 2; the launcher refuses it)
       if (p.headdim == 256) return launch_attn_bwd_hopper_split<T, 256, kScoreMod>(p, dtype, stream);
       throw Error(concat("launch_attn_bwd_hopper: unsupported head dim ", p.headdim));

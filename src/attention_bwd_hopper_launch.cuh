@@ -45,19 +45,23 @@ inline kernels::HopperBwdArgs attn_bwd_hopper_args(const AttnBwdParams& p, DType
 }
 
 // kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe: attn_bwd_hopper_kernel's
-// (kernels/attention/backward/03_hopper.cuh). persistent: a block per SM walking the tiles (key
-// block, KV head, batch) in the grid's order, else a block per tile (the timeline probe, kProbe 6,
-// always the latter: it picks its blocks by grid position).
+// (kernels/attention/backward/03_hopper.cuh). kPersistent: the kernel's; a block per SM walking the
+// tiles (key block, KV head, batch) in the grid's order (not with the timeline probe, kProbe 6: it
+// picks its blocks by grid position).
 template <typename T, int kHeadDim, bool kScoreMod, int kStages = 2, bool kSharedSpace = false, bool kDqFirst = false,
-          bool kDqByProducer = false, int kProbe = 0>
-void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream, bool persistent = false) {
+          bool kDqByProducer = false, int kProbe = 0, bool kPersistent = false>
+void launch_attn_bwd_hopper_variant(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
+  static_assert(!(kPersistent && kProbe == 6), "the timeline probe runs one block per tile");
   using Tr = kernels::HopperBwdTraits<kHeadDim, kStages, kDqByProducer>;
   kernels::HopperBwdArgs args = attn_bwd_hopper_args(p, dtype, Tr::kBlockM, Tr::kBlockN, true);
-  const auto kernel = kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe>;
+  const auto kernel =
+      kernels::attn_bwd_hopper_kernel<T, kHeadDim, kScoreMod, kStages, kSharedSpace, kDqFirst, kDqByProducer, kProbe, kPersistent>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const int64_t n_blocks = ceil_div(p.seqlen_k, Tr::kBlockN);
   const int64_t tiles = n_blocks * p.nheads_kv * p.batch;
-  if (persistent && kProbe != 6 && tiles <= INT_MAX) {
+  if (kPersistent) {
+    FLASHLAB_CHECK(tiles <= INT_MAX, "attention_bwd: expected at most 2^31 - 1 key blocks x KV heads x batch for the persistent "
+                   "kernel, got ", tiles);
     args.tiles = static_cast<int>(tiles);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, sm_count())));
     FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);

@@ -78,13 +78,12 @@ struct Variant {
 // cost on their own.
 void no_main(const AttnBwdParams&, DType, cudaStream_t) {}
 
-// kPersistent: a block per SM walking the tiles (the library's since 2026-11-27 (25)), or a block
-// per tile.
+// kPersistent: a block per SM walking the tiles (03_hopper.cuh), or a block per tile (the library's).
 template <int kD, int kStages, bool kShared, bool kDqFirst = false, bool kDqByProducer = false, int kProbe = 0,
-          bool kPersistent = true>
+          bool kPersistent = false>
 void main_variant(const AttnBwdParams& p, DType dtype, cudaStream_t s) {
-  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe>(
-      p, dtype, s, kPersistent);
+  detail::launch_attn_bwd_hopper_variant<__nv_bfloat16, kD, false, kStages, kShared, kDqFirst, kDqByProducer, kProbe, kPersistent>(
+      p, dtype, s);
 }
 
 template <int kD, int kDqMode = 2, int kProbe = 0>
@@ -119,9 +118,8 @@ std::vector<Variant> variants() {
     // Both: the library's kernel through the variant launcher (its time against rung3_library's
     // is the run's noise).
     v.push_back({"dq_first_by_producer", main_variant<kD, 2, true, true, true>});
-    // The library's form with a block per tile (grid (key blocks, KV heads, batch)), the launch
-    // before 2026-11-27 (25).
-    v.push_back({"one_block_per_tile", main_variant<kD, 2, true, true, true, 0, false>});
+    // The library's form as a persistent kernel (a block per SM walking the tiles; kPersistent).
+    v.push_back({"persistent", main_variant<kD, 2, true, true, true, 0, true>});
     // Three stages on the library's form (one dQ tile per consumer then: two do not fit).
     if constexpr (kD == 128) v.push_back({"stages3_dq_first_by_producer", main_variant<kD, 3, true, true, true>});
     // The library's form with the dQ tile stored in column order (two-way bank conflicts), and

@@ -101,9 +101,8 @@ struct HopperBwdTraits {
 // Q, dO (64-row boxes), K, V (128-row boxes) over (head dim, rows, heads, batch), 128-byte boxes;
 // Q, dO boxes of kBlockM rows; dq_accum over (head dim, heads, rows (attn_dq_accum_row), 1) with
 // boxes of 32 fp32 x 1 x 64 rows.
-// tiles: 0, one block per key block (grid (key blocks, nheads_kv, batch)); > 0, persistent: a
-// grid of at most one block per SM, block i taking tiles i, i + gridDim.x, ... < tiles in the grid's
-// order (key block fastest, then KV head, then batch: hopper_bwd_tile).
+// tiles (kPersistent kernels only): block i takes tiles i, i + gridDim.x, ... < tiles in the order
+// of the one-block-per-tile grid (key block fastest, then KV head, then batch: hopper_bwd_tile).
 struct HopperBwdArgs {
   AttnBwdParams p;
   CUtensorMap q, k, v, dout, dq_accum;
@@ -115,9 +114,9 @@ struct HopperBwdArgs {
 struct HopperBwdTile {
   int b, hk, n0;
 };
-template <int kN>
+template <int kN, bool kPersistent>
 __device__ __forceinline__ HopperBwdTile hopper_bwd_tile(const HopperBwdArgs& args, int tile) {
-  if (args.tiles == 0) return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x) * kN};
+  if constexpr (!kPersistent) return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x) * kN};
   const int n_blocks = (args.p.seqlen_k + kN - 1) / kN, per_batch = n_blocks * args.p.nheads_kv;
   const int b = tile / per_batch, r = tile - b * per_batch;
   return {b, r / n_blocks, (r % n_blocks) * kN};
@@ -164,20 +163,18 @@ __device__ __forceinline__ void bwd_trace(int st, int slot) {
 // boxes) and its lse log2(e) and D rows into stage st % kStages once `empty` lets it. kProbe 1 (an
 // experiment): the first kStages steps only, later stages handed over as they are.
 template <typename Tr, int kProbe = 0>
-// Persistent kernel: g0 = the steps of this block's earlier tiles (stages and parities continue
-// across tiles), kv_iter = its earlier tiles with steps; K and V are reloaded once the consumers
-// have arrived on kv_empty (their last product reading the previous tile's K and V done).
+// g0 (persistent kernel): the steps of this block's earlier tiles (stages and parities continue
+// across tiles).
 __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, const AttnBatch& sb, int b, int hk, int n0,
                                                    const HopperBwdSteps& steps, unsigned char* sk, unsigned char* sv,
                                                    unsigned char* sq, unsigned char* sdo, float* slse, float* sdsum,
                                                    uint64_t* kv_full, uint64_t* full, uint64_t* empty,
-                                                   uint32_t g0 = 0, uint64_t* kv_empty = nullptr, uint32_t kv_iter = 0) {
+                                                   uint32_t g0 = 0) {
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   const AttnBwdParams& p = args.p;
   const int qb = p.cu_seqlens_q != nullptr ? 0 : b;  // batch coordinate (varlen: packed rows, batch 1)
   const int group = p.nheads / p.nheads_kv;
   const int k_row = static_cast<int>(sb.k_row0) + n0;
-  if (kv_iter > 0) mbarrier_wait(kv_empty, (kv_iter - 1) & 1);
   mbarrier_arrive_expect_tx(kv_full, 2 * Tr::kKBytes);
 #pragma unroll
   for (int x = 0; x < Tr::kBoxes; ++x) {
@@ -230,8 +227,12 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
 // wgmma descriptor from its address (wgmma_desc_sw128_at); 13 loads D into registers before the
 // wait for dP^T.
+// kPersistent (an experiment, 2026-11-27 (25)): a block per SM walking the tiles (args.tiles;
+// stages, buffers and barrier parities counted across tiles; K and V reloaded once the consumers
+// arrive on kv_empty, so a tile's dK / dV stores run under the next tile's loads); without it the
+// tile loop runs once and compiles away.
 template <typename T, int kHeadDim, bool kScoreMod, int kStages_ = 2, bool kSharedSpace = false, bool kDqFirst = false,
-          bool kDqByProducer = false, int kProbe = 0>
+          bool kDqByProducer = false, int kProbe = 0, bool kPersistent = false>
 __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_constant__ HopperBwdArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
@@ -242,10 +243,17 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // softcap / ALiBi pass spilled with them).
   constexpr bool kDkRs = !kScoreMod && kProbe != 4;
   extern __shared__ unsigned char smem_raw[];
-  // kv_full / kv_empty: K and V landed / read by the tile's last products (persistent); full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
+  // kv_full / kv_empty: K and V landed (kPersistent: and tile_info written) / read by the tile's
+  // last products (kPersistent: the next tile's K and V and tile_info wait for it); full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
   // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
   // dq_full / dq_empty[kDqBufs cw + i] (kDqByProducer): consumer cw's dQ tile i staged / read by
   // its reductions.
+  // tile_info[i] (kPersistent): the producer's tile i % 2 (batch, KV head, first key, 1), or 0s
+  // after the last, published with kv_full; the consumers read it from shared memory at a fixed
+  // address (a tile's coordinates from the tile index take an integer division, done in ordinary
+  // registers: spilled across the step loop, they took every stage address and wgmma descriptor
+  // of the consumers out of the uniform datapath, 955 instructions a step against 803).
+  __shared__ int4 tile_info[2];
   __shared__ uint64_t kv_full, kv_empty, full[kStages], empty[kStages], ds_full[2], ds_empty[2], dq_full[2 * Tr::kDqBufs],
       dq_empty[2 * Tr::kDqBufs];
   // 128B-swizzled tiles start on a 1024-byte boundary.
@@ -263,27 +271,29 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   const AttnBwdParams& p = args.p;
 
   const int group = p.nheads / p.nheads_kv;
-  // This block's tiles (args.tiles == 0: the one of its grid position). Every role walks them
-  // alike: f(tile, its batch, its steps, g0 = the steps of the earlier tiles (stages, buffers and
-  // parities continue across tiles), kv_iter = the earlier tiles with steps (K / V loads)).
-  const bool persistent = args.tiles > 0;
-  const int tile_end = persistent ? args.tiles : 1, tile_stride = persistent ? static_cast<int>(gridDim.x) : 1;
+  // This block's tiles (without kPersistent: the one of its grid position), as the producer thread
+  // and the reducing warps walk them: f(tile, its batch, its steps, g0 = the steps of the earlier
+  // tiles (stages, buffers and barrier parities continue across tiles), it = the earlier tiles);
+  // returns the number of tiles. The consumers take each tile from tile_info instead (below).
+  const int tile_end = kPersistent ? args.tiles : 1, tile_stride = kPersistent ? static_cast<int>(gridDim.x) : 1;
   const auto for_each_tile = [&](auto&& f) {
-    uint32_t g0 = 0, kv_iter = 0;
+    uint32_t g0 = 0, it = 0;
 #pragma unroll 1
-    for (int tile = persistent ? static_cast<int>(blockIdx.x) : 0; tile < tile_end; tile += tile_stride) {
-      const HopperBwdTile tl = hopper_bwd_tile<kN>(args, tile);
+    for (int tile = kPersistent ? static_cast<int>(blockIdx.x) : 0; tile < tile_end; tile += tile_stride) {
+      const HopperBwdTile tl = hopper_bwd_tile<kN, kPersistent>(args, tile);
       const AttnBatch sb = attn_batch(p, tl.b);
       if (tl.n0 >= sb.sk) continue;  // varlen: this batch has fewer keys
       const HopperBwdSteps steps = hopper_bwd_steps<kM, kN>(p, sb, tl.n0);
-      f(tl, sb, steps, g0, kv_iter);
-      if (steps.n_steps > 0) g0 += steps.n_steps, ++kv_iter;
+      f(tl, sb, steps, g0, it);
+      g0 += static_cast<uint32_t>(steps.n_steps);
+      ++it;
     }
+    return it;
   };
 
   if (threadIdx.x == 0) {
     mbarrier_init(&kv_full, 1);
-    mbarrier_init(&kv_empty, 256);  // every consumer thread, after its tile's last product
+    mbarrier_init(&kv_empty, 256);  // every consumer thread, after its tile's last product (kPersistent)
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);   // the producer's arrive + the copies' bytes
       mbarrier_init(&empty[s], 256);  // every consumer thread (each reads lse and D itself)
@@ -304,12 +314,25 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   if (wg == 0) {  // producer
     setmaxnreg_dec<24>();
     if (threadIdx.x == 0) {
-      for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps, uint32_t g0,
-                        uint32_t kv_iter) {
+      // kPersistent: each tile published in tile_info once the consumers are done with the
+      // previous one's K and V (kv_empty), on kv_full (with K and V's bytes where it has steps, a
+      // plain arrive where not); then the end (0s).
+      const uint32_t tiles = for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps,
+                                               uint32_t g0, uint32_t it) {
+        if constexpr (kPersistent) {
+          if (it > 0) mbarrier_wait(&kv_empty, (it - 1) & 1);
+          tile_info[it % 2] = make_int4(tl.b, tl.hk, tl.n0, 1);
+          if (steps.n_steps == 0) mbarrier_arrive(&kv_full);
+        }
         if (steps.n_steps > 0)
           hopper_bwd_produce<Tr, kProbe>(args, sb, tl.b, tl.hk, tl.n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full,
-                                         empty, g0, &kv_empty, kv_iter);
+                                         empty, g0);
       });
+      if constexpr (kPersistent) {
+        if (tiles > 0) mbarrier_wait(&kv_empty, (tiles - 1) & 1);
+        tile_info[tiles % 2] = make_int4(0, 0, 0, 0);
+        mbarrier_arrive(&kv_full);
+      }
     } else if (kDqByProducer && (threadIdx.x == 32 || threadIdx.x == 64)) {
       // Consumer rc's dQ tiles, step by step: once staged, added to dq_accum by TMA; handed back
       // once the reductions have read them.
@@ -355,8 +378,20 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   // A k-step's descriptor: the product's first one advanced by the k-step's offset (one add
   // instead of mask, shift and or per wgmma); kProbe 9 rebuilds it (the form before 2026-11-27 (24)).
   constexpr bool kRebuildDesc = kProbe == 9;
-  for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps, uint32_t g0,
-                    uint32_t kv_iter) {
+  // One tile: g0 as in for_each_tile.
+  // The tile of tile_info slot it (kPersistent), its coordinates in uniform registers: through a
+  // warp reduction (REDUX), as a value loaded from shared memory is not warp-uniform to the
+  // compiler (in ordinary registers, they took the step loop's stage addresses and wgmma
+  // descriptors out of the uniform datapath: 955 instructions a step against 803). Volatile: read
+  // again for the epilogue rather than kept in registers across the step loop.
+  const auto info_tile = [&](uint32_t it) {
+    const volatile int* info = reinterpret_cast<const volatile int*>(&tile_info[it % 2]);
+    return HopperBwdTile{__reduce_max_sync(0xffffffffu, info[0]), __reduce_max_sync(0xffffffffu, info[1]),
+                         __reduce_max_sync(0xffffffffu, info[2])};
+  };
+  // One tile: g0 as in for_each_tile; it: its tile_info slot (kPersistent).
+  const auto consume = [&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps, uint32_t g0,
+                           uint32_t it) {
     const int b = tl.b, hk = tl.hk, n0 = tl.n0;
     const int m_first = steps.m_first, m_blocks = steps.m_blocks, n_steps = steps.n_steps;
 #pragma unroll
@@ -432,7 +467,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       }
     };
 
-    if (n_steps > 0) mbarrier_wait(&kv_full, kv_iter & 1);
+    if (!kPersistent && n_steps > 0) mbarrier_wait(&kv_full, 0);  // (kPersistent: waited with tile_info)
     // kProbe 7 / 8 (experiments, 2026-11-27 (24)): turns between the consumers, as the forward's
     // pingpong (named barriers 4 + cw): a consumer issues its S^T and dP^T products only after the
     // other has issued its dV product (7) or its dQ and dK products (8) of its previous step, so that
@@ -454,6 +489,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     const int m_end = m_first + kM * m_blocks;
     // Counted over the block's tiles (gs), the step of the tile st = gs - g0 where needed.
     const uint32_t g_end = g0 + static_cast<uint32_t>(n_steps);
+    bool after_first = false;  // (not gs != g0: g0 would stay live through the loop)
     for (uint32_t gs = g0; gs != g_end; ++gs) {
       const uint32_t st = gs - g0;
       const int s = gs % kStages;
@@ -662,7 +698,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       named_barrier_sync(2 + cw, 128);  // this consumer's half written
       mark(st, 5);
 
-      if (kDqFirst && gs != g0) {
+      if (kDqFirst && after_first) {
         if constexpr (kProbe == 8)
           dq_step(st - 1, gs - 1, [&] {
             issue_dk();
@@ -676,7 +712,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       } else {
         if constexpr (!kDkEarly) issue_dk();
         if constexpr (kProbe == 8) turn_end(st);
-        if (gs != g0) {
+        if (after_first) {
           dq_step(st - 1, gs - 1, nullptr);
         } else {
           wgmma_wait<0>();
@@ -687,19 +723,23 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       mbarrier_arrive(&empty[s]);  // Q, dO, lse, D of this stage read
       m0 += kM;
       if (m0 == m_end) m0 = m_first, ++h;
+      after_first = true;
     }
-    if (n_steps > 0) {
-      dq_step(n_steps - 1, g0 + n_steps - 1, nullptr);
-      mbarrier_arrive(&kv_empty);  // K and V read: the producer may load the next tile's
-    }
+    if (n_steps > 0) dq_step(n_steps - 1, g0 + n_steps - 1, nullptr);
+    if constexpr (kPersistent) mbarrier_arrive(&kv_empty);  // K and V read: the producer may load the next tile's
 
     // dK, dV of this consumer's keys, written once (0 where no step ran).
-    T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-    T* dv_out = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+    const HopperBwdTile tl_out = kPersistent ? info_tile(it) : tl;
+    const int b_out = tl_out.b, hk_out = tl_out.hk;
+    const AttnBatch sb_out = kPersistent ? attn_batch(p, b_out) : sb;
+    T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b_out, sb_out.k_row0, 0, hk_out, p.dk_batch_stride, p.dk_row_stride,
+                                                     p.dk_head_stride);
+    T* dv_out = static_cast<T*>(p.dv) + attn_offset(p, b_out, sb_out.k_row0, 0, hk_out, p.dv_batch_stride, p.dv_row_stride,
+                                                     p.dv_head_stride);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int key = n0 + key_base + 8 * r;
-      if (key >= sb.sk) continue;
+      const int key = tl_out.n0 + key_base + 8 * r;
+      if (key >= sb_out.sk) continue;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j) {
         const int col = 8 * j + 2 * t;
@@ -707,7 +747,26 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         *reinterpret_cast<uint32_t*>(dv_out + static_cast<int64_t>(key) * p.dv_row_stride + col) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
       }
     }
-  });
+  };
+  if constexpr (kPersistent) {
+    uint32_t g0 = 0;
+#pragma unroll 1
+    for (uint32_t it = 0;; ++it) {
+      mbarrier_wait(&kv_full, it & 1);
+      if (__reduce_max_sync(0xffffffffu, reinterpret_cast<const volatile int*>(&tile_info[it % 2])[3]) == 0) break;
+      const HopperBwdTile tl = info_tile(it);
+      const AttnBatch sb = attn_batch(p, tl.b);
+      const HopperBwdSteps steps = hopper_bwd_steps<kM, kN>(p, sb, tl.n0);
+      // g0 through REDUX too: the sum of the tiles' step counts (products with nheads / nheads_kv,
+      // a division in ordinary registers) would take the step loop's stage addresses with it.
+      consume(tl, sb, steps, __reduce_max_sync(0xffffffffu, g0), it);
+      g0 += static_cast<uint32_t>(steps.n_steps);
+    }
+  } else {
+    for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps, uint32_t, uint32_t) {
+      consume(tl, sb, steps, 0, 0);
+    });
+  }
   if (!kDqByProducer && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
 #endif
 }
