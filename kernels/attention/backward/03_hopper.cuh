@@ -162,27 +162,30 @@ __device__ __forceinline__ void bwd_trace(int st, int slot) {
 // traits): K and V (kBlockN keys) on kv_full, then each step's Q and dO (kBlockM rows, 64-column
 // boxes) and its lse log2(e) and D rows into stage st % kStages once `empty` lets it. kProbe 1 (an
 // experiment): the first kStages steps only, later stages handed over as they are.
+// Persistent kernel: g0 = the steps of this block's earlier tiles (stages and parities continue
+// across tiles); only steps st_begin .. st_end - 1, and K and V only if with_kv.
 template <typename Tr, int kProbe = 0>
-// g0 (persistent kernel): the steps of this block's earlier tiles (stages and parities continue
-// across tiles).
 __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, const AttnBatch& sb, int b, int hk, int n0,
                                                    const HopperBwdSteps& steps, unsigned char* sk, unsigned char* sv,
                                                    unsigned char* sq, unsigned char* sdo, float* slse, float* sdsum,
-                                                   uint64_t* kv_full, uint64_t* full, uint64_t* empty,
-                                                   uint32_t g0 = 0) {
+                                                   uint64_t* kv_full, uint64_t* full, uint64_t* empty, uint32_t g0 = 0,
+                                                   int st_begin = 0, int st_end = INT_MAX, bool with_kv = true) {
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   const AttnBwdParams& p = args.p;
   const int qb = p.cu_seqlens_q != nullptr ? 0 : b;  // batch coordinate (varlen: packed rows, batch 1)
   const int group = p.nheads / p.nheads_kv;
   const int k_row = static_cast<int>(sb.k_row0) + n0;
-  mbarrier_arrive_expect_tx(kv_full, 2 * Tr::kKBytes);
+  if (with_kv) {
+    mbarrier_arrive_expect_tx(kv_full, 2 * Tr::kKBytes);
 #pragma unroll
-  for (int x = 0; x < Tr::kBoxes; ++x) {
-    tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, kv_full);
-    tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, kv_full);
+    for (int x = 0; x < Tr::kBoxes; ++x) {
+      tma_load_4d(sk + x * kN * 128, &args.k, 64 * x, k_row, hk, qb, kv_full);
+      tma_load_4d(sv + x * kN * 128, &args.v, 64 * x, k_row, hk, qb, kv_full);
+    }
   }
+  const int st_stop = st_end < steps.n_steps ? st_end : steps.n_steps;
 #pragma unroll 1  // (unrolled, the loop spilled at the producer's 24 registers, even at 32)
-  for (int st = 0; st < steps.n_steps; ++st) {
+  for (int st = st_begin; st < st_stop; ++st) {
     const uint32_t gs = g0 + st;
     const int s = gs % kStages;
     const int h = hk * group + st / steps.m_blocks, m0 = steps.m_first + kM * (st % steps.m_blocks);
@@ -319,14 +322,22 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       // plain arrive where not); then the end (0s).
       const uint32_t tiles = for_each_tile([&](const HopperBwdTile& tl, const AttnBatch& sb, const HopperBwdSteps& steps,
                                                uint32_t g0, uint32_t it) {
+        // The tile's first kStages steps' Q / dO go into their stages as the previous tile frees
+        // them, before the wait for its K and V to be read.
+        int pre = 0;
         if constexpr (kPersistent) {
-          if (it > 0) mbarrier_wait(&kv_empty, (it - 1) & 1);
+          if (it > 0) {
+            pre = steps.n_steps < kStages ? steps.n_steps : kStages;
+            hopper_bwd_produce<Tr, kProbe>(args, sb, tl.b, tl.hk, tl.n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full,
+                                           empty, g0, 0, pre, false);
+            mbarrier_wait(&kv_empty, (it - 1) & 1);
+          }
           tile_info[it % 2] = make_int4(tl.b, tl.hk, tl.n0, 1);
           if (steps.n_steps == 0) mbarrier_arrive(&kv_full);
         }
         if (steps.n_steps > 0)
           hopper_bwd_produce<Tr, kProbe>(args, sb, tl.b, tl.hk, tl.n0, steps, sk, sv, sq, sdo, slse, sdsum, &kv_full, full,
-                                         empty, g0);
+                                         empty, g0, pre);
       });
       if constexpr (kPersistent) {
         if (tiles > 0) mbarrier_wait(&kv_empty, (tiles - 1) & 1);
