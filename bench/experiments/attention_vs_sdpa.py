@@ -23,10 +23,12 @@ own reference is not computed here, only finiteness) before timing.
 the forward once with its graph kept, then torch.autograd.grad of the same dout timed (flashlab:
 its automatic backward rung; SDPA: the backend's backward), the same shapes; the gradients
 checked against cuDNN's with the same bound; no FP8. A shape where any call raises is reported in
-"failures" and skipped.
+"failures" and skipped. --bwd-rung N: flashlab's backward is attention_bwd(..., rung=N) called
+directly (no autograd) on the forward's out and lse, e.g. rung 2 (FA2-style) against SDPA's flash
+backward.
 
 Usage (GPU machine; flashlab's Python package importable, FLASHLAB_LIB_DIR set):
-    python3 bench/experiments/attention_vs_sdpa.py OUT.json [--quick] [--bwd] [--dims 128,256]
+    python3 bench/experiments/attention_vs_sdpa.py OUT.json [--quick] [--bwd [--bwd-rung N]] [--dims 128,256]
 Writes the rows in the results-file format (bench/common.py), with "timing": "round-robin".
 """
 from __future__ import annotations
@@ -42,7 +44,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-from flashlab import flash_attn_func
+from flashlab import attention_bwd, attention_fwd, flash_attn_func
 
 FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 # SLEEP_CYCLES=0: no pause between repetitions (the GPU kept busier, clocks lower at the power cap;
@@ -133,7 +135,7 @@ def fwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
     return rows, failures
 
 
-def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
+def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds, bwd_rung=None):
     """The backward of one shape: rows and failures."""
     dout = torch.randn_like(q)
     dout_t = dout.transpose(1, 2).contiguous()
@@ -149,7 +151,13 @@ def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
                 return sdpa(a, b_, c, is_causal=causal)
         return run
 
-    fns = {"flashlab": grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout),
+    def direct(rung):
+        lse = torch.empty(b, h, s, device=q.device, dtype=torch.float32)
+        out = attention_fwd(q, k, v, softmax_lse=lse, causal=causal)
+        return lambda: attention_bwd(q, k, v, out, dout, lse, causal=causal, rung=rung)
+
+    fns = {"flashlab": direct(bwd_rung) if bwd_rung is not None else
+           grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout),
            "torch-sdpa-cudnn": grads(sdpa_fwd(SDPBackend.CUDNN_ATTENTION), (qt, kt, vt), dout_t),
            "torch-sdpa-flash": grads(sdpa_fwd(SDPBackend.FLASH_ATTENTION), (qt, kt, vt), dout_t)}
     failures = []
@@ -165,13 +173,16 @@ def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
     flops = 2.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
     rows, line = [], [f"bwd d {d:3d} seqlen {s:5d} causal {int(causal)}"]
     for name, t in ms.items():
-        rows.append({"op": "attn_bwd", "impl": name, "dtype": "bf16", "timing": "round-robin",
+        impl = f"{name}-rung{bwd_rung}" if name == "flashlab" and bwd_rung is not None else name
+        rows.append({"op": "attn_bwd", "impl": impl, "dtype": "bf16", "timing": "round-robin",
                      "shape": {"batch": b, "seqlen_q": s, "seqlen_k": s, "nheads_q": h, "nheads_kv": h,
                                "headdim": d, "causal": int(causal)},
                      "ms": t, "flops": flops, "TFLOPs": flops / t / 1e9, "reps": rounds})
         line.append(f"{name} {flops / t / 1e9:6.1f}")
     if "flashlab" in ms:
         line.append(f"flashlab/cudnn {ms['torch-sdpa-cudnn'] / ms['flashlab']:.3f}")
+        if "torch-sdpa-flash" in ms:
+            line.append(f"flashlab/flash {ms['torch-sdpa-flash'] / ms['flashlab']:.3f}")
     print("  ".join(line), flush=True)
     return rows, failures
 
@@ -182,6 +193,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bwd", action="store_true")
     ap.add_argument("--dims", default="", help="comma-separated head dims to keep (default: all)")
+    ap.add_argument("--bwd-rung", type=int, default=None, help="--bwd: flashlab's backward at this rung, called directly")
     args = ap.parse_args()
     keep = {int(x) for x in args.dims.split(",") if x}
     rounds = int(os.environ.get("ROUNDS", "30"))
@@ -193,8 +205,10 @@ def main() -> int:
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # SDPA's (b, h, s, d)
         try:
-            case = bwd_case if args.bwd else fwd_case
-            rows_c, fail_c = case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds)
+            if args.bwd:
+                rows_c, fail_c = bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds, args.bwd_rung)
+            else:
+                rows_c, fail_c = fwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds)
         except Exception as e:  # noqa: BLE001  (a backend refusing a shape: reported, the run goes on)
             rows_c, fail_c = [], [f"{'bwd' if args.bwd else 'fwd'} d {d} seqlen {s} causal {int(causal)}: "
                                   f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"]

@@ -164,16 +164,21 @@ __global__ void attn_bwd_dq_convert_rows_kernel(const __grid_constant__ AttnBwdP
   *reinterpret_cast<uint4*>(dq + c * 8) = out;
 }
 
-// Four fp32 values added to global memory (16-byte aligned) without reading them back (sm_90: one
-// vector reduction).
-__device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, float c, float d) {
+// Four fp32 values added to global memory (16-byte aligned) without reading them back, where
+// `valid` (sm_90: one vector reduction, predicated: no branch around it).
+__device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, float c, float d, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float4*>(dst), make_float4(a, b, c, d));
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(dst),
+      "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(valid))
+      : "memory");
 #else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-  atomicAdd(dst + 2, c);
-  atomicAdd(dst + 3, d);
+  if (valid) {
+    atomicAdd(dst, a);
+    atomicAdd(dst + 1, b);
+    atomicAdd(dst + 2, c);
+    atomicAdd(dst + 3, d);
+  }
 #endif
 }
 
@@ -181,13 +186,15 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, floa
 // to fp32 rows by 16-byte reductions: lanes t and t ^ 1 trade halves so that each holds four
 // adjacent columns of one row (even t: row g, its columns and the partner's; odd t: row g + 8).
 // row: this lane's row (g for even t, g + 8 for odd t) at column 2 (t & ~1), the tile at column
-// col further; nullptr: a row past the sequence (the lane still trades). Every lane calls it.
-__device__ __forceinline__ void red_add_tile_f32(float* row, int col, const float* acc, bool even) {
+// col further; valid false: a row past the sequence (the lane still trades, its reduction is
+// predicated off). Every lane calls it. The four values are selected, not branched on: with a
+// branch for even / odd lanes (and one for valid), each warp issued both reductions with half its
+// lanes, and the branches and convergence barriers around them (Nsight Compute, d 128 16k, rung
+// 2: 16 REDG, ~35 BRA, ~30 BSSY / BSYNC a warp-step; 20% of the stall samples).
+__device__ __forceinline__ void red_add_tile_f32(float* row, int col, const float* acc, bool even, bool valid) {
   const float send0 = even ? acc[2] : acc[0], send1 = even ? acc[3] : acc[1];
   const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-  if (row == nullptr) return;
-  if (even) red_add_f32x4(row + col, acc[0], acc[1], got0, got1);
-  else red_add_f32x4(row + col, got0, got1, acc[2], acc[3]);
+  red_add_f32x4(row + col, even ? acc[0] : got0, even ? acc[1] : got1, even ? got0 : acc[2], even ? got1 : acc[3], valid);
 }
 
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
@@ -407,9 +414,10 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
 #pragma unroll
       for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
         const int i = m0 + q_row + 16 * mi + g + (even ? 0 : 8);
-        float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * kD + c0 + 2 * (t & ~1) : nullptr;
+        const bool valid = i < sb.sq;  // (past the end: the address is formed, never used)
+        float* row = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid ? i : 0) * p.nheads + h) * kD + c0 + 2 * (t & ~1);
 #pragma unroll
-        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row, j * 8, dq[mi][j], even);
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row, j * 8, dq[mi][j], even, valid);
       }
     }
     h = h_next, m0 = m_next;

@@ -384,10 +384,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
     // sequence's end (dS = 0 there) are skipped.
     const bool even = t % 2 == 0;
     const int i = m0 + 16 * warp + g + (even ? 0 : 8);
-    float* row = i < sb.sq ? p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * Tr::kHeadDim + kC * cw + 2 * (t & ~1)
-                           : nullptr;
+    const bool valid = i < sb.sq;
+    float* row = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid ? i : 0) * p.nheads + h) * Tr::kHeadDim + kC * cw + 2 * (t & ~1);
 #pragma unroll
-    for (int j = 0; j < kC / 8; ++j) red_add_tile_f32(row, 8 * j, dq + 4 * j, even);
+    for (int j = 0; j < kC / 8; ++j) red_add_tile_f32(row, 8 * j, dq + 4 * j, even, valid);
   }
 
   if (kDqMode == 1 && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
