@@ -164,37 +164,34 @@ __global__ void attn_bwd_dq_convert_rows_kernel(const __grid_constant__ AttnBwdP
   *reinterpret_cast<uint4*>(dq + c * 8) = out;
 }
 
-// Four fp32 values added to global memory (16-byte aligned) without reading them back, where
+// Two fp32 values added to global memory (8-byte aligned) without reading them back, where
 // `valid` (sm_90: one vector reduction, predicated: no branch around it).
-__device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, float c, float d, bool valid) {
+__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(dst),
-      "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(valid))
-      : "memory");
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(dst), "f"(a),
+               "f"(b), "r"(static_cast<int>(valid))
+               : "memory");
 #else
   if (valid) {
     atomicAdd(dst, a);
     atomicAdd(dst + 1, b);
-    atomicAdd(dst + 2, c);
-    atomicAdd(dst + 3, d);
   }
 #endif
 }
 
 // One n8 tile of an mma accumulator (acc: row g, columns 2t, 2t + 1; row g + 8, the same) added
-// to fp32 rows by 16-byte reductions: lanes t and t ^ 1 trade halves so that each holds four
-// adjacent columns of one row (even t: row g, its columns and the partner's; odd t: row g + 8).
-// row: this lane's row (g for even t, g + 8 for odd t) at column 2 (t & ~1), the tile at column
-// col further; valid false: a row past the sequence (the lane still trades, its reduction is
-// predicated off). Every lane calls it. The four values are selected, not branched on: with a
-// branch for even / odd lanes (and one for valid), each warp issued both reductions with half its
-// lanes, and the branches and convergence barriers around them (Nsight Compute, d 128 16k, rung
-// 2: 16 REDG, ~35 BRA, ~30 BSSY / BSYNC a warp-step; 20% of the stall samples).
-__device__ __forceinline__ void red_add_tile_f32(float* row, int col, const float* acc, bool even, bool valid) {
-  const float send0 = even ? acc[2] : acc[0], send1 = even ? acc[3] : acc[1];
-  const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-  red_add_f32x4(row + col, even ? acc[0] : got0, even ? acc[1] : got1, even ? got0 : acc[2], even ? got1 : acc[3], valid);
+// to fp32 rows: row_lo / row_hi, this lane's rows g and g + 8 at column 2t, the tile at column
+// col further; valid_lo / valid_hi false: a row past the sequence (its reduction predicated off).
+// Each lane's pair of adjacent columns as one 8-byte reduction, a warp's four lanes of a row one
+// full 32-byte sector. Measured against the earlier form (lanes t and t ^ 1 trading halves by two
+// shuffles so that each added four columns with one 16-byte reduction: half the reductions, but
+// two shuffles and six selects a tile, and until 2026-11-27 (25) a branch between even and odd
+// lanes that issued both reductions with half the warp each): 2-3% faster at head dim 128
+// (rung 2 against SDPA's flash backward, round-robin, `bench/results/experiments/rung2_dq_v2_vs_v4/`).
+__device__ __forceinline__ void red_add_tile_f32(float* row_lo, float* row_hi, int col, const float* acc, bool valid_lo,
+                                                 bool valid_hi) {
+  red_add_f32x2(row_lo + col, acc[0], acc[1], valid_lo);
+  red_add_f32x2(row_hi + col, acc[2], acc[3], valid_hi);
 }
 
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
@@ -409,15 +406,17 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
           for (int mi = 0; mi < Tr::kQMTiles; ++mi) mma_m16n8k16_x2<T>(dq[mi][j], dq[mi][j + 1], ads[mi], bk);
         }
       }
-      // Into dq_accum, an n8 tile at a time (red_add_tile_f32: lanes t and t ^ 1 trade halves).
-      const bool even = t % 2 == 0;
+      // Into dq_accum, an n8 tile at a time (red_add_tile_f32); rows past the sequence's end skipped
+      // (their addresses formed from row 0, never used).
 #pragma unroll
       for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
-        const int i = m0 + q_row + 16 * mi + g + (even ? 0 : 8);
-        const bool valid = i < sb.sq;  // (past the end: the address is formed, never used)
-        float* row = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid ? i : 0) * p.nheads + h) * kD + c0 + 2 * (t & ~1);
+        const int i = m0 + q_row + 16 * mi + g;
+        const bool valid_lo = i < sb.sq, valid_hi = i + 8 < sb.sq;
+        const int64_t col0 = c0 + 2 * t;
+        float* row_lo = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid_lo ? i : 0) * p.nheads + h) * kD + col0;
+        float* row_hi = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid_hi ? i + 8 : 0) * p.nheads + h) * kD + col0;
 #pragma unroll
-        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row, j * 8, dq[mi][j], even, valid);
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row_lo, row_hi, j * 8, dq[mi][j], valid_lo, valid_hi);
       }
     }
     h = h_next, m0 = m_next;

@@ -78,7 +78,7 @@ struct HopperBwdSplitTraits {
 //      consumer), which wait for them to read the stage and hand it back to the loads;
 //   1: the same reductions issued by each consumer's thread 0, which waits for their reads in the
 //      next step (under its score product);
-//   0: red.global.add.v4.f32 from registers (dq_accum's map unused).
+//   0: red.global.add.v2.f32 from registers (dq_accum's map unused).
 // kProbe (experiments only): 2 skips dQ's TMA reductions (what they cost the loop; wrong
 // gradients); 3 stores the dQ tiles in column order (two-way bank conflicts; the form before
 // 2026-11-27 (23)); 9 rebuilds every wgmma descriptor from its address (wgmma_desc_sw128_at; the form before
@@ -382,12 +382,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
 
     // dQ into the fp32 workspace, an n8 tile at a time (red_add_tile_f32); rows past the
     // sequence's end (dS = 0 there) are skipped.
-    const bool even = t % 2 == 0;
-    const int i = m0 + 16 * warp + g + (even ? 0 : 8);
-    const bool valid = i < sb.sq;
-    float* row = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid ? i : 0) * p.nheads + h) * Tr::kHeadDim + kC * cw + 2 * (t & ~1);
+    const int i = m0 + 16 * warp + g;
+    const bool valid_lo = i < sb.sq, valid_hi = i + 8 < sb.sq;
+    const int64_t col0 = kC * cw + 2 * t;
+    float* row_lo = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid_lo ? i : 0) * p.nheads + h) * Tr::kHeadDim + col0;
+    float* row_hi = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid_hi ? i + 8 : 0) * p.nheads + h) * Tr::kHeadDim + col0;
 #pragma unroll
-    for (int j = 0; j < kC / 8; ++j) red_add_tile_f32(row, 8 * j, dq + 4 * j, even, valid);
+    for (int j = 0; j < kC / 8; ++j) red_add_tile_f32(row_lo, row_hi, 8 * j, dq + 4 * j, valid_lo, valid_hi);
   }
 
   if (kDqMode == 1 && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
