@@ -164,34 +164,32 @@ __global__ void attn_bwd_dq_convert_rows_kernel(const __grid_constant__ AttnBwdP
   *reinterpret_cast<uint4*>(dq + c * 8) = out;
 }
 
-// Two fp32 values added to global memory (8-byte aligned) without reading them back, where
-// `valid` (sm_90: one vector reduction, predicated: no branch around it).
-__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b, bool valid) {
+// Two fp32 values added to global memory (8-byte aligned) without reading them back (sm_90: one
+// vector reduction).
+__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(dst), "f"(a),
-               "f"(b), "r"(static_cast<int>(valid))
-               : "memory");
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
 #else
-  if (valid) {
-    atomicAdd(dst, a);
-    atomicAdd(dst + 1, b);
-  }
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
 #endif
 }
 
 // One n8 tile of an mma accumulator (acc: row g, columns 2t, 2t + 1; row g + 8, the same) added
-// to fp32 rows: row_lo / row_hi, this lane's rows g and g + 8 at column 2t, the tile at column
-// col further; valid_lo / valid_hi false: a row past the sequence (its reduction predicated off).
-// Each lane's pair of adjacent columns as one 8-byte reduction, a warp's four lanes of a row one
-// full 32-byte sector. Measured against the earlier form (lanes t and t ^ 1 trading halves by two
-// shuffles so that each added four columns with one 16-byte reduction: half the reductions, but
-// two shuffles and six selects a tile, and until 2026-11-27 (25) a branch between even and odd
-// lanes that issued both reductions with half the warp each): 2-3% faster at head dim 128
-// (rung 2 against SDPA's flash backward, round-robin, `bench/results/experiments/rung2_dq_v2_vs_v4/`).
-__device__ __forceinline__ void red_add_tile_f32(float* row_lo, float* row_hi, int col, const float* acc, bool valid_lo,
-                                                 bool valid_hi) {
-  red_add_f32x2(row_lo + col, acc[0], acc[1], valid_lo);
-  red_add_f32x2(row_hi + col, acc[2], acc[3], valid_hi);
+// to fp32 rows: row_lo, this lane's row g at column 2t, and row g + 8 hi_off floats further; the
+// tile at column col. Each lane's pair of adjacent columns as one 8-byte reduction, a warp's four lanes
+// of a row one full 32-byte sector, every lane every time: a row past the sequence's end (its
+// dS is 0, so its dQ is exactly 0) is pointed at the sequence's last row by the caller, where
+// adding 0 changes nothing. (Skipping those rows made ptxas branch around every reduction, with
+// a convergence barrier each: 17 BSSY / BSYNC pairs a warp-step, 13% of the stall samples.)
+// Measured against the earlier form (lanes t and t ^ 1 trading halves by two shuffles so that
+// each added four columns with one 16-byte reduction: half the reductions, but two shuffles and
+// six selects a tile, and until 2026-11-27 (25) a branch between even and odd lanes that issued
+// both reductions with half the warp each): 2-3% faster at head dim 128 (rung 2 against SDPA's
+// flash backward, round-robin, `bench/results/experiments/rung2_dq_v2_vs_v4/`).
+__device__ __forceinline__ void red_add_tile_f32(float* row_lo, int hi_off, int col, const float* acc) {
+  red_add_f32x2(row_lo + col, acc[0], acc[1]);
+  red_add_f32x2(row_lo + hi_off + col, acc[2], acc[3]);
 }
 
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
@@ -406,17 +404,14 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
           for (int mi = 0; mi < Tr::kQMTiles; ++mi) mma_m16n8k16_x2<T>(dq[mi][j], dq[mi][j + 1], ads[mi], bk);
         }
       }
-      // Into dq_accum, an n8 tile at a time (red_add_tile_f32); rows past the sequence's end skipped
-      // (their addresses formed from row 0, never used).
+      // Into dq_accum, an n8 tile at a time (red_add_tile_f32); rows past the sequence's end (their
+      // dQ is 0) added to its last row.
 #pragma unroll
       for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
-        const int i = m0 + q_row + 16 * mi + g;
-        const bool valid_lo = i < sb.sq, valid_hi = i + 8 < sb.sq;
-        const int64_t col0 = c0 + 2 * t;
-        float* row_lo = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid_lo ? i : 0) * p.nheads + h) * kD + col0;
-        float* row_hi = p.dq_accum + (attn_dq_accum_row(p, b, sb, valid_hi ? i + 8 : 0) * p.nheads + h) * kD + col0;
+        const int i = m0 + q_row + 16 * mi + g, lo = min(i, sb.sq - 1), hi = min(i + 8, sb.sq - 1);
+        float* row_lo = p.dq_accum + (attn_dq_accum_row(p, b, sb, lo) * p.nheads + h) * kD + c0 + 2 * t;
 #pragma unroll
-        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row_lo, row_hi, j * 8, dq[mi][j], valid_lo, valid_hi);
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row_lo, (hi - lo) * p.nheads * kD, j * 8, dq[mi][j]);
       }
     }
     h = h_next, m0 = m_next;
