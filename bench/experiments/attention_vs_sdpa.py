@@ -135,11 +135,9 @@ def fwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
     return rows, failures
 
 
-def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds, bwd_rung=None):
-    """The backward of one shape: rows and failures."""
-    dout = torch.randn_like(q)
-    dout_t = dout.transpose(1, 2).contiguous()
-
+def autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout_t):
+    """Closures timing one backward each: the forward once with its graph kept, then
+    torch.autograd.grad of dout (flashlab: its automatic backward rung; SDPA: each backend's)."""
     def grads(fwd, inputs, g):
         leaves = [x.detach().requires_grad_(True) for x in inputs]
         out = fwd(*leaves)
@@ -151,15 +149,24 @@ def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds, bwd_rung=None):
                 return sdpa(a, b_, c, is_causal=causal)
         return run
 
+    return {"flashlab": grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout),
+            "torch-sdpa-cudnn": grads(sdpa_fwd(SDPBackend.CUDNN_ATTENTION), (qt, kt, vt), dout_t),
+            "torch-sdpa-flash": grads(sdpa_fwd(SDPBackend.FLASH_ATTENTION), (qt, kt, vt), dout_t)}
+
+
+def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds, bwd_rung=None):
+    """The backward of one shape: rows and failures."""
+    dout = torch.randn_like(q)
+    dout_t = dout.transpose(1, 2).contiguous()
+
     def direct(rung):
         lse = torch.empty(b, h, s, device=q.device, dtype=torch.float32)
         out = attention_fwd(q, k, v, softmax_lse=lse, causal=causal)
         return lambda: attention_bwd(q, k, v, out, dout, lse, causal=causal, rung=rung)
 
-    fns = {"flashlab": direct(bwd_rung) if bwd_rung is not None else
-           grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout),
-           "torch-sdpa-cudnn": grads(sdpa_fwd(SDPBackend.CUDNN_ATTENTION), (qt, kt, vt), dout_t),
-           "torch-sdpa-flash": grads(sdpa_fwd(SDPBackend.FLASH_ATTENTION), (qt, kt, vt), dout_t)}
+    fns = autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout_t)
+    if bwd_rung is not None:
+        fns["flashlab"] = direct(bwd_rung)
     failures = []
     ref = [g.transpose(1, 2).float() for g in fns["torch-sdpa-cudnn"]()]
     for name in ("flashlab", "torch-sdpa-flash"):

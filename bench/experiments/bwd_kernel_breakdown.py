@@ -26,11 +26,10 @@ import os
 import sys
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.functional import scaled_dot_product_attention as sdpa
 from torch.profiler import ProfilerActivity, profile
 
-from flashlab import flash_attn_func
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_vs_sdpa import autograd_backward  # noqa: E402  (a sibling script: the same closures)
 
 FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
@@ -39,22 +38,7 @@ def backward_fns(b, s, h, d, causal):
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     dout = torch.randn_like(q)
-    dout_t = dout.transpose(1, 2).contiguous()
-
-    def grads(fwd, inputs, g):
-        leaves = [x.detach().requires_grad_(True) for x in inputs]
-        out = fwd(*leaves)
-        return lambda: torch.autograd.grad(out, leaves, g, retain_graph=True)
-
-    def sdpa_fwd(bk):
-        def run(a, b_, c):
-            with sdpa_kernel(bk):
-                return sdpa(a, b_, c, is_causal=causal)
-        return run
-
-    return {"flashlab": grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout),
-            "torch-sdpa-cudnn": grads(sdpa_fwd(SDPBackend.CUDNN_ATTENTION), (qt, kt, vt), dout_t),
-            "torch-sdpa-flash": grads(sdpa_fwd(SDPBackend.FLASH_ATTENTION), (qt, kt, vt), dout_t)}
+    return autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout.transpose(1, 2).contiguous())
 
 
 def breakdown(fn, reps, trace_path):
