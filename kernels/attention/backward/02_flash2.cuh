@@ -55,7 +55,7 @@ struct Flash2BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = 64;  // query rows per step (kAttnBwdRowPad, the preprocess's padding, a multiple)
+  static constexpr int kBlockM = kHeadDim <= 64 && !kNarrow ? 128 : 64;  // query rows per step (kAttnBwdRowPad, the preprocess's padding, a multiple)
   static constexpr int kBlockN = kHeadDim <= 128 && !kNarrow ? 128 : 64;  // keys per thread block
   // S and dP: kSWarpsM warps along the rows x kSWarpsN along the keys, each warp kSMTiles m16
   // tiles x kSNTiles n8 tiles (128 keys: 32 rows x 32 keys; 64 keys: 16 rows x 32 keys, fewer
