@@ -247,15 +247,14 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
   constexpr bool kDkRs = !kScoreMod && kProbe != 4;
   extern __shared__ unsigned char smem_raw[];
   // kv_full / kv_empty: K and V landed (kPersistent: and tile_info written) / read by the tile's
-  // last products (kPersistent: the next tile's K and V and tile_info wait for it); full / empty: a Q / dO / lse / D stage; ds_full / ds_empty: both
-  // consumers' halves of a dS^T buffer written / both consumers' dQ done reading it.
+  // last products (kPersistent: the next tile's K and V and tile_info wait for it); full / empty:
+  // a Q / dO / lse / D stage; ds_full / ds_empty: both consumers' halves of a dS^T buffer written /
+  // both consumers' dQ done reading it.
   // dq_full / dq_empty[kDqBufs cw + i] (kDqByProducer): consumer cw's dQ tile i staged / read by
   // its reductions.
   // tile_info[i] (kPersistent): the producer's tile i % 2 (batch, KV head, first key, 1), or 0s
-  // after the last, published with kv_full; the consumers read it from shared memory at a fixed
-  // address (a tile's coordinates from the tile index take an integer division, done in ordinary
-  // registers: spilled across the step loop, they took every stage address and wgmma descriptor
-  // of the consumers out of the uniform datapath, 955 instructions a step against 803).
+  // after the last, published with kv_full; the consumers read it through warp reductions
+  // (info_tile, below) rather than decode the tile index themselves.
   __shared__ int4 tile_info[2];
   __shared__ uint64_t kv_full, kv_empty, full[kStages], empty[kStages], ds_full[2], ds_empty[2], dq_full[2 * Tr::kDqBufs],
       dq_empty[2 * Tr::kDqBufs];
