@@ -70,13 +70,13 @@ struct Flash2BwdTraits {
   static constexpr int kSWarpsM = kBlockN == 128 ? 2 : 4, kSWarpsN = kWarps / kSWarpsM;
   static constexpr int kSMTiles = kBlockM / kSWarpsM / 16, kSNTiles = kBlockN / kSWarpsN / 8;
   // dK and dV: 4 warps along the keys x 2 along the head dim (kBlockN / 4 keys x d / 2 columns).
-  static constexpr int kKVWarpsN = 4, kKVWarpsD = kWarps / kKVWarpsN;
+  static constexpr int kKVWarpsN = kHeadDim > 128 ? 2 : 4, kKVWarpsD = kWarps / kKVWarpsN;
   static constexpr int kKVMTiles = kBlockN / kKVWarpsN / 16;
   static constexpr int kKVCols = kHeadDim / kKVWarpsD;  // head-dim columns of a warp's dK / dV
   static constexpr int kKVTiles = kKVCols / 8;
   // dQ: kQWarpsM warps along the rows x kQWarpsD along the head dim, kQMTiles m16 tiles x
   // kDqCols columns each, in chunks of kDqChunk columns (accumulators of one chunk live at a time).
-  static constexpr int kQWarpsD = kHeadDim <= 128 && (kHeadDim / 4) % 16 == 0 ? 4 : 2, kQWarpsM = kWarps / kQWarpsD;
+  static constexpr int kQWarpsD = (kHeadDim / 4) % 16 == 0 ? 4 : 2, kQWarpsM = kWarps / kQWarpsD;
   static constexpr int kQMTiles = kBlockM / kQWarpsM / 16;
   static constexpr int kDqCols = kHeadDim / kQWarpsD;
   static constexpr int kDqChunk = kDqCols % 32 == 0 ? 32 : kDqCols;
