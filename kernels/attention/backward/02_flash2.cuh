@@ -80,7 +80,7 @@ struct Flash2BwdTraits {
   // dQ: kQWarpsM warps along the rows x kQWarpsD along the head dim, kQMTiles m16 tiles x
   // kDqCols columns each, in chunks of kDqChunk columns (accumulators of one chunk live at a time);
   // 2 x 4 warps wherever d / 4 is a multiple of 16 (d 64, 128, 192, 256).
-  static constexpr int kQWarpsD = (kHeadDim / 4) % 16 == 0 ? 4 : 2, kQWarpsM = kWarps / kQWarpsD;
+  static constexpr int kQWarpsD = (kHeadDim / 4) % 16 == 0 && kBlockM == 64 ? 4 : 2, kQWarpsM = kWarps / kQWarpsD;
   static constexpr int kQMTiles = kBlockM / kQWarpsM / 16;
   static constexpr int kDqCols = kHeadDim / kQWarpsD;
   static constexpr int kDqChunk = kDqCols % 32 == 0 ? 32 : kDqCols;
