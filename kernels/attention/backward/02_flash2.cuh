@@ -71,7 +71,7 @@ struct Flash2BwdTraits {
   static constexpr int kSMTiles = kBlockM / kSWarpsM / 16, kSNTiles = kBlockN / kSWarpsN / 8;
   // dK and dV: 4 warps along the keys x 2 along the head dim (kBlockN / 4 keys x d / 2 columns);
   // past head dim 128, 2 x 4 (32 keys x d / 4: per k16 step 2 A and 4 B fragment loads for 16
-  // MMAs instead of 1 and 8; FA2's d 256 layout; with the dQ layout below, 6-9% faster at d 256,
+  // MMAs instead of 1 and 8; FA2's d 256 layout; with the dQ layout below, 6-10% faster at d 256,
   // H100, 2026-11-27).
   static constexpr int kKVWarpsN = kHeadDim > 128 ? 2 : 4, kKVWarpsD = kWarps / kKVWarpsN;
   static constexpr int kKVMTiles = kBlockN / kKVWarpsN / 16;
