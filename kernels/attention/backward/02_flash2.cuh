@@ -369,6 +369,28 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     }
     __syncthreads();
 
+    // dV += P^T dO, dK += dS^T Q: keys kv_key + 16 mi + (g, g + 8) x columns kv_col + 8 j + 2 t.
+#pragma unroll
+    for (int kq = 0; kq < kM / 16; ++kq) {
+      uint32_t ap[Tr::kKVMTiles][4], ads[Tr::kKVMTiles][4];
+#pragma unroll
+      for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
+        ldmatrix_x4_trans(ap[mi], smem_addr(ps + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
+        ldmatrix_x4_trans(ads[mi], smem_addr(dss + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
+      }
+#pragma unroll
+      for (int j = 0; j < Tr::kKVTiles; j += 2) {
+        uint32_t bdo[4], bq[4];
+        ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
+        ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
+#pragma unroll
+        for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
+          mma_m16n8k16_x2<T>(dv_acc[mi][j], dv_acc[mi][j + 1], ap[mi], bdo);
+          mma_m16n8k16_x2<T>(dk_acc[mi][j], dk_acc[mi][j + 1], ads[mi], bq);
+        }
+      }
+    }
+
     // dQ += dS K: rows q_row + 16 mi + (g, g + 8) x columns q_col + ..., chunk by chunk, added to
     // dq_accum.
 #pragma unroll
@@ -404,28 +426,6 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
         for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row_lo, (hi - lo) * p.nheads * kD, j * 8, dq[mi][j]);
       }
     }
-    // dV += P^T dO, dK += dS^T Q: keys kv_key + 16 mi + (g, g + 8) x columns kv_col + 8 j + 2 t.
-#pragma unroll
-    for (int kq = 0; kq < kM / 16; ++kq) {
-      uint32_t ap[Tr::kKVMTiles][4], ads[Tr::kKVMTiles][4];
-#pragma unroll
-      for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
-        ldmatrix_x4_trans(ap[mi], smem_addr(ps + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
-        ldmatrix_x4_trans(ads[mi], smem_addr(dss + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
-      }
-#pragma unroll
-      for (int j = 0; j < Tr::kKVTiles; j += 2) {
-        uint32_t bdo[4], bq[4];
-        ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
-        ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
-#pragma unroll
-        for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
-          mma_m16n8k16_x2<T>(dv_acc[mi][j], dv_acc[mi][j + 1], ap[mi], bdo);
-          mma_m16n8k16_x2<T>(dk_acc[mi][j], dk_acc[mi][j + 1], ads[mi], bq);
-        }
-      }
-    }
-
     h = h_next, m0 = m_next;
   }
 
