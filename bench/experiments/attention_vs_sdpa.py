@@ -135,9 +135,10 @@ def fwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds):
     return rows, failures
 
 
-def autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout_t):
+def autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout_t, with_flashlab=True):
     """Closures timing one backward each: the forward once with its graph kept, then
-    torch.autograd.grad of dout (flashlab: its automatic backward rung; SDPA: each backend's)."""
+    torch.autograd.grad of dout (flashlab: its automatic backward rung, unless with_flashlab is
+    False; SDPA: each backend's)."""
     def grads(fwd, inputs, g):
         leaves = [x.detach().requires_grad_(True) for x in inputs]
         out = fwd(*leaves)
@@ -149,9 +150,11 @@ def autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout_t):
                 return sdpa(a, b_, c, is_causal=causal)
         return run
 
-    return {"flashlab": grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout),
-            "torch-sdpa-cudnn": grads(sdpa_fwd(SDPBackend.CUDNN_ATTENTION), (qt, kt, vt), dout_t),
-            "torch-sdpa-flash": grads(sdpa_fwd(SDPBackend.FLASH_ATTENTION), (qt, kt, vt), dout_t)}
+    fns = {"flashlab": grads(lambda a, b_, c: flash_attn_func(a, b_, c, causal=causal), (q, k, v), dout)} \
+        if with_flashlab else {}
+    fns["torch-sdpa-cudnn"] = grads(sdpa_fwd(SDPBackend.CUDNN_ATTENTION), (qt, kt, vt), dout_t)
+    fns["torch-sdpa-flash"] = grads(sdpa_fwd(SDPBackend.FLASH_ATTENTION), (qt, kt, vt), dout_t)
+    return fns
 
 
 def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds, bwd_rung=None):
@@ -164,9 +167,8 @@ def bwd_case(b, s, h, d, causal, q, k, v, qt, kt, vt, rounds, bwd_rung=None):
         out = attention_fwd(q, k, v, softmax_lse=lse, causal=causal)
         return lambda: attention_bwd(q, k, v, out, dout, lse, causal=causal, rung=rung)
 
-    fns = autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout_t)
-    if bwd_rung is not None:
-        fns["flashlab"] = direct(bwd_rung)
+    fns = {"flashlab": direct(bwd_rung)} if bwd_rung is not None else {}
+    fns.update(autograd_backward(causal, q, k, v, qt, kt, vt, dout, dout_t, with_flashlab=bwd_rung is None))
     failures = []
     ref = [g.transpose(1, 2).float() for g in fns["torch-sdpa-cudnn"]()]
     for name in ("flashlab", "torch-sdpa-flash"):

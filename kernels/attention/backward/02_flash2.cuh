@@ -105,6 +105,20 @@ __device__ __forceinline__ int64_t attn_dq_accum_row(const AttnBwdParams& p, int
   return p.cu_seqlens_q != nullptr ? sb.q_row0 + i : static_cast<int64_t>(b) * p.seqlen_q + i;
 }
 
+// A lane's two dq_accum rows of an mma tile, query rows i and i + 8 of head h (head dim d), at
+// column col: row i's address and row i + 8's offset from it. A row past the sequence's end (its
+// dS is 0, so its dQ is exactly 0) points at the sequence's last row, where adding 0 changes
+// nothing: every lane reduces every time (red_add_tile_f32).
+struct AttnDqAccumRows {
+  float* lo;
+  int hi_off;
+};
+__device__ __forceinline__ AttnDqAccumRows attn_dq_accum_rows(const AttnBwdParams& p, int b, const AttnBatch& sb, int h,
+                                                              int i, int d, int col) {
+  const int lo = min(i, sb.sq - 1), hi = min(i + 8, sb.sq - 1);
+  return {p.dq_accum + (attn_dq_accum_row(p, b, sb, lo) * p.nheads + h) * d + col, (hi - lo) * p.nheads * d};
+}
+
 // The preprocess and the dq conversion give kLanes lanes to a row, one 16-byte chunk (8 values of
 // 16 bits, or of the fp32 accumulator 2 x 16 bytes) per lane: head dim / 8 chunks rounded up to a
 // power of two (32: 4 lanes, 64: 8, 96 and 128: 16, 192 and 256: 32), 32 / kLanes rows per warp.
@@ -188,20 +202,19 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 }
 
 // One n8 tile of an mma accumulator (acc: row g, columns 2t, 2t + 1; row g + 8, the same) added
-// to fp32 rows: row_lo, this lane's row g at column 2t, and row g + 8 hi_off floats further; the
-// tile at column col. Each lane's pair of adjacent columns as one 8-byte reduction, a warp's four lanes
-// of a row one full 32-byte sector, every lane every time: a row past the sequence's end (its
-// dS is 0, so its dQ is exactly 0) is pointed at the sequence's last row by the caller, where
-// adding 0 changes nothing. (Skipping those rows made ptxas branch around every reduction, with
-// a convergence barrier each: 17 BSSY / BSYNC pairs a warp-step, 13% of the stall samples.)
+// to fp32 rows: rows, this lane's rows g and g + 8 at column 2t (attn_dq_accum_rows); the tile at
+// column col. Each lane's pair of adjacent columns as one 8-byte reduction, a warp's four lanes of
+// a row one full 32-byte sector, every lane every time (rows past the sequence's end point at its
+// last row: skipping them made ptxas branch around every reduction, with a convergence barrier
+// each: 17 BSSY / BSYNC pairs a warp-step, 13% of the stall samples).
 // Measured against the earlier form (lanes t and t ^ 1 trading halves by two shuffles so that
 // each added four columns with one 16-byte reduction: half the reductions, but two shuffles and
 // six selects a tile, and until 2026-11-27 (25) a branch between even and odd lanes that issued
 // both reductions with half the warp each): 2-3% faster at head dim 128 (rung 2 against SDPA's
 // flash backward, round-robin, `bench/results/experiments/rung2_dq_v2_vs_v4/`).
-__device__ __forceinline__ void red_add_tile_f32(float* row_lo, int hi_off, int col, const float* acc) {
-  red_add_f32x2(row_lo + col, acc[0], acc[1]);
-  red_add_f32x2(row_lo + hi_off + col, acc[2], acc[3]);
+__device__ __forceinline__ void red_add_tile_f32(const AttnDqAccumRows& rows, int col, const float* acc) {
+  red_add_f32x2(rows.lo + col, acc[0], acc[1]);
+  red_add_f32x2(rows.lo + rows.hi_off + col, acc[2], acc[3]);
 }
 
 // Grid (ceil(max_sk / kBlockN), nheads_kv, batch), Tr::kThreads threads, Tr::kSmemBytes dynamic
@@ -420,10 +433,9 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
       // dQ is 0) added to its last row.
 #pragma unroll
       for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
-        const int i = m0 + q_row + 16 * mi + g, lo = min(i, sb.sq - 1), hi = min(i + 8, sb.sq - 1);
-        float* row_lo = p.dq_accum + (attn_dq_accum_row(p, b, sb, lo) * p.nheads + h) * kD + c0 + 2 * t;
+        const AttnDqAccumRows rows = attn_dq_accum_rows(p, b, sb, h, m0 + q_row + 16 * mi + g, kD, c0 + 2 * t);
 #pragma unroll
-        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(row_lo, (hi - lo) * p.nheads * kD, j * 8, dq[mi][j]);
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(rows, j * 8, dq[mi][j]);
       }
     }
     h = h_next, m0 = m_next;

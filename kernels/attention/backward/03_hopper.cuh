@@ -557,6 +557,24 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       const auto visible = [](const AttnBwdRowBounds (&seen)[2], int j, int e) {
         return 8 * j + e % 2 >= seen[e / 2].lo && 8 * j + e % 2 <= seen[e / 2].hi;
       };
+      // An element-wise pass over this thread's n8 tiles j (query rows 8 j + 2 t, + 1): body(j,
+      // their lse log2(e), keep) with keep(e) whether element e is visible; the mask compiled in
+      // only for steps that straddle it.
+      const auto elementwise = [&](auto&& body) {
+        const auto pass = [&](auto mask_tag) {
+          constexpr bool kMask = decltype(mask_tag)::value;
+          AttnBwdRowBounds seen[2] = {};
+          if constexpr (kMask) row_bounds(seen);
+#pragma unroll
+          for (int j = 0; j < kM / 8; ++j) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
+            const float lse_c[2] = {lse2.x, lse2.y};
+            body(j, lse_c, [&](int e) { return !kMask || visible(seen, j, e); });
+          }
+        };
+        if (need_mask) pass(std::true_type{});
+        else pass(std::false_type{});
+      };
       uint32_t pa[kM / 16][4];
       // Accumulator n8 tile j (keys key_base and + 8, packed in pairs) as half of A fragment j / 2.
       const auto set_frag = [](uint32_t (&a)[kM / 16][4], int j, uint32_t lo, uint32_t hi) {
@@ -600,28 +618,19 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         wgmma_wait<0>();
         wgmma_fence_operands(sT);
         wgmma_fence_operands(dpT);
-        const auto p_ds = [&](auto mask_tag) {
-          constexpr bool kMask = decltype(mask_tag)::value;
-          AttnBwdRowBounds seen[2] = {};
-          if constexpr (kMask) row_bounds(seen);
+        elementwise([&](int j, const float (&lse_c)[2], auto&& keep) {
+          const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
+          const float dsum_c[2] = {dsum.x, dsum.y};
+          float pr[4], ds[4];
 #pragma unroll
-          for (int j = 0; j < kM / 8; ++j) {
-            const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
-            const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * j + 2 * t);
-            const float lse_c[2] = {lse2.x, lse2.y}, dsum_c[2] = {dsum.x, dsum.y};
-            float pr[4], ds[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
-              score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, !kMask || visible(seen, j, e),
-                                                    lse_c[e % 2], dsum_c[e % 2], dsum_c[e % 2] * mod.scale, 1.f, pr[e], ds[e]);
-            }
-            pack_p(j, pr);
-            store_ds(j, ds);
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + key_base + 8 * (e / 2), i = m0 + 8 * j + 2 * t + e % 2;
+            score.template p_ds<kScoreMod, false>(sT[4 * j + e], dpT[4 * j + e], i, key, keep(e), lse_c[e % 2],
+                                                  dsum_c[e % 2], dsum_c[e % 2] * mod.scale, 1.f, pr[e], ds[e]);
           }
-        };
-        if (need_mask) p_ds(std::true_type{});
-        else p_ds(std::false_type{});
+          pack_p(j, pr);
+          store_ds(j, ds);
+        });
         issue_dv();
         if constexpr (kProbe == 7) turn_end(st);
       } else {
@@ -630,25 +639,15 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         wgmma_wait<1>();
         mark(st, 2);
         wgmma_fence_operands(sT);
-        const auto p_only = [&](auto mask_tag) {
-          constexpr bool kMask = decltype(mask_tag)::value;
-          AttnBwdRowBounds seen[2] = {};
-          if constexpr (kMask) row_bounds(seen);
+        elementwise([&](int j, const float (&lse_c)[2], auto&& keep) {
+          float pr[4];
 #pragma unroll
-          for (int j = 0; j < kM / 8; ++j) {
-            const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 8 * j + 2 * t);
-            const float lse_c[2] = {lse2.x, lse2.y};
-            float pr[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              pr[e] = !kMask || visible(seen, j, e) ? exp2_approx_ftz(fmaf(sT[4 * j + e], score.scale_log2, -lse_c[e % 2])) : 0.f;
-              sT[4 * j + e] = pr[e];
-            }
-            pack_p(j, pr);
+          for (int e = 0; e < 4; ++e) {
+            pr[e] = keep(e) ? exp2_approx_ftz(fmaf(sT[4 * j + e], score.scale_log2, -lse_c[e % 2])) : 0.f;
+            sT[4 * j + e] = pr[e];
           }
-        };
-        if (need_mask) p_only(std::true_type{});
-        else p_only(std::false_type{});
+          pack_p(j, pr);
+        });
         issue_dv();
         if constexpr (kProbe == 7) turn_end(st);
         mark(st, 3);

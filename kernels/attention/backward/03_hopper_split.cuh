@@ -382,10 +382,9 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
 
     // dQ into the fp32 workspace, an n8 tile at a time (red_add_tile_f32); rows past the
     // sequence's end (dS = 0 there, so dQ = 0) added to its last row.
-    const int i = m0 + 16 * warp + g, lo = min(i, sb.sq - 1), hi = min(i + 8, sb.sq - 1);
-    float* row_lo = p.dq_accum + (attn_dq_accum_row(p, b, sb, lo) * p.nheads + h) * Tr::kHeadDim + kC * cw + 2 * t;
+    const AttnDqAccumRows rows = attn_dq_accum_rows(p, b, sb, h, m0 + 16 * warp + g, Tr::kHeadDim, kC * cw + 2 * t);
 #pragma unroll
-    for (int j = 0; j < kC / 8; ++j) red_add_tile_f32(row_lo, (hi - lo) * p.nheads * Tr::kHeadDim, 8 * j, dq + 4 * j);
+    for (int j = 0; j < kC / 8; ++j) red_add_tile_f32(rows, 8 * j, dq + 4 * j);
   }
 
   if (kDqMode == 1 && t128 == 0) tma_store_wait_all<true>();  // shared memory must outlive the reductions' reads
