@@ -35,6 +35,7 @@
 // d 64 and 128, 512..4k.
 // --fp8: the FP8 variants (run_fp8) at d 128, 512..16k.
 // --seq128: d 128, three consumer warpgroups without overlap and pingpong, 2k..16k.
+// --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
@@ -231,6 +232,17 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                         }});
   }
   if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
+  // One consumer warpgroup on 64-row tiles, two CTAs an SM (kConsumers 1): each CTA's first block
+  // and epilogue under the other's block loop; no pingpong turns (one warpgroup), 128-key blocks at
+  // d 64 (and 192), 64 or 80 at d 128 (two CTAs' K/V rings must fit the SM's shared memory).
+  if constexpr (kD == 64) {
+    variants.push_back({"2ctas", [&] { launch<kD, false, true, 0, false, true, false, 1>(p, h.stream()); }});
+    variants.push_back({"2ctas_n192", [&] { launch<kD, false, true, 192, false, true, false, 1>(p, h.stream()); }});
+  }
+  if constexpr (kD == 128) {
+    variants.push_back({"2ctas_n64", [&] { launch<kD, false, true, 64, true, true, false, 1>(p, h.stream()); }});
+    variants.push_back({"2ctas_n80", [&] { launch<kD, false, true, 80, true, true, false, 1>(p, h.stream()); }});
+  }
   // The persistent kernel with its dynamic tile scheduler (kernels/attention/04_hopper_persistent.cuh;
   // head dims up to 128).
   if constexpr (kD <= 128)
@@ -328,7 +340,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name == "persistent_176" || name == "persistent_n64" || name.rfind("persistent_3c", 0) == 0 ||
+        name == "persistent_176" || name == "persistent_n64" || name.rfind("2ctas_n", 0) == 0 || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
         name == "rung4_library";  // the library may take any of the kernels
@@ -483,6 +495,13 @@ int main(int argc, char** argv) {
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
+  } else if (mode == "--two-ctas") {  // one consumer warpgroup, two CTAs an SM, against the library
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "3_consumers", "2ctas", "2ctas_n192"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "pingpong+overlap", "2ctas_n64", "2ctas_n80"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
   } else if (mode == "--seq128") {  // d 128: three consumer warpgroups without overlap and pingpong
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n128_seq",

@@ -100,11 +100,15 @@ struct HopperAttnTraits {
   static_assert(!kSumByMma || kFp8, "the row sums by the tensor cores: FP8 only");
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
-  // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three.
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim <= 128),
-                "two consumer warpgroups, or three up to head dim 128");
-  static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
+  // CTAs an SM holds at once: two with one consumer warpgroup (each CTA's first block and
+  // epilogue run under the other CTA's block loop), else one.
+  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
+  // Consumer registers after setmaxnreg (producer: 24): 240 with two consumers, 160 with three,
+  // 232 with one (two CTAs of 256 threads launched at 128 registers share the register file).
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
+  static_assert(kConsumers <= 2 || (kConsumers == 3 && kHeadDim <= 128),
+                "one or two consumer warpgroups, or three up to head dim 128");
+  static_assert((24 * 128 + kConsumerRegs * 128 * kConsumers) * kCtasPerSm <= 65536, "the register file");
   // Keys per block: the S accumulator (kBlockN / 2 registers), its 16-bit copy P (kBlockN / 4)
   // and O (d / 2) share a consumer thread's 240 registers.
   // Measured (bench/experiments/attention_hopper_ablation.cu, bc97cf9, 8773645): 176 at d 128
@@ -135,6 +139,8 @@ struct HopperAttnTraits {
   static_assert(!kFp8 || (kHeadDim == 128 && kBlockN % 32 == 0), "FP8: head dim 128 and key blocks of k32 steps");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; a wgmma N and a TMA box of at most 256");
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
+  // Two CTAs an SM: 228 KB per SM, 1 KB of it reserved per CTA, plus the static barriers.
+  static_assert(kCtasPerSm == 1 || kSmemBytes + 2048 <= 114 * 1024, "two CTAs' shared memory on one SM");
 };
 
 // The output element: the input's, or bf16 for FP8 inputs.
@@ -652,13 +658,15 @@ template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverla
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
           bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false>
-__global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), 1)
+__global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), kConsumers == 1 ? 2 : 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
   __trap();  // wgmma, TMA and setmaxnreg need sm_90a; the host launches this kernel only there
 #else
   using Tr = HopperAttnTraits<kHeadDim, kScoreMod, kBlockNArg, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   static_assert(kConsumers == 2 || !kPaged, "the paged producer: two consumer warpgroups");
+  static_assert(kConsumers > 1 || (!kPingpong && kSpecialized && !kFp8VtPass && sizeof(T) == 2),
+                "one consumer warpgroup: 16-bit, no pingpong turns, a producer warpgroup");
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
   static_assert(!kSplitTail || (!kPaged && kSpecialized), "split tail tiles: not paged, a producer warpgroup");
