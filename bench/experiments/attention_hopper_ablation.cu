@@ -35,6 +35,8 @@
 // d 64 and 128, 512..4k.
 // --fp8: the FP8 variants (run_fp8) at d 128, 512..16k.
 // --seq128: d 128, three consumer warpgroups without overlap and pingpong, 2k..16k.
+// --direct-o: the persistent kernels with O stored from registers and Q given back after the last
+// Q K^T (persistent_direct_o) against the library's, d 64, 128 and 256.
 // --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
@@ -297,6 +299,16 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     variants.push_back({"persistent_n80", [&] { launch_persistent<kD, 80>(p, h.stream()); }});
     variants.push_back({"persistent_n64", [&] { launch_persistent<kD, 64>(p, h.stream()); }});
   }
+  // The persistent kernel giving its Q buffer back after the tile's last Q K^T, O stored from
+  // registers (kDirectO; the next tile's Q loads under this tile's last block and epilogue).
+  {
+    constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>, kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+    constexpr bool kPp = kernels::kAttnPersistentPingpongDefault<kD, 2>;
+    constexpr int kN = kD == 256 ? 80 : 0;
+    if constexpr (kD <= 128 || kD == 256)
+      variants.push_back({"persistent_direct_o",
+                          [&] { launch_persistent<kD, kN, true, true, 2, kLazy, 2, kTree, kPp, true, true>(p, h.stream()); }});
+  }
   if constexpr (kD == 256) {
     variants.push_back({"pingpong+overlap_tree",
                         [&] { launch<kD, true, true, 0, false, true, false, 2, true, true>(p, h.stream()); }});
@@ -502,6 +514,15 @@ int main(int argc, char** argv) {
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
+  } else if (mode == "--direct-o") {  // the persistent kernels with O stored from registers, Q given back early
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_direct_o"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_direct_o"};
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_direct_o", "pingpong+overlap"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
+      for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
   } else if (mode == "--seq128") {  // d 128: three consumer warpgroups without overlap and pingpong
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n128_seq",

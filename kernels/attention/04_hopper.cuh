@@ -573,7 +573,9 @@ __device__ __forceinline__ void hopper_attn_store_part(const float (&o)[Tr::kHea
   }
 }
 
-template <typename Tr, typename To, bool kLseRowStride = false>
+// kDirectStore (16-bit; FP8 always): O's rows straight from registers to out_rows (rows past sb.sq
+// skipped) instead of into the staging tile sq.
+template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false>
 __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
@@ -587,7 +589,7 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
 #pragma unroll
     for (int j = 0; j < Tr::kHeadDim / 8; ++j) {
       const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      if constexpr (Tr::kFp8) {
+      if constexpr (Tr::kFp8 || kDirectStore) {
         if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
       } else {
         *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, Tr::kBlockM)) = pair;

@@ -69,6 +69,11 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // for the second's epilogue).
 // kStoreWait false: a timing probe (wrong output: the next Q load may land before the TMA store of
 // O has read the buffer): the epilogue's thread 0 does not wait for the store's reads.
+// kDirectO: each consumer thread gives the tile's Q buffer back as soon as its last Q K^T product is
+// done (before the last block's softmax and P V), and the epilogue stores O from registers to
+// global memory (hopper_attn_normalize_o's kDirectStore) instead of through the buffer and a TMA
+// store: with one Q buffer (head dim 256) the next tile's Q then loads under this tile's last block
+// and epilogue instead of after them.
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -78,7 +83,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
-          bool kStoreWait = true>
+          bool kStoreWait = true, bool kDirectO = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -285,6 +290,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
 
+    // kDirectO: the epilogue's tile, read before the Q buffer (and its tile entries) goes back.
+    Tile e;
+    const auto give_back_q = [&] {
+      if constexpr (kSharedTile) e = tile_info[qs];
+      else tile_at(tile, e);
+      mbarrier_arrive(&q_empty[qs]);
+    };
     if (n_blocks > 0) {
       if (kPingpong && !kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
@@ -296,6 +308,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       release(&k_empty[it % kStages]);
+      if (kDirectO && n_blocks == 1) give_back_q();
       softmax(n_begin, rescale);
       hopper_attn_convert_p<T, Tr>(s, pa);
       for (int i = 1; i < n_blocks; ++i) {
@@ -310,6 +323,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
         release(&k_empty[st]);
+        if (kDirectO && i == n_blocks - 1) give_back_q();
         softmax(n_begin + i, rescale);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(row_sum[1]);
@@ -333,12 +347,17 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // Epilogue (the library kernel's): O / l and LSE into the tile's Q buffer, the TMA store or the
     // varlen copy, then the buffer's release. The tile's batch, head and rows are fetched again
     // (tile_info, or from the index) rather than kept in registers through the block loop.
-    Tile e;
-    if constexpr (kSharedTile) e = tile_info[qs];
-    else tile_at(tile, e);
+    if (!kDirectO || n_blocks == 0) {
+      if constexpr (kSharedTile) e = tile_info[qs];
+      else tile_at(tile, e);
+    }
     T* out_rows =
         static_cast<T*>(p.o) + attn_offset(p, e.b, e.sb.q_row0, 0, e.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-    hopper_attn_normalize_o<Tr, T>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
+    hopper_attn_normalize_o<Tr, T, false, kDirectO>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
+    if constexpr (kDirectO) {
+      if (n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
+      continue;
+    }
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
     named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
     if (wg_row0 < e.sb.sq)
