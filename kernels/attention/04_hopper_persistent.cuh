@@ -73,7 +73,9 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // done (before the last block's softmax and P V), and the epilogue stores O from registers to
 // global memory (hopper_attn_normalize_o's kDirectStore) instead of through the buffer and a TMA
 // store: with one Q buffer (head dim 256) the next tile's Q then loads under this tile's last block
-// and epilogue instead of after them.
+// and epilogue instead of after them. kEarlyQProbe (a timing probe, wrong output): Q given back as
+// with kDirectO, O still staged in the buffer and TMA-stored (what the early Q load alone is worth).
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -83,7 +85,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
-          bool kStoreWait = true, bool kDirectO = false>
+          bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       release(&k_empty[it % kStages]);
-      if (kDirectO && n_blocks == 1) give_back_q();
+      if ((kDirectO || kEarlyQProbe) && n_blocks == 1) give_back_q();
       softmax(n_begin, rescale);
       hopper_attn_convert_p<T, Tr>(s, pa);
       for (int i = 1; i < n_blocks; ++i) {
@@ -323,7 +325,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
         release(&k_empty[st]);
-        if (kDirectO && i == n_blocks - 1) give_back_q();
+        if ((kDirectO || kEarlyQProbe) && i == n_blocks - 1) give_back_q();
         softmax(n_begin + i, rescale);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(row_sum[1]);
@@ -347,7 +349,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // Epilogue (the library kernel's): O / l and LSE into the tile's Q buffer, the TMA store or the
     // varlen copy, then the buffer's release. The tile's batch, head and rows are fetched again
     // (tile_info, or from the index) rather than kept in registers through the block loop.
-    if (!kDirectO || n_blocks == 0) {
+    if (!(kDirectO || kEarlyQProbe) || n_blocks == 0) {
       if constexpr (kSharedTile) e = tile_info[qs];
       else tile_at(tile, e);
     }
@@ -366,7 +368,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // each access to the buffer and its tile_of / tile_info entries is ordered before the
     // producer's next writes by the arrive itself (a single arrive after a named barrier orders
     // them too, but compute-sanitizer's racecheck reported the tile entries' reuse as hazards).
-    mbarrier_arrive(&q_empty[qs]);
+    if (!kEarlyQProbe || n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
   }
   if (!kStoreWait && t128 == 0) tma_store_wait_all<true>();  // (the probe) shared memory outlives the stores' reads
 #endif
