@@ -574,8 +574,9 @@ __device__ __forceinline__ void hopper_attn_store_part(const float (&o)[Tr::kHea
 }
 
 // kDirectStore (16-bit; FP8 always): O's rows straight from registers to out_rows (rows past sb.sq
-// skipped) instead of into the staging tile sq.
-template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false>
+// skipped) instead of into the staging tile sq. kOwnStage: sq is this warpgroup's own staging tile
+// of 64 rows (boxes 64 rows apart) instead of the CTA's tile of kBlockM.
+template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false, bool kOwnStage = false>
 __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
@@ -584,7 +585,7 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
   for (int r = 0; r < 2; ++r) {
     const float l = hopper_attn_row_l<Tr>(row_sum[r]);
     const float inv = l > 0.f ? o_scale / l : 0.f;  // a row that saw no key: O = 0
-    const int row = 64 * cw + warp * 16 + g + 8 * r;  // in the tile's kBlockM
+    const int row = (kOwnStage ? 0 : 64 * cw) + warp * 16 + g + 8 * r;  // in the staging tile
     const int i = row0 + 8 * r;
 #pragma unroll
     for (int j = 0; j < Tr::kHeadDim / 8; ++j) {
@@ -592,7 +593,7 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
       if constexpr (Tr::kFp8 || kDirectStore) {
         if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
       } else {
-        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, Tr::kBlockM)) = pair;
+        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kOwnStage ? 64 : Tr::kBlockM)) = pair;
       }
     }
     if (t == 0 && p.lse != nullptr && i < sb.sq)
@@ -605,15 +606,17 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
 // copy engine; thread 0 of the warpgroup waits until the copy has read the tile) or, varlen, row
 // by row, 16 bytes at a time, up to the sequence's sq rows (the rows past it belong to the next
 // sequence). t128: the thread's index in its warpgroup.
-// kStoreWait false (a timing probe of the persistent kernel, wrong output): no wait.
-template <typename Tr, typename T, bool kStoreWait = true>
+// kStoreWait false (a timing probe of the persistent kernel, wrong output): no wait. kOwnStage: sq is
+// this warpgroup's own 64-row staging tile (hopper_attn_normalize_o).
+template <typename Tr, typename T, bool kStoreWait = true, bool kOwnStage = false>
 __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, const unsigned char* sq, T* out_rows,
                                                     int64_t o_row_stride, bool varlen, int wg_row0, int sq_rows, int h,
                                                     int b, int cw, int t128) {
   if (!varlen) {
     if (t128 == 0) {
 #pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x) tma_store_4d(o_map, sq + x * Tr::kBlockM * 128 + cw * 64 * 128, x * 64, wg_row0, h, b);
+      for (int x = 0; x < Tr::kBoxes; ++x)
+        tma_store_4d(o_map, sq + (kOwnStage ? x * 64 * 128 : x * Tr::kBlockM * 128 + cw * 64 * 128), x * 64, wg_row0, h, b);
       tma_store_commit();
       if constexpr (kStoreWait) tma_store_wait_all<true>();  // shared memory must outlive the copy's reads
     }
@@ -623,7 +626,8 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
       const int r = e / kChunks, c = e % kChunks;
       const int i = wg_row0 + r;
       if (i >= sq_rows) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(sq + hopper_attn_swizzle(64 * cw + r, 8 * c, Tr::kBlockM));
+      const uint4 v = *reinterpret_cast<const uint4*>(
+          sq + (kOwnStage ? hopper_attn_swizzle(r, 8 * c, 64) : hopper_attn_swizzle(64 * cw + r, 8 * c, Tr::kBlockM)));
       *reinterpret_cast<uint4*>(out_rows + static_cast<int64_t>(i) * o_row_stride + 8 * c) = v;
     }
   }

@@ -75,6 +75,11 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // store: with one Q buffer (head dim 256) the next tile's Q then loads under this tile's last block
 // and epilogue instead of after them. kEarlyQProbe (a timing probe, wrong output): Q given back as
 // with kDirectO, O still staged in the buffer and TMA-stored (what the early Q load alone is worth).
+// kStageO (two consumer warpgroups): Q given back as with kDirectO, and O staged for its TMA store in
+// the last key block's K/V stage instead: warpgroup 0's rows in its K buffer, 1's in its V buffer,
+// once both warpgroups' last products are done (a named barrier); the stage goes back to the
+// producer (k_empty, v_empty) only after the store has read it. The next tile's first block loads
+// into the other stage meanwhile.
 
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
@@ -85,7 +90,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
-          bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false>
+          bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -96,6 +101,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // (kProducerRegs).
   static_assert(kHeadDim <= 128 || kHeadDim == 256, "head dims up to 128, and 256");
   using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers>;
+  static_assert(!kStageO || (kConsumers == 2 && kStoreWait && !kDirectO && !kEarlyQProbe && Tr::kBlockN >= 64),
+                "O staged in a K/V stage: two consumer warpgroups, each's 64 rows within a K or V buffer");
+  constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
@@ -309,8 +317,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       turn_end(false);
       wgmma_wait<0>();
       wgmma_fence_operands(s);
-      release(&k_empty[it % kStages]);
-      if ((kDirectO || kEarlyQProbe) && n_blocks == 1) give_back_q();
+      if (!kStageO || n_blocks > 1) release(&k_empty[it % kStages]);  // kStageO: the last block's, after the store
+      if (kEarlyQ && n_blocks == 1) give_back_q();
       softmax(n_begin, rescale);
       hopper_attn_convert_p<T, Tr>(s, pa);
       for (int i = 1; i < n_blocks; ++i) {
@@ -324,8 +332,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         turn_end(false);
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
-        release(&k_empty[st]);
-        if ((kDirectO || kEarlyQProbe) && i == n_blocks - 1) give_back_q();
+        if (!kStageO || i < n_blocks - 1) release(&k_empty[st]);
+        if (kEarlyQ && i == n_blocks - 1) give_back_q();
         softmax(n_begin + i, rescale);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(row_sum[1]);
@@ -342,19 +350,36 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       turn_end(true);
       wgmma_wait<0>();
       wgmma_fence_operands(o);
-      release(&v_empty[lst % kStages]);
+      if constexpr (!kStageO) release(&v_empty[lst % kStages]);
       it += n_blocks;
     }
 
     // Epilogue (the library kernel's): O / l and LSE into the tile's Q buffer, the TMA store or the
     // varlen copy, then the buffer's release. The tile's batch, head and rows are fetched again
     // (tile_info, or from the index) rather than kept in registers through the block loop.
-    if (!(kDirectO || kEarlyQProbe) || n_blocks == 0) {
+    if (!kEarlyQ || n_blocks == 0) {
       if constexpr (kSharedTile) e = tile_info[qs];
       else tile_at(tile, e);
     }
     T* out_rows =
         static_cast<T*>(p.o) + attn_offset(p, e.b, e.sb.q_row0, 0, e.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+    if constexpr (kStageO) {
+      if (n_blocks > 0) {
+        // Both warpgroups' last products are done: the last block's K and V buffers are free to stage O.
+        named_barrier_sync(1 + 2 * kConsumers, 128 * kConsumers);
+        const int sl = (it - 1) % kStages;  // the last block's stage (it counts it already)
+        unsigned char* stage = cw == 0 ? sk + sl * Tr::kKBytes : sv + sl * Tr::kVBytes;
+        hopper_attn_normalize_o<Tr, T, false, false, true>(o, row_sum, row_max, 1.f, stage, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
+        fence_proxy_async_smem();  // the writes above before the TMA engine reads them
+        named_barrier_sync(1 + kConsumers + cw, 128);
+        if (wg_row0 < e.sb.sq)
+          hopper_attn_store_o<Tr, T, true, true>(&args.o, stage, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
+        named_barrier_sync(1 + kConsumers + cw, 128);  // the store has read the stage (thread 0 waited)
+        release(&k_empty[sl]);
+        release(&v_empty[sl]);
+        continue;
+      }
+    }
     hopper_attn_normalize_o<Tr, T, false, kDirectO>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
     if constexpr (kDirectO) {
       if (n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
