@@ -75,11 +75,12 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // store: with one Q buffer (head dim 256) the next tile's Q then loads under this tile's last block
 // and epilogue instead of after them. kEarlyQProbe (a timing probe, wrong output): Q given back as
 // with kDirectO, O still staged in the buffer and TMA-stored (what the early Q load alone is worth).
-// kStageO (two consumer warpgroups): Q given back as with kDirectO, and O staged for its TMA store in
-// the last key block's K/V stage instead: warpgroup 0's rows in its K buffer, 1's in its V buffer,
-// once both warpgroups' last products are done (a named barrier); the stage goes back to the
-// producer (k_empty, v_empty) only after the store has read it. The next tile's first block loads
-// into the other stage meanwhile.
+// kStageO (two consumer warpgroups, pingpong turns): Q given back as with kDirectO, and O staged for
+// its TMA store in the last key block's K/V stage instead: warpgroup 0's rows in its K buffer once
+// warpgroup 1's last Q K^T is done, 1's rows in its V buffer once 0's last P V is done (each a named
+// barrier the other arrives on without waiting); that buffer goes back to the producer (k_empty or
+// v_empty: the stager's arrives come after the store has read it). The next tile's first block
+// loads into the other stage meanwhile.
 
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
@@ -101,8 +102,11 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // (kProducerRegs).
   static_assert(kHeadDim <= 128 || kHeadDim == 256, "head dims up to 128, and 256");
   using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers>;
-  static_assert(!kStageO || (kConsumers == 2 && kStoreWait && !kDirectO && !kEarlyQProbe && Tr::kBlockN >= 64),
-                "O staged in a K/V stage: two consumer warpgroups, each's 64 rows within a K or V buffer");
+  static_assert(!kStageO || (kConsumers == 2 && kPingpong && kStoreWait && !kDirectO && !kEarlyQProbe && Tr::kBlockN >= 64),
+                "O staged in a K/V stage: two consumer warpgroups taking turns, each's 64 rows within a K or V buffer");
+  // kStageO's named barriers (after the pingpong turns' 1 .. kConsumers and the epilogues'): K of the
+  // last block read by warpgroup 1 (0 waits), V of the last block read by warpgroup 0 (1 waits).
+  constexpr int kLastKRead = 1 + 2 * kConsumers, kLastVRead = 2 + 2 * kConsumers;
   constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -317,7 +321,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       turn_end(false);
       wgmma_wait<0>();
       wgmma_fence_operands(s);
-      if (!kStageO || n_blocks > 1) release(&k_empty[it % kStages]);  // kStageO: the last block's, after the store
+      if (!kStageO || n_blocks > 1 || cw == 1) release(&k_empty[it % kStages]);  // kStageO: 0's after its store
+      if (kStageO && n_blocks == 1 && cw == 1) named_barrier_arrive(kLastKRead, 256);
       if (kEarlyQ && n_blocks == 1) give_back_q();
       softmax(n_begin, rescale);
       hopper_attn_convert_p<T, Tr>(s, pa);
@@ -332,7 +337,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         turn_end(false);
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
-        if (!kStageO || i < n_blocks - 1) release(&k_empty[st]);
+        if (!kStageO || i < n_blocks - 1 || cw == 1) release(&k_empty[st]);
+        if (kStageO && i == n_blocks - 1 && cw == 1) named_barrier_arrive(kLastKRead, 256);
         if (kEarlyQ && i == n_blocks - 1) give_back_q();
         softmax(n_begin + i, rescale);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
@@ -350,7 +356,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       turn_end(true);
       wgmma_wait<0>();
       wgmma_fence_operands(o);
-      if constexpr (!kStageO) release(&v_empty[lst % kStages]);
+      if (!kStageO || cw == 0) release(&v_empty[lst % kStages]);  // kStageO: 1's after its store
+      if (kStageO && cw == 0) named_barrier_arrive(kLastVRead, 256);
       it += n_blocks;
     }
 
@@ -365,8 +372,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         static_cast<T*>(p.o) + attn_offset(p, e.b, e.sb.q_row0, 0, e.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
     if constexpr (kStageO) {
       if (n_blocks > 0) {
-        // Both warpgroups' last products are done: the last block's K and V buffers are free to stage O.
-        named_barrier_sync(1 + 2 * kConsumers, 128 * kConsumers);
+        // The other warpgroup is done with this warpgroup's staging buffer.
+        named_barrier_sync(cw == 0 ? kLastKRead : kLastVRead, 256);
         const int sl = (it - 1) % kStages;  // the last block's stage (it counts it already)
         unsigned char* stage = cw == 0 ? sk + sl * Tr::kKBytes : sv + sl * Tr::kVBytes;
         hopper_attn_normalize_o<Tr, T, false, false, true>(o, row_sum, row_max, 1.f, stage, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
@@ -375,8 +382,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         if (wg_row0 < e.sb.sq)
           hopper_attn_store_o<Tr, T, true, true>(&args.o, stage, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
         named_barrier_sync(1 + kConsumers + cw, 128);  // the store has read the stage (thread 0 waited)
-        release(&k_empty[sl]);
-        release(&v_empty[sl]);
+        release(cw == 0 ? &k_empty[sl] : &v_empty[sl]);
         continue;
       }
     }
