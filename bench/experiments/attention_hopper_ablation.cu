@@ -298,6 +298,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   if constexpr (kD == 256) {
     variants.push_back({"persistent_n80", [&] { launch_persistent<kD, 80>(p, h.stream()); }});
     variants.push_back({"persistent_n64", [&] { launch_persistent<kD, 64>(p, h.stream()); }});
+    // Narrower key blocks leave room for a second Q buffer (48 keys: 2 x 64 KB + 2 x 48 KB), so
+    // the next tile's Q loads under this one's math and epilogue; 32 keys: also a third K/V stage.
+    variants.push_back({"persistent_n48", [&] { launch_persistent<kD, 48>(p, h.stream()); }});
+    variants.push_back({"persistent_n32", [&] { launch_persistent<kD, 32>(p, h.stream()); }});
+    variants.push_back({"persistent_n32_3stages", [&] { launch_persistent<kD, 32, true, true, 3>(p, h.stream()); }});
   }
   // The persistent kernel giving its Q buffer back after the tile's last Q K^T, O stored from
   // registers (kDirectO; the next tile's Q loads under this tile's last block and epilogue).
@@ -361,7 +366,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name == "persistent_176" || name == "persistent_n64" || name.rfind("2ctas_n", 0) == 0 || name.rfind("persistent_3c", 0) == 0 ||
+        name == "persistent_176" || name == "persistent_n64" || name.rfind("persistent_n48", 0) == 0 ||
+        name.rfind("persistent_n32", 0) == 0 || name.rfind("2ctas_n", 0) == 0 || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
         name == "rung4_library";  // the library may take any of the kernels
@@ -525,11 +531,10 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
   } else if (mode == "--direct-o") {  // the persistent kernels with O stored from registers, Q given back early
-    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_stage_o"};
-    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_stage_o", "probe_persistent_early_q"};
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_n48", "persistent_n32",
+                                           "persistent_n32_3stages", "probe_persistent_early_q"};
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
-      for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
   } else if (mode == "--seq128") {  // d 128: three consumer warpgroups without overlap and pingpong
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n128_seq",
