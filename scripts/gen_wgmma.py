@@ -7,7 +7,7 @@ m64nNk16 instruction are spelled out here instead of by hand.
 """
 import pathlib
 
-NS = (32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256)
+NS = (8, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256)
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 # FP8 (m64nNk32): K-major operands only (no transpose immediates); N as the FP8 attention uses
 # (key blocks for S = Q K^T, head dims for O += P V).

@@ -37,6 +37,7 @@
 // --seq128: d 128, three consumer warpgroups without overlap and pingpong, 2k..16k.
 // --direct-o: the persistent kernels with O stored from registers and Q given back after the last
 // Q K^T (persistent_direct_o) against the library's, d 64, 128 and 256.
+// --sum: the rows' sums of P by the tensor cores (*_sum, kSumByMma) at d 64 and 128.
 // --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
@@ -85,10 +86,11 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
-          bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true, bool kSplitTail = false>
+          bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true, bool kSplitTail = false,
+          bool kSumByMma = false>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
-                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized, false, kSplitTail>(
+                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized, kSumByMma, kSplitTail>(
       p, DType::kBF16, s);
 }
 
@@ -318,7 +320,23 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     if constexpr (kD == 128 || kD == 256)
       variants.push_back({"persistent_stage_o",
                           [&] { launch_persistent<kD, kN, true, true, 2, kLazy, 2, kTree, kPp, true, false, false, true>(p, h.stream()); }});
-    // A probe (timing only): Q given back early, O still staged in it (kEarlyQProbe).
+    // The rows' sums of P by the tensor cores (kSumByMma, the library's FP8 form: an m64n8k16 wgmma
+  // per k-step of P V against ones; l then sums P as rounded to bf16) in the kernels the library
+  // takes at d 64 (persistent, three consumer warpgroups) and d 128 (persistent, one-CTA).
+  if constexpr (kD == 64) {
+    constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+    variants.push_back({"3_consumers_sum", [&] { launch<kD, true, true, 0, false, true, false, 3, false, kTree, true, false, true>(p, h.stream()); }});
+  }
+  if constexpr (kD == 128)
+    variants.push_back({"pingpong+overlap_sum", [&] { launch<kD, true, true, 0, true, true, false, 2, true, false, true, false, true>(p, h.stream()); }});
+  if constexpr (kD <= 128) {
+    constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>, kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+    constexpr bool kPp = kernels::kAttnPersistentPingpongDefault<kD, 2>;
+    variants.push_back({"persistent_sum", [&] {
+                          launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, kPp, true, false, false, false, true>(p, h.stream());
+                        }});
+  }
+  // A probe (timing only): Q given back early, O still staged in it (kEarlyQProbe).
     if constexpr (kD <= 128 || kD == 256)
       variants.push_back({"probe_persistent_early_q",
                           [&] { launch_persistent<kD, kN, true, true, 2, kLazy, 2, kTree, kPp, true, false, true>(p, h.stream()); }});
@@ -370,6 +388,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         name.rfind("persistent_n32", 0) == 0 || name.rfind("2ctas_n", 0) == 0 || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
+        name.find("_sum") != std::string::npos ||
         name == "rung4_library";  // the library may take any of the kernels
     const bool probe = name.rfind("probe_", 0) == 0;  // timing only: its output may be wrong
     const bool ok = probe || (nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256));
@@ -535,6 +554,13 @@ int main(int argc, char** argv) {
                                            "persistent_n32_3stages", "probe_persistent_early_q"};
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
+    }
+  } else if (mode == "--sum") {  // the rows' sums by the tensor cores, d 64 and 128
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_sum", "3_consumers", "3_consumers_sum"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_sum", "pingpong+overlap", "pingpong+overlap_sum"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048, 8192})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
   } else if (mode == "--seq128") {  // d 128: three consumer warpgroups without overlap and pingpong
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n128_seq",

@@ -90,14 +90,13 @@ namespace flashlab::kernels {
 // library's choice at d 64 without softcap / ALiBi; and FP8 at d 128 with 128-key blocks without
 // kOverlap, the library's FP8 kernel without softcap / ALiBi). Three fit 160 registers where S, P and O do:
 // d 64 with 128-key blocks, d 96 with 96, d 128 with 64 or 80 (experiments).
-// kSumByMma_ (FP8): the rows' sums of P by the tensor cores (hopper_attn_gemm_pv).
+// kSumByMma_: the rows' sums of P by the tensor cores (hopper_attn_gemm_pv; the library's for FP8).
 template <int kHeadDim_, bool kScoreMod_, int kBlockN_ = 0, int kElemBytes_ = 2, int kConsumers_ = 2, bool kSumByMma_ = false>
 struct HopperAttnTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kScoreMod = kScoreMod_;
   static constexpr bool kFp8 = kElemBytes_ == 1;
   static constexpr bool kSumByMma = kSumByMma_;
-  static_assert(!kSumByMma || kFp8, "the row sums by the tensor cores: FP8 only");
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
   // CTAs an SM holds at once: two with one consumer warpgroup (each CTA's first block and
@@ -291,10 +290,10 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 
 // O += P V, P from registers (pa), V at v_base: k-steps v_step_bytes apart, 64-column boxes (LBO)
 // v_lbo apart; one committed wgmma group. kDescAdvance: as hopper_attn_gemm_qk.
-// Tr::kSumByMma (FP8): in the same group, lsum = P x ones (an m64n8k32 wgmma per k-step against an
-// 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones): each row's sum of this block's P as
-// rounded to e4m3 (shifted: kAttnFp8PShiftLog2), replacing the softmax's kBlockN / 2 FADDs per
-// thread. (Eight more columns of O against rows of ones after V^T's chunks measured the same.)
+// Tr::kSumByMma: in the same group, lsum = P x ones (an m64n8k32 wgmma per k-step against an
+// 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones; 16-bit: m64n8k16, ones of T): each
+// row's sum of this block's P as rounded to T (FP8 shifted: kAttnFp8PShiftLog2), replacing the
+// softmax's kBlockN / 2 FADDs per thread. (Eight more columns of O against rows of ones after V^T's chunks measured the same.)
 template <typename T, typename Tr, bool kDescAdvance = true>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo,
@@ -633,11 +632,13 @@ __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, co
   }
 }
 
-// kSumByMma: the 8 x 32-byte tile of e4m3 ones (1.0 = 0x38 in every byte, so no swizzle matters)
-// that hopper_attn_gemm_pv's row-sum wgmmas read, written by the CTA before its first barrier; a
-// proxy fence: the async proxy (wgmma) reads it.
+// kSumByMma: the 8 x 32-byte tile of T's ones (e4m3 1.0 = 0x38 in every byte, bf16 0x3f80 and fp16
+// 0x3c00 in every 2 bytes, so no swizzle matters) that hopper_attn_gemm_pv's row-sum wgmmas read,
+// written by the CTA before its first barrier; a proxy fence: the async proxy (wgmma) reads it.
+template <typename T>
 __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
-  if (threadIdx.x < 64) ones[threadIdx.x] = 0x38383838u;
+  constexpr uint32_t kOnes = sizeof(T) == 1 ? 0x38383838u : std::is_same_v<T, __nv_bfloat16> ? 0x3f803f80u : 0x3c003c00u;
+  if (threadIdx.x < 64) ones[threadIdx.x] = kOnes;
   fence_proxy_async_smem();
 }
 
@@ -738,7 +739,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
     fence_barrier_init();
   }
   __shared__ alignas(256) uint32_t ones[kSumByMma ? 64 : 1];  // kSumByMma: hopper_attn_fill_ones
-  if constexpr (kSumByMma) hopper_attn_fill_ones(ones);
+  if constexpr (kSumByMma) hopper_attn_fill_ones<T>(ones);
   __syncthreads();
 
   const int wg = warpgroup_index();

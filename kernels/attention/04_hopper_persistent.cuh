@@ -43,9 +43,9 @@ namespace flashlab::kernels {
 
 // kStages_: K/V buffers in the ring (the library kernel's 2 by default). kConsumers_: consumer
 // warpgroups, 2 or 3 (HopperAttnTraits; three get 152 registers each here, the producer 40-48).
-template <int kHeadDim, bool kScoreMod, int kBlockN = 0, int kStages_ = 2, int kConsumers_ = 2>
-struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_> {
-  using Base = HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_>;
+template <int kHeadDim, bool kScoreMod, int kBlockN = 0, int kStages_ = 2, int kConsumers_ = 2, bool kSumByMma_ = false>
+struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_, kSumByMma_> {
+  using Base = HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_, kSumByMma_>;
   static constexpr int kStages = kStages_;
   // Q buffers: two where they fit next to the K/V ring, else one.
   static constexpr int kQStages = 2 * Base::kQBytes + kStages * (Base::kKBytes + Base::kVBytes) + 1024 <= 227 * 1024 ? 2 : 1;
@@ -91,7 +91,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
-          bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false>
+          bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // Head dim 256: one Q buffer (two do not fit beside the K/V ring), the producer at 56 registers
   // (kProducerRegs).
   static_assert(kHeadDim <= 128 || kHeadDim == 256, "head dims up to 128, and 256");
-  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers>;
+  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers, kSumByMma>;
   static_assert(!kStageO || (kConsumers == 2 && kPingpong && kStoreWait && !kDirectO && !kEarlyQProbe && Tr::kBlockN >= 64),
                 "O staged in a K/V stage: two consumer warpgroups taking turns, each's 64 rows within a K or V buffer");
   // kStageO's named barriers (after the pingpong turns' 1 .. kConsumers and the epilogues'): K of the
@@ -156,6 +156,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     }
     fence_barrier_init();
   }
+  __shared__ alignas(256) uint32_t ones[kSumByMma ? 64 : 1];  // kSumByMma: hopper_attn_fill_ones
+  if constexpr (kSumByMma) hopper_attn_fill_ones<T>(ones);
   __syncthreads();
 
   // Registers per thread: the producer 40 (the library's producer has 24; the tile walk's state
@@ -239,6 +241,17 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   float s[kN / 2];               // S, then P in fp32, same layout with key columns
   uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
   float row_max[2], row_sum[2];  // log2 units; partial sums
+  float lsum[4];                 // kSumByMma: a block's row sums (m64n8: rows g, g + 8 at lsum[0], lsum[2])
+  // kSumByMma: the row sums of the P V just waited for into row_sum, times factor (the rescale the
+  // softmax has applied to row_sum since).
+  const auto add_sums = [&](const float (&factor)[2]) {
+    if constexpr (kSumByMma) {
+      wgmma_fence_operands(lsum);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) row_sum[r] = fmaf(lsum[2 * r], factor[r], row_sum[r]);
+    }
+  };
+  constexpr float kOne[2] = {1.f, 1.f};
   // Pingpong turns as in attn_hopper_kernel: warpgroup cw issues GEMMs after a sync on barrier
   // 1 + cw, then lets the other go with an arrive on its barrier. Both warpgroups take
   // n_blocks + 1 turns per tile, so the turns alternate across tiles too. kCarryTurns: the second
@@ -294,7 +307,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // 64-column boxes kN rows apart.
     const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
     const auto gemm_pv = [&](int stage) {
-      hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128);
+      hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128, lsum, smem_u32(ones));
     };
     const auto softmax = [&](int n, float (&rescale)[2]) {
       hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
@@ -342,10 +355,11 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         if (kEarlyQ && i == n_blocks - 1) give_back_q();
         softmax(n_begin + i, rescale);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
-        if constexpr (kHeadDim == 128) wgmma_wait_after<0>(row_sum[1]);
+        if constexpr (kHeadDim == 128) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
         else wgmma_wait<0>();
         wgmma_fence_operands(o);
         release(&v_empty[prev]);
+        add_sums(rescale);
         hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale);
         hopper_attn_convert_p<T, Tr>(s, pa);
       }
@@ -356,6 +370,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       turn_end(true);
       wgmma_wait<0>();
       wgmma_fence_operands(o);
+      add_sums(kOne);
       if (!kStageO || cw == 0) release(&v_empty[lst % kStages]);  // kStageO: 1's after its store
       if (kStageO && cw == 0) named_barrier_arrive(kLastVRead, 256);
       it += n_blocks;
