@@ -496,6 +496,17 @@ __device__ __forceinline__ int hopper_attn_next_turn_barrier(int cw) {
   return kConsumers == 2 ? 2 - cw : 1 + (cw + 1) % kConsumers;
 }
 
+// Tr::kSumByMma: the row sums of the P V just waited for (lsum, hopper_attn_gemm_pv) into row_sum,
+// times factor (the rescale of the blocks since, which the softmax has applied to row_sum already).
+template <typename Tr>
+__device__ __forceinline__ void hopper_attn_add_sums(float (&row_sum)[2], float (&lsum)[4], const float (&factor)[2]) {
+  if constexpr (Tr::kSumByMma) {
+    wgmma_fence_operands(lsum);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = fmaf(lsum[2 * r], factor[r], row_sum[r]);
+  }
+}
+
 // O's rows scaled by the softmax's rescale factors. kLazyRescale: skipped by the whole warp when
 // every factor of its rows is 1 (hopper_attn_softmax).
 template <typename Tr, bool kLazyRescale = false>
@@ -956,15 +967,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
     hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
   };
   const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
-  // kSumByMma: the row sums of the P V just waited for into row_sum, times factor (the rescale of
-  // the blocks since, which the softmax has applied to row_sum already).
-  const auto add_sums = [&](const float (&factor)[2]) {
-    if constexpr (kSumByMma) {
-      wgmma_fence_operands(lsum);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) row_sum[r] = fmaf(lsum[2 * r], factor[r], row_sum[r]);
-    }
-  };
+  const auto add_sums = [&](const float (&factor)[2]) { hopper_attn_add_sums<Tr>(row_sum, lsum, factor); };
   constexpr float kOne[2] = {1.f, 1.f};
   const auto convert_p = [&] { hopper_attn_convert_p<T, Tr>(s, pa); };
 

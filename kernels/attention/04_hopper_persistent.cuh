@@ -242,15 +242,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
   float row_max[2], row_sum[2];  // log2 units; partial sums
   float lsum[4];                 // kSumByMma: a block's row sums (m64n8: rows g, g + 8 at lsum[0], lsum[2])
-  // kSumByMma: the row sums of the P V just waited for into row_sum, times factor (the rescale the
-  // softmax has applied to row_sum since).
-  const auto add_sums = [&](const float (&factor)[2]) {
-    if constexpr (kSumByMma) {
-      wgmma_fence_operands(lsum);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) row_sum[r] = fmaf(lsum[2 * r], factor[r], row_sum[r]);
-    }
-  };
+  const auto add_sums = [&](const float (&factor)[2]) { hopper_attn_add_sums<Tr>(row_sum, lsum, factor); };
   constexpr float kOne[2] = {1.f, 1.f};
   // Pingpong turns as in attn_hopper_kernel: warpgroup cw issues GEMMs after a sync on barrier
   // 1 + cw, then lets the other go with an arrive on its barrier. Both warpgroups take
