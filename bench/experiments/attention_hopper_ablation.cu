@@ -40,11 +40,12 @@
 // the probe of it (probe_persistent_early_q), and at d 256 narrower key blocks with two Q buffers
 // (persistent_n48, _n32, _n32_3stages), against the library's; d 256 512..4k, d 64 / 128 512..1k.
 // --sum: the rows' sums of P by the tensor cores (*_sum, kSumByMma) at d 64 and 128.
+// --one-stage: d 256's persistent kernel with one K/V stage and two Q buffers (persistent_n80_1stage).
 // --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -307,6 +308,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     variants.push_back({"persistent_n48", [&] { launch_persistent<kD, 48>(p, h.stream()); }});
     variants.push_back({"persistent_n32", [&] { launch_persistent<kD, 32>(p, h.stream()); }});
     variants.push_back({"persistent_n32_3stages", [&] { launch_persistent<kD, 32, true, true, 3>(p, h.stream()); }});
+    // One K/V stage instead of two, so that two Q buffers fit beside it (2 x 64 + 80 KB): the next
+    // tile's Q loads under this one, each K / V block after both consumers' use of the last.
+    variants.push_back({"persistent_n80_1stage", [&] { launch_persistent<kD, 80, true, true, 1>(p, h.stream()); }});
   }
   // The persistent kernel giving its Q buffer back after the tile's last Q K^T, O stored from
   // registers (kDirectO; the next tile's Q loads under this tile's last block and epilogue).
@@ -562,6 +566,10 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--one-stage") {  // d 256: one K/V stage and two Q buffers
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_n80_1stage", "probe_persistent_early_q"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
   } else if (mode == "--seq128") {  // d 128: three consumer warpgroups without overlap and pingpong
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "3_consumers_n128_seq",
                                             "3_consumers_n112_seq"};
@@ -577,7 +585,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage)\n",
                  mode.c_str());
     return 2;
   }
