@@ -144,6 +144,8 @@ std::vector<Variant> variants() {
     // first two steps; no dQ reductions (on kDqFirst + kDqByProducer since 2026-11-27 (23)).
     v.push_back({"probe_no_reload", main_variant<kD, 2, true, true, true, 1>, false});
     v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, true, true, 2>, false});
+    // ... no dK / dV stores at the block's end (kProbe 14: 4-byte stores from registers).
+    v.push_back({"probe_no_dkdv_store", main_variant<kD, 2, true, true, true, 14>, false});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }

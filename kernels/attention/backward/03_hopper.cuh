@@ -229,7 +229,7 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
 // wgmma descriptor from its address (wgmma_desc_sw128_at); 13 loads D into registers before the
-// wait for dP^T.
+// wait for dP^T; 14 skips the dK / dV stores (timing only: what the epilogue's stores cost).
 // kPersistent (an experiment, 2026-11-27 (25)): a block per SM walking the tiles (args.tiles;
 // stages, buffers and barrier parities counted across tiles; K and V reloaded once the consumers
 // arrive on kv_empty, so a tile's dK / dV stores run under the next tile's loads); without it the
@@ -748,7 +748,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int key = tl_out.n0 + key_base + 8 * r;
-      if (key >= sb_out.sk) continue;
+      if (kProbe == 14 || key >= sb_out.sk) continue;  // kProbe 14: no dK / dV stores (timing only)
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j) {
         const int col = 8 * j + 2 * t;
