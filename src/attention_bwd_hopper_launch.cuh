@@ -41,6 +41,21 @@ inline kernels::HopperBwdArgs attn_bwd_hopper_args(const AttnBwdParams& p, DType
     const int64_t dq_strides[3] = {d * 4, p.nheads * d * 4, rows * p.nheads * d * 4};
     args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, 64, 1});
   }
+  // dk, dv for the epilogue's TMA stores: fixed lengths (a varlen box would run into the next
+  // sequence's rows), 16-byte aligned base and strides, positive on every dim of size > 1.
+  const auto tma_walkable = [&](const void* base, int64_t row, int64_t head, int64_t bat) {
+    const int64_t es = dtype_size(dtype);
+    const auto ok = [&](int64_t stride, int64_t size) { return size <= 1 || (stride > 0 && stride * es % 16 == 0); };
+    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && ok(row, p.seqlen_k) && ok(head, p.nheads_kv) && ok(bat, p.batch);
+  };
+  if (!varlen && tma_walkable(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
+      tma_walkable(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride)) {
+    args.dk = attn_tensor_map(p.dk, dtype, d, p.seqlen_k, p.nheads_kv, p.batch, p.dk_row_stride, p.dk_head_stride,
+                              p.dk_batch_stride, 64);
+    args.dv = attn_tensor_map(p.dv, dtype, d, p.seqlen_k, p.nheads_kv, p.batch, p.dv_row_stride, p.dv_head_stride,
+                              p.dv_batch_stride, 64);
+    args.dkdv_tma = 1;
+  }
   return args;
 }
 

@@ -144,8 +144,11 @@ std::vector<Variant> variants() {
     // first two steps; no dQ reductions (on kDqFirst + kDqByProducer since 2026-11-27 (23)).
     v.push_back({"probe_no_reload", main_variant<kD, 2, true, true, true, 1>, false});
     v.push_back({"probe_no_dq_reduce", main_variant<kD, 2, true, true, true, 2>, false});
-    // ... no dK / dV stores at the block's end (kProbe 14: 4-byte stores from registers).
+    // ... no dK / dV stores at the block's end (kProbe 14: timing only).
     v.push_back({"probe_no_dkdv_store", main_variant<kD, 2, true, true, true, 14>, false});
+    // dK / dV stored from registers, four bytes a thread and row (kProbe 15: the library's epilogue
+    // before 2026-11-27 (26), which stages them for TMA stores).
+    v.push_back({"dkdv_stores_from_registers", main_variant<kD, 2, true, true, true, 15>});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }

@@ -103,10 +103,13 @@ struct HopperBwdTraits {
 // boxes of 32 fp32 x 1 x 64 rows.
 // tiles (kPersistent kernels only): block i takes tiles i, i + gridDim.x, ... < tiles in the order
 // of the one-block-per-tile grid (key block fastest, then KV head, then batch: hopper_bwd_tile).
+// dk, dv (with dkdv_tma != 0: fixed lengths, strides TMA can walk): maps over (head dim, rows, KV
+// heads, batch) with boxes of 64 columns x 64 rows, for the epilogue's TMA stores.
 struct HopperBwdArgs {
   AttnBwdParams p;
-  CUtensorMap q, k, v, dout, dq_accum;
+  CUtensorMap q, k, v, dout, dq_accum, dk, dv;
   int tiles;
+  int dkdv_tma;
 };
 
 // Tile t's (batch, KV head, first key) in the order a one-block-per-tile grid launches them (key
@@ -229,7 +232,8 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // operand (dS^T) from shared memory with plain scores (the forms before 2026-11-27 (23)); 6 writes
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
 // wgmma descriptor from its address (wgmma_desc_sw128_at); 13 loads D into registers before the
-// wait for dP^T; 14 skips the dK / dV stores (timing only: what the epilogue's stores cost).
+// wait for dP^T; 14 skips the dK / dV stores (timing only: what the epilogue's stores cost); 15
+// stores dK / dV from registers as before 2026-11-27 (26) (right gradients).
 // kPersistent (an experiment, 2026-11-27 (25)): a block per SM walking the tiles (args.tiles;
 // stages, buffers and barrier parities counted across tiles; K and V reloaded once the consumers
 // arrive on kv_empty, so a tile's dK / dV stores run under the next tile's loads); without it the
@@ -737,7 +741,37 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     if (n_steps > 0) dq_step(n_steps - 1, g0 + n_steps - 1, nullptr);
     if constexpr (kPersistent) mbarrier_arrive(&kv_empty);  // K and V read: the producer may load the next tile's
 
-    // dK, dV of this consumer's keys, written once (0 where no step ran).
+    // dK, dV of this consumer's keys, written once (0 where no step ran). With args.dkdv_tma (the
+    // one-block-per-tile kernel, fixed lengths) and steps run: staged in this consumer's 64 rows of
+    // the K and V tiles (free once both consumers' last products are done: the other's dQ reads
+    // every key of K) and stored by TMA, which clips at seqlen_k. (Stored straight from registers,
+    // four bytes a thread and row, they cost 2-17% of the whole backward at 8k-512 keys: the
+    // timing probe kProbe 14, 2026-11-27 (26).)
+    if (!kPersistent && kProbe != 14 && kProbe != 15 && args.dkdv_tma != 0 && n_steps > 0) {
+      named_barrier_sync(6, 256);  // both consumers' last products done: K and V are free
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          const uint32_t at = hopper_attn_swizzle(key_base + 8 * r, 8 * j + 2 * t, kN);
+          *reinterpret_cast<uint32_t*>(sk + at) = pack2<T>(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+          *reinterpret_cast<uint32_t*>(sv + at) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+      }
+      fence_proxy_async_smem();  // the writes above before the TMA engine reads them
+      named_barrier_sync(2 + cw, 128);
+      if (t128 == 0) {
+#pragma unroll
+        for (int x = 0; x < Tr::kBoxes; ++x) {
+          const int off = x * kN * 128 + cw * 64 * 128;
+          tma_store_4d(&args.dk, sk + off, 64 * x, n0 + 64 * cw, hk, b);
+          tma_store_4d(&args.dv, sv + off, 64 * x, n0 + 64 * cw, hk, b);
+        }
+        tma_store_commit();
+        tma_store_wait_all<true>();  // shared memory must outlive the copies' reads
+      }
+      return;
+    }
     const HopperBwdTile tl_out = kPersistent ? info_tile(it) : tl;
     const int b_out = tl_out.b, hk_out = tl_out.hk;
     const AttnBatch sb_out = kPersistent ? attn_batch(p, b_out) : sb;
