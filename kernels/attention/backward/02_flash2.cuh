@@ -441,33 +441,25 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     h = h_next, m0 = m_next;
   }
 
-  // dK, dV of this block's keys, written once: staged in the K and V tiles (every warp is done
-  // with them), then out in 16-byte row chunks. (Stored straight from registers, four bytes a
-  // thread and row, as until 2026-11-27 (26), they cost the Hopper rung 2-12% of the backward:
-  // backward/03_hopper.cuh's kProbe 14 / 15.)
+  // dK, dV of this block's keys, written once.
   cp_async_wait<0>();  // (K and V landed long ago when any query block ran; not when none did)
-  __syncthreads();
+  T* dk = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  T* dv = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
 #pragma unroll
   for (int mi = 0; mi < Tr::kKVMTiles; ++mi)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = kv_key + 16 * mi + g + 8 * r;
+      const int key = n0 + kv_key + 16 * mi + g + 8 * r;
+      if (key >= sb.sk) continue;
 #pragma unroll
       for (int j = 0; j < Tr::kKVTiles; ++j) {
         const int col = kv_col + j * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(ks + row * kS + col) = pack2<T>(dk_acc[mi][j][2 * r], dk_acc[mi][j][2 * r + 1]);
-        *reinterpret_cast<uint32_t*>(vs + row * kS + col) = pack2<T>(dv_acc[mi][j][2 * r], dv_acc[mi][j][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dk + static_cast<int64_t>(key) * p.dk_row_stride + col) =
+            pack2<T>(dk_acc[mi][j][2 * r], dk_acc[mi][j][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv + static_cast<int64_t>(key) * p.dv_row_stride + col) =
+            pack2<T>(dv_acc[mi][j][2 * r], dv_acc[mi][j][2 * r + 1]);
       }
     }
-  __syncthreads();
-  T* dk = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-  T* dv = static_cast<T*>(p.dv) + attn_offset(p, b, sb.k_row0, 0, hk, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-  for (int e = threadIdx.x; e < kN * Tr::kChunks; e += Tr::kThreads) {
-    const int row = e / Tr::kChunks, c = e % Tr::kChunks, key = n0 + row;
-    if (key >= sb.sk) continue;
-    *reinterpret_cast<uint4*>(dk + static_cast<int64_t>(key) * p.dk_row_stride + 8 * c) = *reinterpret_cast<const uint4*>(ks + row * kS + 8 * c);
-    *reinterpret_cast<uint4*>(dv + static_cast<int64_t>(key) * p.dv_row_stride + 8 * c) = *reinterpret_cast<const uint4*>(vs + row * kS + 8 * c);
-  }
 }
 
 }  // namespace flashlab::kernels
