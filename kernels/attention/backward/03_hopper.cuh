@@ -32,6 +32,9 @@
 //     running), dV's product issued, then dS while it runs.
 //   - Element-wise P and dS: per element as in rung 2 (AttnBwdScore::p_ds), lse and D per column
 //     (query row) from shared memory; the mask compiled in only for steps that straddle it.
+//   - Epilogue (fixed lengths, TMA-walkable dk / dv): dK and dV rounded into the consumer's 64 rows
+//     of the K and V tiles and stored by TMA (HopperBwdArgs::dk, dv); from registers otherwise.
+//     Stored from registers everywhere they cost 2-17% of the backward at 8k-512 keys (2026-11-27 (26)).
 // Head dims 64 (steps of 128 query rows, dQ split by rows) and 128 (steps of 64 rows, dQ split
 // by columns); dK + dV take 64 or 128 registers a thread (head dim 256: 03_hopper_split.cuh). No
 // dropout (rung 2 has it). Varlen:
