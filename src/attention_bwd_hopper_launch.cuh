@@ -42,14 +42,13 @@ inline kernels::HopperBwdArgs attn_bwd_hopper_args(const AttnBwdParams& p, DType
     args.dq_accum = make_tensor_map_4d(p.dq_accum, DType::kF32, dq_dims, dq_strides, {32, 1, 64, 1});
   }
   // dk, dv for the epilogue's TMA stores: fixed lengths (a varlen box would run into the next
-  // sequence's rows), 16-byte aligned base and strides, positive on every dim of size > 1.
-  const auto tma_walkable = [&](const void* base, int64_t row, int64_t head, int64_t bat) {
-    const int64_t es = dtype_size(dtype);
-    const auto ok = [&](int64_t stride, int64_t size) { return size <= 1 || (stride > 0 && stride * es % 16 == 0); };
-    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && ok(row, p.seqlen_k) && ok(head, p.nheads_kv) && ok(bat, p.batch);
+  // sequence's rows) and strides positive on every dim of size > 1 (tma_strides' rule; their
+  // 16-byte alignment is attention_bwd's check::aligned_rows).
+  const auto positive = [&](int64_t row, int64_t head, int64_t bat) {
+    return (p.seqlen_k <= 1 || row > 0) && (p.nheads_kv <= 1 || head > 0) && (p.batch <= 1 || bat > 0);
   };
-  if (!varlen && tma_walkable(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
-      tma_walkable(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride)) {
+  if (!varlen && positive(p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride) &&
+      positive(p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride)) {
     args.dk = attn_tensor_map(p.dk, dtype, d, p.seqlen_k, p.nheads_kv, p.batch, p.dk_row_stride, p.dk_head_stride,
                               p.dk_batch_stride, 64);
     args.dv = attn_tensor_map(p.dv, dtype, d, p.seqlen_k, p.nheads_kv, p.batch, p.dv_row_stride, p.dv_head_stride,

@@ -128,6 +128,43 @@ __device__ __forceinline__ HopperBwdTile hopper_bwd_tile(const HopperBwdArgs& ar
   return {b, r / n_blocks, (r % n_blocks) * kN};
 }
 
+// Both rung-3 kernels' epilogue with HopperBwdArgs::dkdv_tma (2026-11-27 (26)). Staging: a
+// consumer's dK and dV accumulator rows row and row + 8 (n8 tiles j: d[4 j + 2 r + c], columns
+// col0 + 8 j + 2 t + c) rounded to T into the K and V tiles (kRows rows, 128B-swizzled:
+// hopper_attn_swizzle), which nothing reads any more.
+template <typename T, int kRows, int kCols>
+__device__ __forceinline__ void hopper_bwd_stage_dkdv(unsigned char* sk, unsigned char* sv, const float* dk, const float* dv,
+                                                      int row, int col0, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const uint32_t at = hopper_attn_swizzle(row + 8 * r, col0 + 8 * j + 2 * t, kRows);
+      *reinterpret_cast<uint32_t*>(sk + at) = pack2<T>(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(sv + at) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    }
+  }
+}
+
+// Then (one thread, after the stagers' proxy fence and barrier) the TMA stores of the staged
+// 64 x 64 boxes: column boxes x_lo .. x_hi - 1, row tiles row0 + 64 kt (kt < kRowTiles) of the K / V
+// tiles, to keys n0 + row0 + 64 kt of KV head hk, batch b (the copy engine clips at seqlen_k); it
+// waits for the copies' reads (shared memory must outlive them).
+template <int kRows, int kRowTiles>
+__device__ __forceinline__ void hopper_bwd_store_dkdv(const HopperBwdArgs& args, const unsigned char* sk, const unsigned char* sv,
+                                                      int x_lo, int x_hi, int row0, int n0, int hk, int b) {
+#pragma unroll
+  for (int x = x_lo; x < x_hi; ++x)
+#pragma unroll
+    for (int kt = 0; kt < kRowTiles; ++kt) {
+      const int off = x * kRows * 128 + (row0 + 64 * kt) * 128;
+      tma_store_4d(&args.dk, sk + off, 64 * x, n0 + row0 + 64 * kt, hk, b);
+      tma_store_4d(&args.dv, sv + off, 64 * x, n0 + row0 + 64 * kt, hk, b);
+    }
+  tma_store_commit();
+  tma_store_wait_all<true>();
+}
+
 // The steps of a key block as both rung-3 kernels (this one and 03_hopper_split.cuh) walk them,
 // as in rung 2: step st < n_steps is (query head hk group + st / m_blocks, query rows m_first +
 // kM (st % m_blocks)), m_first .. over the row blocks that see keys n0 .. n0 + kN - 1.
@@ -752,27 +789,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // timing probe kProbe 14, 2026-11-27 (26).)
     if (!kPersistent && kProbe != 14 && kProbe != 15 && args.dkdv_tma != 0 && n_steps > 0) {
       named_barrier_sync(6, 256);  // both consumers' last products done: K and V are free
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int j = 0; j < kD / 8; ++j) {
-          const uint32_t at = hopper_attn_swizzle(key_base + 8 * r, 8 * j + 2 * t, kN);
-          *reinterpret_cast<uint32_t*>(sk + at) = pack2<T>(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
-          *reinterpret_cast<uint32_t*>(sv + at) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-        }
-      }
+      hopper_bwd_stage_dkdv<T, kN, kD>(sk, sv, dk, dv, key_base, 0, t);
       fence_proxy_async_smem();  // the writes above before the TMA engine reads them
       named_barrier_sync(2 + cw, 128);
-      if (t128 == 0) {
-#pragma unroll
-        for (int x = 0; x < Tr::kBoxes; ++x) {
-          const int off = x * kN * 128 + cw * 64 * 128;
-          tma_store_4d(&args.dk, sk + off, 64 * x, n0 + 64 * cw, hk, b);
-          tma_store_4d(&args.dv, sv + off, 64 * x, n0 + 64 * cw, hk, b);
-        }
-        tma_store_commit();
-        tma_store_wait_all<true>();  // shared memory must outlive the copies' reads
-      }
+      if (t128 == 0) hopper_bwd_store_dkdv<kN, 1>(args, sk, sv, 0, Tr::kBoxes, 64 * cw, n0, hk, b);
       return;
     }
     const HopperBwdTile tl_out = kPersistent ? info_tile(it) : tl;

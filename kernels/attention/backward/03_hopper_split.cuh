@@ -396,31 +396,10 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_split_kernel(const __g
   if (args.dkdv_tma != 0 && n_steps > 0) {
     named_barrier_sync(6, 256);
 #pragma unroll
-    for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key = 64 * kt + key_base + 8 * r;
-#pragma unroll
-        for (int j = 0; j < kC / 8; ++j) {
-          const uint32_t at = hopper_attn_swizzle(key, kC * cw + 8 * j + 2 * t, kN);
-          *reinterpret_cast<uint32_t*>(sk + at) = pack2<T>(dk[kt][4 * j + 2 * r], dk[kt][4 * j + 2 * r + 1]);
-          *reinterpret_cast<uint32_t*>(sv + at) = pack2<T>(dv[kt][4 * j + 2 * r], dv[kt][4 * j + 2 * r + 1]);
-        }
-      }
+    for (int kt = 0; kt < kKT; ++kt) hopper_bwd_stage_dkdv<T, kN, kC>(sk, sv, dk[kt], dv[kt], 64 * kt + key_base, kC * cw, t);
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
     consumer_sync(cw);
-    if (t128 == 0) {
-#pragma unroll
-      for (int x = kC * cw / 64; x < kC * (cw + 1) / 64; ++x)
-#pragma unroll
-        for (int kt = 0; kt < kKT; ++kt) {
-          const int off = x * kN * 128 + 64 * kt * 128;
-          tma_store_4d(&args.dk, sk + off, 64 * x, n0 + 64 * kt, hk, b);
-          tma_store_4d(&args.dv, sv + off, 64 * x, n0 + 64 * kt, hk, b);
-        }
-      tma_store_commit();
-      tma_store_wait_all<true>();  // shared memory must outlive the copies' reads
-    }
+    if (t128 == 0) hopper_bwd_store_dkdv<kN, kKT>(args, sk, sv, kC * cw / 64, kC * (cw + 1) / 64, 0, n0, hk, b);
     return;
   }
   T* dk_out = static_cast<T*>(p.dk) + attn_offset(p, b, sb.k_row0, 0, hk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
