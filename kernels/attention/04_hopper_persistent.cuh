@@ -309,12 +309,20 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
 
-    // kDirectO: the epilogue's tile, read before the Q buffer (and its tile entries) goes back.
+    // kEarlyQ: the epilogue's tile, read before the Q buffer (and its tile entries) goes back.
     Tile e;
     const auto give_back_q = [&] {
       if constexpr (kSharedTile) e = tile_info[qs];
       else tile_at(tile, e);
       mbarrier_arrive(&q_empty[qs]);
+    };
+    // A Q K^T product of K/V stage `stage` done (`last`: the tile's last): its K buffer goes back
+    // (kStageO: warpgroup 0's last one only after its O store, warpgroup 1 tells 0 it has read it),
+    // and with kEarlyQ the Q buffer after the last.
+    const auto qk_done = [&](int stage, bool last) {
+      if (!kStageO || !last || cw == 1) release(&k_empty[stage]);
+      if (kStageO && last && cw == 1) named_barrier_arrive(kLastKRead, 256);
+      if (kEarlyQ && last) give_back_q();
     };
     if (n_blocks > 0) {
       if (kPingpong && !kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
@@ -326,9 +334,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       turn_end(false);
       wgmma_wait<0>();
       wgmma_fence_operands(s);
-      if (!kStageO || n_blocks > 1 || cw == 1) release(&k_empty[it % kStages]);  // kStageO: 0's after its store
-      if (kStageO && n_blocks == 1 && cw == 1) named_barrier_arrive(kLastKRead, 256);
-      if (kEarlyQ && n_blocks == 1) give_back_q();
+      qk_done(it % kStages, n_blocks == 1);
       softmax(n_begin, rescale);
       hopper_attn_convert_p<T, Tr>(s, pa);
       for (int i = 1; i < n_blocks; ++i) {
@@ -342,9 +348,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         turn_end(false);
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
-        if (!kStageO || i < n_blocks - 1 || cw == 1) release(&k_empty[st]);
-        if (kStageO && i == n_blocks - 1 && cw == 1) named_barrier_arrive(kLastKRead, 256);
-        if (kEarlyQ && i == n_blocks - 1) give_back_q();
+        qk_done(st, i == n_blocks - 1);
         softmax(n_begin + i, rescale);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
