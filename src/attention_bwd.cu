@@ -167,14 +167,14 @@ int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, i
     FLASHLAB_CHECK(seqlen_k == 0 || rows <= (kMaxFloats - rows) / 2 / seqlen_k, op, ": the size overflows int64");
     return (2 * rows * seqlen_k + rows) * static_cast<int64_t>(sizeof(float));
   }
-  // Rungs 2 and 3: rows x headdim floats, the dq accumulator, and D and lse log2(e) for batch x nheads x
-  // seqlen_q rounded up to a query block (rows_padded).
+  // Rungs 2 and 3: the dq accumulator, D and lse log2(e), each for batch x nheads x seqlen_q rounded up
+  // to a query block (rows_padded; the accumulator headdim floats a row).
   const int64_t blocks = seqlen_q / kAttnBwdRowPad + (seqlen_q % kAttnBwdRowPad != 0);
   const int64_t heads = seqlen_q > 0 ? rows / seqlen_q : 0;  // batch x nheads (fits: rows did)
   FLASHLAB_CHECK(heads == 0 || blocks <= kMaxFloats / 2 / kAttnBwdRowPad / heads, op, ": the size overflows int64");
   const int64_t rows_padded = heads * blocks * kAttnBwdRowPad;
-  FLASHLAB_CHECK(headdim == 0 || rows <= (kMaxFloats - 2 * rows_padded) / headdim, op, ": the size overflows int64");
-  return (rows * headdim + 2 * rows_padded) * static_cast<int64_t>(sizeof(float));
+  FLASHLAB_CHECK(rows_padded == 0 || headdim <= kMaxFloats / rows_padded - 2, op, ": the size overflows int64");
+  return rows_padded * (headdim + 2) * static_cast<int64_t>(sizeof(float));
 }
 
 namespace {
@@ -189,9 +189,10 @@ void attention_bwd_impl(const TensorView& q, const TensorView& k, const TensorVi
   if (rung == 1) return HALF_DTYPE_SWITCH(q.dtype, T, [&] { launch_naive<T>(p, stream); });
   auto* ws = static_cast<float*>(
       detail::workspace(stream, attention_bwd_workspace_bytes(2, p.batch, p.nheads, p.seqlen_q, p.seqlen_k, p.headdim)));
-  p.dq_accum = ws;  // batch x seqlen_q x nheads x headdim (varlen: total_q <= batch x max_seqlen_q rows)
   p.dsum_rows = static_cast<int>(detail::ceil_div(p.seqlen_q, kAttnBwdRowPad) * kAttnBwdRowPad);
-  p.dsum = ws + static_cast<int64_t>(p.batch) * p.seqlen_q * p.nheads * p.headdim;
+  p.dq_accum = ws;  // batch x nheads x dsum_rows x headdim (rung 3 uses batch x seqlen_q >= total_q rows of it)
+  p.dq_accum_tiled = rung == 2;
+  p.dsum = ws + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows * p.headdim;
   p.lse_log2 = p.dsum + static_cast<int64_t>(p.batch) * p.nheads * p.dsum_rows;
   detail::launch_attn_bwd_preprocess(p, q.dtype, stream);
   if (main != nullptr) main(p, q.dtype, stream);

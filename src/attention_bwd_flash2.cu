@@ -37,6 +37,19 @@ void launch_attn_bwd_preprocess(const AttnBwdParams& p, DType dtype, cudaStream_
 
 void launch_attn_bwd_dq_convert(const AttnBwdParams& p, DType dtype, cudaStream_t stream) {
   if (p.seqlen_q == 0) return;
+  if (p.dq_accum_tiled) {  // rung 2's tiles, in the layout of the main kernel that added them
+    return HALF_DTYPE_SWITCH(dtype, T, [&] {
+      HEADDIM_SWITCH(p.headdim, kD, [&] {
+        const auto launch = [&](auto traits) {
+          using Tr = typename decltype(traits)::type;
+          const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, Tr::kBlockM)), p.nheads, p.batch);
+          FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_tiles_kernel<T, Tr>), grid, Tr::kThreads, 0, stream, p);
+        };
+        if (p.dropout_p > 0.f) launch(TypeTag<kernels::Flash2BwdTraits<kD, true>>{});
+        else launch(TypeTag<kernels::Flash2BwdTraits<kD>>{});
+      });
+    });
+  }
   HALF_DTYPE_SWITCH(dtype, T, [&] {
     row_lanes_switch(p.headdim, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value, kRows = 4 * (32 / kLanes);

@@ -51,7 +51,8 @@ void launch_attn_hopper_paged_hdim(const AttnFwdParams& p, DType dtype, cudaStre
 
 // The tiled backward rungs (2, 3): p.dsum, p.lse_log2 and p.dq_accum point into their workspace
 // (attention_bwd_workspace_bytes). The preprocess (D, lse log2(e), dq_accum zeroed) runs first,
-// then one rung's main kernel, then the dq conversion (src/attention_bwd_flash2.cu).
+// then one rung's main kernel, then the dq conversion (src/attention_bwd_flash2.cu); p.dq_accum_tiled
+// (rung 2's accumulator layout) set by the caller before all three.
 void launch_attn_bwd_preprocess(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
 void launch_attn_bwd_dq_convert(const AttnBwdParams& p, DType dtype, cudaStream_t stream);
 // Rung 2's main kernel.

@@ -163,8 +163,8 @@ void attention_bwd(const TensorView& q, const TensorView& k, const TensorView& v
 
 // Bytes of device workspace the backward rung needs (rung 1: the fp32 P and dS matrices,
 // batch x nheads x seqlen_q x seqlen_k each, and D, batch x nheads x seqlen_q; rungs 2, 3: the fp32
-// dq accumulator, batch x seqlen_q x nheads x headdim, and D and lse log2(e), batch x nheads x
-// (seqlen_q rounded up to a multiple of 128) each; kAttnBwdRungAuto: rung 2's; for
+// dq accumulator, D and lse log2(e) for batch x nheads x (seqlen_q rounded up to a multiple of
+// 128) rows, headdim + 2 floats a row in all; kAttnBwdRungAuto: rung 2's; for
 // varlen the max lengths, with batch x max_seqlen_q >= total_q). attention_bwd allocates it
 // itself (stream-ordered, on `stream`).
 int64_t attention_bwd_workspace_bytes(int rung, int64_t batch, int64_t nheads, int64_t seqlen_q, int64_t seqlen_k,

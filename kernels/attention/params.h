@@ -100,9 +100,13 @@ struct AttnBwdParams : AttnFwdParams {
   // fp32 workspace of rung 2, laid out as dsum: lse log2(e) per row, +inf for rows that see no
   // key and for rows past the end (P = 2^(s - inf) = 0 there).
   float* lse_log2;
-  // fp32 workspace of the tiled rungs: dq accumulated over key blocks, (batch x seqlen_q, nheads, d)
-  // dense for fixed lengths, (total_q, nheads, d) for varlen; row r = attn_dq_accum_row(b, i).
+  // fp32 workspace of the tiled rungs: dq accumulated over key blocks. Rung 3: (batch x seqlen_q,
+  // nheads, d) dense for fixed lengths, (total_q, nheads, d) for varlen; row r =
+  // attn_dq_accum_row(b, i). Rung 2 (dq_accum_tiled): (batch, nheads, dsum_rows, d), each query
+  // block's kBlockM x d floats in the order its warps add them (02_flash2.cuh, Flash2BwdTraits::
+  // dq_tile_offset: a warp's reduction 512 contiguous bytes).
   float* dq_accum;
+  bool dq_accum_tiled;
 };
 
 // Rung 4's (kernels/attention/04_hopper.cuh) key-block width by default for 16-bit inputs, and the

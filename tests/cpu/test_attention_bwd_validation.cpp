@@ -588,17 +588,17 @@ TEST(AttentionBwdWorkspace, ClosedForms) {
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 7, 0, 64), 3 * 5 * 7 * 4);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 3, 5, 0, 7, 64), 0);
   EXPECT_EQ(attention_bwd_workspace_bytes(1, 0, 5, 7, 9, 64), 0);
-  // Rung 2: the fp32 dq accumulator, batch x seqlen_q x nheads x headdim, and D and lse,
-  // batch x nheads x seqlen_q rounded up to 128, each; the automatic choice is rung 2's.
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 128) * 4);
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 0, 128), (2 * 4 * 16 * 128 + 2 * 2 * 4 * 128) * 4);  // no keys: the same
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 128, 9, 32), (3 * 5 * 128 * 32 + 2 * 3 * 5 * 128) * 4);
-  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 129, 9, 32), (3 * 5 * 129 * 32 + 2 * 3 * 5 * 256) * 4);
+  // Rung 2: the fp32 dq accumulator (headdim floats a row), D and lse, each for batch x nheads x
+  // seqlen_q rounded up to 128; the automatic choice is rung 2's.
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64), 2 * 4 * 128 * (64 + 2) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 2, 4, 16, 0, 128), 2 * 4 * 128 * (128 + 2) * 4);  // no keys: the same
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 128, 9, 32), 3 * 5 * 128 * (32 + 2) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 129, 9, 32), 3 * 5 * 256 * (32 + 2) * 4);
   EXPECT_EQ(attention_bwd_workspace_bytes(2, 3, 5, 0, 9, 32), 0);  // no rows: nothing
   EXPECT_EQ(attention_bwd_workspace_bytes(kAttnBwdRungAuto, 2, 4, 16, 32, 64), attention_bwd_workspace_bytes(2, 2, 4, 16, 32, 64));
   // Rung 3: rung 2's (the same preprocess, accumulator and dq conversion), so the automatic
   // choice's workspace is right whichever of the two it takes.
-  EXPECT_EQ(attention_bwd_workspace_bytes(3, 2, 4, 16, 32, 64), (2 * 4 * 16 * 64 + 2 * 2 * 4 * 128) * 4);
+  EXPECT_EQ(attention_bwd_workspace_bytes(3, 2, 4, 16, 32, 64), 2 * 4 * 128 * (64 + 2) * 4);
   for (const auto& s : std::vector<std::vector<int64_t>>{
            {2, 4, 16, 32, 64}, {3, 5, 65, 9, 128}, {1, 32, 4096, 4096, 128}, {3, 5, 0, 9, 64}, {2, 4, 16, 0, 64}})
     EXPECT_EQ(attention_bwd_workspace_bytes(3, s[0], s[1], s[2], s[3], s[4]),
@@ -629,7 +629,7 @@ TEST(AttentionBwdWorkspace, Errors) {
   expect_error({overflow}, 1, max, 2, 1, 1, 64);                              // batch x nheads
   expect_error({overflow}, 1, 65535, 65535, int64_t{1} << 30, 1 << 30, 256);  // x seqlen_k
   expect_error({overflow}, 1, 1, 1, 1, (int64_t{1} << 60), 64);               // 2 x P x 4 bytes
-  expect_error({overflow}, 2, 1, 1, int64_t{1} << 54, 1, 256);                // rung 2: rows x (d + 1) x 4 bytes
+  expect_error({overflow}, 2, 1, 1, int64_t{1} << 54, 1, 256);                // rung 2: padded rows x (d + 2) x 4 bytes
   expect_error({overflow}, 3, 1, 1, int64_t{1} << 54, 1, 256);                // rung 3: rung 2's
 }
 

@@ -85,6 +85,8 @@ struct Flash2BwdTraits {
   static constexpr int kQMTiles = kBlockM / kQWarpsM / 16;
   static constexpr int kDqCols = kHeadDim / kQWarpsD;
   static constexpr int kDqChunk = kDqCols % 32 == 0 ? 32 : kDqCols;
+  // dQ's n8 tiles a lane adds per step (kQMTiles x kDqCols / 8), four floats each.
+  static constexpr int kDqFrags = kQMTiles * kDqCols / 8;
   static constexpr int kStride = kHeadDim + 8;  // shared row strides in elements (padded)
   static constexpr int kPStride = kBlockN + 8;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (flash2_load_tile)
@@ -98,6 +100,28 @@ struct Flash2BwdTraits {
   static_assert(kSNTiles % 2 == 0 && kKVTiles % 2 == 0 && (kDqChunk / 8) % 2 == 0 && kDqCols % kDqChunk == 0,
                 "ldmatrix.x4 loads two n8 tiles at a time");
   static_assert((kStride / 8) % 2 == 1 && (kPStride / 8) % 2 == 1, "an odd number of 16-byte chunks per shared row");
+  static_assert(kWarps * 32 * kDqFrags * 4 == kBlockM * kHeadDim, "the dQ tiles of the warps cover the block");
+
+  // A warp's dQ tile: first row and column (kQMTiles m16 tiles x kDqCols columns).
+  __host__ __device__ static constexpr int dq_row(int warp) { return (warp % kQWarpsM) * kQMTiles * 16; }
+  __host__ __device__ static constexpr int dq_col(int warp) { return (warp / kQWarpsM) * kDqCols; }
+  // n8 tile f of a lane's dQ (f = (chunk x kQMTiles + mi) x kDqChunk / 8 + j): m16 tile mi of the
+  // warp's rows, n8 tile j of column chunk `chunk`; the tile's values are (g, 2t), (g, 2t + 1),
+  // (g + 8, 2t), (g + 8, 2t + 1). Row and column of the first, from the block's origin.
+  struct DqTile {
+    int row, col;
+  };
+  __host__ __device__ static constexpr DqTile dq_tile(int warp, int lane, int f) {
+    const int j = f % (kDqChunk / 8), mi = f / (kDqChunk / 8) % kQMTiles, chunk = f / (kDqChunk / 8) / kQMTiles;
+    return {dq_row(warp) + 16 * mi + lane / 4, dq_col(warp) + kDqChunk * chunk + 8 * j + 2 * (lane % 4)};
+  }
+  // Where n8 tile f of (warp, lane) lives in its block's kBlockM x d floats of dq_accum (rung 2's
+  // tiled layout, AttnBwdParams::dq_accum): the four values at ((warp x kDqFrags + f) x 32 + lane) x 4,
+  // so a warp's reduction of one n8 tile covers 512 contiguous bytes (4 lines of 128 bytes; a
+  // row-major accumulator makes it 8 rows, 8 lines, at 2 x 8 bytes a lane).
+  __host__ __device__ static constexpr int dq_tile_offset(int warp, int lane, int f) {
+    return ((warp * kDqFrags + f) * 32 + lane) * 4;
+  }
 };
 
 // Packed row of dq_accum for (batch b, row i): dense (batch x seqlen_q) rows, or the packed row.
@@ -117,6 +141,13 @@ __device__ __forceinline__ AttnDqAccumRows attn_dq_accum_rows(const AttnBwdParam
                                                               int i, int d, int col) {
   const int lo = min(i, sb.sq - 1), hi = min(i + 8, sb.sq - 1);
   return {p.dq_accum + (attn_dq_accum_row(p, b, sb, lo) * p.nheads + h) * d + col, (hi - lo) * p.nheads * d};
+}
+
+// Rung 2's dq_accum (AttnBwdParams::dq_accum_tiled): (batch, nheads, dsum_rows, d), each block of
+// kBlockM rows one tile in the order its warps add it (Flash2BwdTraits::dq_tile_offset). Offset of
+// the tile of (batch b, head h) from row m0 (a multiple of kBlockM).
+__device__ __forceinline__ int64_t attn_dq_accum_tile(const AttnBwdParams& p, int b, int h, int m0) {
+  return ((static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0) * p.headdim;
 }
 
 // The preprocess and the dq conversion give kLanes lanes to a row, one 16-byte chunk (8 values of
@@ -154,7 +185,15 @@ __global__ void attn_bwd_dsum_rows_kernel(const __grid_constant__ AttnBwdParams 
     const T* de = reinterpret_cast<const T*>(&dv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc += to_float(oe[e]) * to_float(de[e]);
-    float4* accum = reinterpret_cast<float4*>(p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim + c * 8);
+    if (!p.dq_accum_tiled) {
+      float4* accum = reinterpret_cast<float4*>(p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim + c * 8);
+      accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  // The tiled accumulator (rung 2): the head's whole padded rows, zeroed by place (a row's values
+  // are spread over its tile; the padding rows take dQ's zeros of rows past the end).
+  if (p.dq_accum_tiled && c < p.headdim / 8) {
+    float4* accum = reinterpret_cast<float4*>(p.dq_accum + attn_dq_accum_tile(p, b, h, i) + c * 8);
     accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   // Sum over the row's kLanes lanes (xor offsets below kLanes stay within the row's lanes).
@@ -188,6 +227,40 @@ __global__ void attn_bwd_dq_convert_rows_kernel(const __grid_constant__ AttnBwdP
   const uint4 out = make_uint4(pack2<T>(a.x, a.y), pack2<T>(a.z, a.w), pack2<T>(d.x, d.y), pack2<T>(d.z, d.w));
   T* dq = static_cast<T*>(p.dq) + attn_offset(p, b, sb.q_row0, i, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   *reinterpret_cast<uint4*>(dq + c * 8) = out;
+}
+
+// Postprocess of rung 2's tiled accumulator: thread (warp, lane) of a block of Tr::kThreads reads
+// the n8 tiles that the main kernel's thread (warp, lane) added (16 bytes each, a warp's 512
+// contiguous bytes at a time) and writes them to dq at their rows and columns. Grid
+// (ceil(max_sq / kBlockM), nheads, batch).
+template <typename T, typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads) attn_bwd_dq_convert_tiles_kernel(const __grid_constant__ AttnBwdParams p) {
+  const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * Tr::kBlockM;
+  const AttnBatch sb = attn_batch(p, b);
+  if (m0 >= sb.sq) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* tile = p.dq_accum + attn_dq_accum_tile(p, b, h, m0);
+  T* dq = static_cast<T*>(p.dq) + attn_offset(p, b, sb.q_row0, 0, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+#pragma unroll
+  for (int f = 0; f < Tr::kDqFrags; ++f) {
+    const float4 a = *reinterpret_cast<const float4*>(tile + Tr::dq_tile_offset(warp, lane, f));
+    const typename Tr::DqTile at = Tr::dq_tile(warp, lane, f);
+    const int i = m0 + at.row;
+    if (i < sb.sq) *reinterpret_cast<uint32_t*>(dq + static_cast<int64_t>(i) * p.dq_row_stride + at.col) = pack2<T>(a.x, a.y);
+    if (i + 8 < sb.sq)
+      *reinterpret_cast<uint32_t*>(dq + static_cast<int64_t>(i + 8) * p.dq_row_stride + at.col) = pack2<T>(a.z, a.w);
+  }
+}
+
+// Four fp32 values added to global memory (16-byte aligned) without reading them back (sm_90: one
+// vector reduction).
+__device__ __forceinline__ void red_add_f32x4(float* dst, const float* v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+               : "memory");
+#else
+  for (int e = 0; e < 4; ++e) atomicAdd(dst + e, v[e]);
+#endif
 }
 
 // Two fp32 values added to global memory (8-byte aligned) without reading them back (sm_90: one
@@ -264,7 +337,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
   // dQ rows q_row.. (kQMTiles m16 tiles) x columns q_col.. (kDqCols).
   const int s_row = (warp % Tr::kSWarpsM) * Tr::kSMTiles * 16, s_key = (warp / Tr::kSWarpsM) * Tr::kSNTiles * 8;
   const int kv_key = (warp % Tr::kKVWarpsN) * Tr::kKVMTiles * 16, kv_col = (warp / Tr::kKVWarpsN) * Tr::kKVCols;
-  const int q_row = (warp % Tr::kQWarpsM) * Tr::kQMTiles * 16, q_col = (warp / Tr::kQWarpsM) * Tr::kDqCols;
+  const int q_row = Tr::dq_row(warp), q_col = Tr::dq_col(warp);
   float dk_acc[Tr::kKVMTiles][Tr::kKVTiles][4], dv_acc[Tr::kKVMTiles][Tr::kKVTiles][4];
 #pragma unroll
   for (int mi = 0; mi < Tr::kKVMTiles; ++mi)
@@ -311,6 +384,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     const float* dsum_s = dsum_buf + buf * kM;
     const AttnBwdScore score(attn_score_mod(p, b, h, sb));
     const AttnScoreMod& mod = score.mod;
+    float* dq_tile = p.dq_accum + attn_dq_accum_tile(p, b, h, m0);
     __syncthreads();  // step st - 1 is done with its buffers, P and dS
     if (h_next < h_end) load_step(h_next, m_next, buf ^ 1);  // into the buffer step st - 1 used
     cp_async_commit();                      // (possibly empty: one group per step)
@@ -429,14 +503,16 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
           for (int mi = 0; mi < Tr::kQMTiles; ++mi) mma_m16n8k16_x2<T>(dq[mi][j], dq[mi][j + 1], ads[mi], bk);
         }
       }
-      // Into dq_accum, an n8 tile at a time (red_add_tile_f32); rows past the sequence's end (their
-      // dQ is 0) added to its last row.
+      // Into this block's tile of dq_accum, an n8 tile (four values) a reduction, where
+      // Tr::dq_tile_offset puts it (rows past the sequence's end too: their dQ is 0, their place
+      // in the padded tile is read by no one).
+      const int chunk = (c0 - q_col) / Tr::kDqChunk;
 #pragma unroll
-      for (int mi = 0; mi < Tr::kQMTiles; ++mi) {
-        const AttnDqAccumRows rows = attn_dq_accum_rows(p, b, sb, h, m0 + q_row + 16 * mi + g, kD, c0 + 2 * t);
+      for (int mi = 0; mi < Tr::kQMTiles; ++mi)
 #pragma unroll
-        for (int j = 0; j < Tr::kDqChunk / 8; ++j) red_add_tile_f32(rows, j * 8, dq[mi][j]);
-      }
+        for (int j = 0; j < Tr::kDqChunk / 8; ++j)
+          red_add_f32x4(dq_tile + Tr::dq_tile_offset(warp, lane, (chunk * Tr::kQMTiles + mi) * (Tr::kDqChunk / 8) + j),
+                        dq[mi][j]);
     }
     h = h_next, m0 = m_next;
   }
