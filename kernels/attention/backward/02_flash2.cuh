@@ -321,12 +321,13 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
   T* dss = ps + kM * kPS;                      // (kM, kPS): dS g
   float* lse_buf = reinterpret_cast<float*>(dss + kM * kPS);  // (kStages, kM): lse log2(e), +inf for rows without P
   float* dsum_buf = lse_buf + kStages * kM;                    // (kStages, kM): D
-  static_assert(kM % 4 == 0 && 2 * kM / 4 <= Tr::kThreads, "lse and D of a block by one 16-byte copy per thread");
+  static_assert(kM % 64 == 0 && kM / 64 <= Tr::kWarps, "lse and D of a block by whole warps, one 16-byte copy a lane");
 
   const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kN;
   const AttnBatch sb = attn_batch(p, b);
   if (n0 >= sb.sk) return;  // varlen: this batch has fewer keys
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_u = __shfl_sync(0xffffffffu, warp, 0);  // the same, known to the compiler as warp-uniform
   const int g = lane / 4, t = lane % 4;
   const int group = p.nheads / p.nheads_kv;
   const auto smem_addr = [](const T* ptr) { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); };
@@ -370,14 +371,17 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     const T* q = static_cast<const T*>(p.q) + attn_offset(p, b, sb.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
     const T* dout = static_cast<const T*>(p.dout) +
                     attn_offset(p, b, sb.q_row0, 0, h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
-    flash2_load_tile<T, Tr, kM>(qs_buf + buf * kM * kS, q, p.q_row_stride, m0, sb.sq);
-    flash2_load_tile<T, Tr, kM>(dos_buf + buf * kM * kS, dout, p.dout_row_stride, m0, sb.sq);
-    if (threadIdx.x < 2 * kM / 4) {
+    // lse and D: the first kM / 64 warps, a warp-uniform branch (as threadIdx.x < kM / 2 it was a
+    // divergent one, and every warp stalled at it for the Q / dO copies just issued: 4.6% of the
+    // stall samples at d 128, H100, 2026-11-27).
+    if (warp_u < kM / 64) {
       const int c = threadIdx.x % (kM / 4);
       const int64_t at = (static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0 + 4 * c;
       const bool is_lse = threadIdx.x < kM / 4;
       cp_async_16((is_lse ? lse_buf : dsum_buf) + buf * kM + 4 * c, (is_lse ? p.lse_log2 : p.dsum) + at);
     }
+    flash2_load_tile<T, Tr, kM>(qs_buf + buf * kM * kS, q, p.q_row_stride, m0, sb.sq);
+    flash2_load_tile<T, Tr, kM>(dos_buf + buf * kM * kS, dout, p.dout_row_stride, m0, sb.sq);
   };
   const bool any_step = m_end > m_first;
   if (any_step) load_step(hk * group, m_first, 0);
