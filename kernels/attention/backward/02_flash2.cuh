@@ -122,7 +122,6 @@ struct Flash2BwdTraits {
   __host__ __device__ static constexpr int dq_tile_offset(int warp, int lane, int f) {
     return ((warp * kDqFrags + f) * 32 + lane) * 4;
   }
-  static_assert(dq_tile_offset(0, 0, 1) == 128, "n8 tile f of a lane f x 128 floats past its first");
 };
 
 // Packed row of dq_accum for (batch b, row i): dense (batch x seqlen_q) rows, or the packed row.
@@ -398,8 +397,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     const float* dsum_s = dsum_buf + buf * kM;
     const AttnBwdScore score(attn_score_mod(p, b, h, sb));
     const AttnScoreMod& mod = score.mod;
-    // This lane's first n8 tile of the step's dQ in dq_accum; tile f is f x 128 floats on.
-    float* dq_lane = p.dq_accum + attn_dq_accum_tile(p, b, h, m0) + Tr::dq_tile_offset(warp, lane, 0);
+    float* dq_tile = p.dq_accum + attn_dq_accum_tile(p, b, h, m0);
     __syncthreads();  // step st - 1 is done with its buffers, P and dS
     if (h_next < h_end) load_step(h_next, m_next, buf ^ 1);  // into the buffer step st - 1 used
     cp_async_commit();                      // (possibly empty: one group per step)
@@ -526,7 +524,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
       for (int mi = 0; mi < Tr::kQMTiles; ++mi)
 #pragma unroll
         for (int j = 0; j < Tr::kDqChunk / 8; ++j)
-          red_add_f32x4(dq_lane + 128 * ((chunk * Tr::kQMTiles + mi) * (Tr::kDqChunk / 8) + j), dq[mi][j]);
+          red_add_f32x4(dq_tile + Tr::dq_tile_offset(warp, lane, (chunk * Tr::kQMTiles + mi) * (Tr::kDqChunk / 8) + j),
+                        dq[mi][j]);
     }
     h = h_next, m0 = m_next;
   }
