@@ -31,6 +31,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -75,11 +76,16 @@ struct Flash2Traits {
   static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "ldmatrix.x4 loads two n8 tiles at a time");
 };
 
-// Copies rows [row0, row0 + kRows) of one head of a (rows, d) tensor slice into a padded shared
-// tile, zero-filling rows >= nrows. `base` points at row 0 of the slice; rows are `row_stride`
-// elements apart.
-template <typename T, typename Tr, int kRows>
+// Copies rows [row0, row0 + kRows) of one head of a (rows, d) tensor slice into a shared tile,
+// zero-filling rows >= nrows. `base` points at row 0 of the slice; rows are `row_stride` elements
+// apart. The tile: rows Tr::kStride elements apart (padded), or, with Rows, element (r, col) at
+// Rows::at(r, col) (the backward's swizzled tiles).
+template <typename T, typename Tr, int kRows, typename Rows = void>
 __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t row_stride, int row0, int nrows) {
+  const auto dst = [](int r, int c) {
+    if constexpr (std::is_void_v<Rows>) return r * Tr::kStride + c * 8;
+    else return Rows::at(r, c * 8);
+  };
   constexpr int kTotal = kRows * Tr::kChunks;
   static_assert(kTotal % Tr::kThreads == 0, "whole chunks per thread");
   if constexpr (Tr::kThreads % Tr::kChunks == 0) {
@@ -94,7 +100,7 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
     for (int it = 0; it < kRows / kRowsPerPass; ++it) {
       const int r = r0 + it * kRowsPerPass;
       const bool in = row0 + r < nrows;
-      cp_async_16(smem + r * Tr::kStride + c * 8, in ? src + it * pass_stride : base, in ? 16 : 0);
+      cp_async_16(smem + dst(r, c), in ? src + it * pass_stride : base, in ? 16 : 0);
     }
   } else {
     // (Head dims 96 and 192. A compile-time trip count here, fully unrolled, spilled rung 3 at
@@ -104,7 +110,7 @@ __device__ __forceinline__ void flash2_load_tile(T* smem, const T* base, int64_t
       const int r = e / Tr::kChunks, c = e % Tr::kChunks;
       const bool in = row0 + r < nrows;
       const T* src = in ? base + static_cast<int64_t>(row0 + r) * row_stride + c * 8 : base;
-      cp_async_16(smem + r * Tr::kStride + c * 8, src, in ? 16 : 0);
+      cp_async_16(smem + dst(r, c), src, in ? 16 : 0);
     }
   }
 }

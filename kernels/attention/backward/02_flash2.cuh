@@ -51,6 +51,25 @@
 
 namespace flashlab::kernels {
 
+// A shared tile of 16-bit rows of kCols elements, in one of two layouts that keep ldmatrix (8 rows
+// of one 16-byte chunk column) and the P / dS stores (8 rows x 4 words) free of bank conflicts:
+// rows of a multiple of 64 elements XOR-swizzled (chunk c of row r at chunk c ^ (r % 8), rows
+// unpadded), others padded by one chunk (an odd number of chunks a row). The swizzle also keeps
+// each 128-byte global line of a cp.async copy on one aligned 128-byte span of shared memory: with
+// rows of 272 bytes the Q / dO copies took 2.6x their ideal shared wavefronts and 1.5x their
+// ideal L2 sectors (Nsight Compute, d 128 16k, H100, 2026-11-27).
+template <int kCols>
+struct Flash2BwdRows {
+  static constexpr bool kSwizzle = kCols % 64 == 0;
+  static constexpr int kStride = kSwizzle ? kCols : kCols + 8;  // elements between rows
+  static_assert(kSwizzle || (kStride / 8) % 2 == 1, "an odd number of 16-byte chunks per padded row");
+  // Element (row, col): col a multiple of 8, or inside the chunk of one.
+  __device__ __forceinline__ static constexpr int at(int row, int col) {
+    if constexpr (kSwizzle) return row * kStride + (((col / 8) ^ (row % 8)) * 8) + col % 8;
+    else return row * kStride + col;
+  }
+};
+
 // kNarrow: 64-key blocks at every head dim (the dropout kernel: its draws need registers that
 // 128-key blocks, with 128 accumulators a thread, do not leave).
 template <int kHeadDim_, bool kNarrow = false>
@@ -87,8 +106,10 @@ struct Flash2BwdTraits {
   static constexpr int kDqChunk = kDqCols % 32 == 0 ? 32 : kDqCols;
   // dQ's n8 tiles a lane adds per step (kQMTiles x kDqCols / 8), four floats each.
   static constexpr int kDqFrags = kQMTiles * kDqCols / 8;
-  static constexpr int kStride = kHeadDim + 8;  // shared row strides in elements (padded)
-  static constexpr int kPStride = kBlockN + 8;
+  // Shared tiles: Q, dO, K, V rows of d (QRows), P and dS rows of kBlockN keys (PRows).
+  using QRows = Flash2BwdRows<kHeadDim>;
+  using PRows = Flash2BwdRows<kBlockN>;
+  static constexpr int kStride = QRows::kStride, kPStride = PRows::kStride;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (flash2_load_tile)
   // One thread block per SM (up to 255 registers a thread for 2 kBlockN x d / 256 fp32 dK / dV
   // accumulators), Q and dO twice: the next query block lands while this one is computed.
@@ -99,7 +120,6 @@ struct Flash2BwdTraits {
   static_assert(kSMTiles >= 1 && kKVMTiles >= 1 && kQMTiles >= 1, "whole m16 tiles per warp");
   static_assert(kSNTiles % 2 == 0 && kKVTiles % 2 == 0 && (kDqChunk / 8) % 2 == 0 && kDqCols % kDqChunk == 0,
                 "ldmatrix.x4 loads two n8 tiles at a time");
-  static_assert((kStride / 8) % 2 == 1 && (kPStride / 8) % 2 == 1, "an odd number of 16-byte chunks per shared row");
   static_assert(kWarps * 32 * kDqFrags * 4 == kBlockM * kHeadDim, "the dQ tiles of the warps cover the block");
 
   // A warp's dQ tile: first row and column (kQMTiles m16 tiles x kDqCols columns).
@@ -237,7 +257,7 @@ __global__ void attn_bwd_dq_convert_rows_kernel(const __grid_constant__ AttnBwdP
 // 512 keys, H100, 2026-11-27.) Grid (ceil(max_sq / kBlockM), nheads, batch).
 template <typename T, typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads) attn_bwd_dq_convert_tiles_kernel(const __grid_constant__ AttnBwdParams p) {
-  constexpr int kM = Tr::kBlockM, kS = Tr::kStride, kChunks = Tr::kChunks;
+  constexpr int kM = Tr::kBlockM, kS = Tr::kHeadDim + 8, kChunks = Tr::kChunks;  // rows padded by a chunk
   __shared__ __align__(16) T tile_s[kM * kS];
   const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kM;
   const AttnBatch sb = attn_batch(p, b);
@@ -311,6 +331,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
   static_assert(!kDropout || kScoreMod, "dropout runs on the generic element-wise path");
   using Tr = Flash2BwdTraits<kHeadDim, kDropout>;
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
+  using QRows = typename Tr::QRows;
+  using PRows = typename Tr::PRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kStages = Tr::kStages;
   T* qs_buf = reinterpret_cast<T*>(smem_raw);  // (kStages, kM, kS)
@@ -339,8 +361,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
 
   const T* k = static_cast<const T*>(p.k) + attn_offset(p, b, sb.k_row0, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   const T* v = static_cast<const T*>(p.v) + attn_offset(p, b, sb.k_row0, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  flash2_load_tile<T, Tr, kN>(ks, k, p.k_row_stride, n0, sb.sk);
-  flash2_load_tile<T, Tr, kN>(vs, v, p.v_row_stride, n0, sb.sk);
+  flash2_load_tile<T, Tr, kN, QRows>(ks, k, p.k_row_stride, n0, sb.sk);
+  flash2_load_tile<T, Tr, kN, QRows>(vs, v, p.v_row_stride, n0, sb.sk);
 
   // This warp's tiles: S / dP rows s_row.. (kSMTiles m16 tiles) x keys s_key.. (kSNTiles n8
   // tiles); dK / dV keys kv_key.. (kKVMTiles m16 tiles) x columns kv_col.. (kKVTiles n8 tiles);
@@ -380,8 +402,8 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
       const bool is_lse = threadIdx.x < kM / 4;
       cp_async_16((is_lse ? lse_buf : dsum_buf) + buf * kM + 4 * c, (is_lse ? p.lse_log2 : p.dsum) + at);
     }
-    flash2_load_tile<T, Tr, kM>(qs_buf + buf * kM * kS, q, p.q_row_stride, m0, sb.sq);
-    flash2_load_tile<T, Tr, kM>(dos_buf + buf * kM * kS, dout, p.dout_row_stride, m0, sb.sq);
+    flash2_load_tile<T, Tr, kM, QRows>(qs_buf + buf * kM * kS, q, p.q_row_stride, m0, sb.sq);
+    flash2_load_tile<T, Tr, kM, QRows>(dos_buf + buf * kM * kS, dout, p.dout_row_stride, m0, sb.sq);
   };
   const bool any_step = m_end > m_first;
   if (any_step) load_step(hk * group, m_first, 0);
@@ -419,14 +441,14 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
         uint32_t aq[Tr::kSMTiles][4], ado[Tr::kSMTiles][4];
 #pragma unroll
         for (int mi = 0; mi < Tr::kSMTiles; ++mi) {
-          ldmatrix_x4(aq[mi], smem_addr(qs + (s_row + 16 * mi + a_row) * kS + kk * 16 + a_col));
-          ldmatrix_x4(ado[mi], smem_addr(dos + (s_row + 16 * mi + a_row) * kS + kk * 16 + a_col));
+          ldmatrix_x4(aq[mi], smem_addr(qs + QRows::at(s_row + 16 * mi + a_row, kk * 16 + a_col)));
+          ldmatrix_x4(ado[mi], smem_addr(dos + QRows::at(s_row + 16 * mi + a_row, kk * 16 + a_col)));
         }
 #pragma unroll
         for (int j = 0; j < Tr::kSNTiles; j += 2) {
           uint32_t bk[4], bv[4];
-          ldmatrix_x4(bk, smem_addr(ks + (s_key + j * 8 + kb_row) * kS + kk * 16 + kb_col));
-          ldmatrix_x4(bv, smem_addr(vs + (s_key + j * 8 + kb_row) * kS + kk * 16 + kb_col));
+          ldmatrix_x4(bk, smem_addr(ks + QRows::at(s_key + j * 8 + kb_row, kk * 16 + kb_col)));
+          ldmatrix_x4(bv, smem_addr(vs + QRows::at(s_key + j * 8 + kb_row, kk * 16 + kb_col)));
 #pragma unroll
           for (int mi = 0; mi < Tr::kSMTiles; ++mi) {
             mma_m16n8k16_x2<T>(s[mi][j], s[mi][j + 1], aq[mi], bk);
@@ -458,7 +480,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
                 score.template p_ds<kScoreMod, kDropout>(s[mi][j][2 * r + c], dp[mi][j][2 * r + c], i, key, visible, lse2,
                                                          dsum, dsum_g, z[c], pr[c], ds[c]);
               }
-              const int at = row * kPS + s_key + j * 8 + 2 * t;
+              const int at = PRows::at(row, s_key + j * 8 + 2 * t);
               *reinterpret_cast<uint32_t*>(ps + at) = pack2<T>(pr[0], pr[1]);
               *reinterpret_cast<uint32_t*>(dss + at) = pack2<T>(ds[0], ds[1]);
             }
@@ -475,14 +497,14 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
       uint32_t ap[Tr::kKVMTiles][4], ads[Tr::kKVMTiles][4];
 #pragma unroll
       for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
-        ldmatrix_x4_trans(ap[mi], smem_addr(ps + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
-        ldmatrix_x4_trans(ads[mi], smem_addr(dss + (kq * 16 + kb_row) * kPS + kv_key + 16 * mi + kb_col));
+        ldmatrix_x4_trans(ap[mi], smem_addr(ps + PRows::at(kq * 16 + kb_row, kv_key + 16 * mi + kb_col)));
+        ldmatrix_x4_trans(ads[mi], smem_addr(dss + PRows::at(kq * 16 + kb_row, kv_key + 16 * mi + kb_col)));
       }
 #pragma unroll
       for (int j = 0; j < Tr::kKVTiles; j += 2) {
         uint32_t bdo[4], bq[4];
-        ldmatrix_x4_trans(bdo, smem_addr(dos + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
-        ldmatrix_x4_trans(bq, smem_addr(qs + (kq * 16 + a_row) * kS + kv_col + j * 8 + a_col));
+        ldmatrix_x4_trans(bdo, smem_addr(dos + QRows::at(kq * 16 + a_row, kv_col + j * 8 + a_col)));
+        ldmatrix_x4_trans(bq, smem_addr(qs + QRows::at(kq * 16 + a_row, kv_col + j * 8 + a_col)));
 #pragma unroll
         for (int mi = 0; mi < Tr::kKVMTiles; ++mi) {
           mma_m16n8k16_x2<T>(dv_acc[mi][j], dv_acc[mi][j + 1], ap[mi], bdo);
@@ -507,11 +529,11 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
         uint32_t ads[Tr::kQMTiles][4];
 #pragma unroll
         for (int mi = 0; mi < Tr::kQMTiles; ++mi)
-          ldmatrix_x4(ads[mi], smem_addr(dss + (q_row + 16 * mi + a_row) * kPS + kn * 16 + a_col));
+          ldmatrix_x4(ads[mi], smem_addr(dss + PRows::at(q_row + 16 * mi + a_row, kn * 16 + a_col)));
 #pragma unroll
         for (int j = 0; j < Tr::kDqChunk / 8; j += 2) {
           uint32_t bk[4];
-          ldmatrix_x4_trans(bk, smem_addr(ks + (kn * 16 + a_row) * kS + c0 + j * 8 + a_col));
+          ldmatrix_x4_trans(bk, smem_addr(ks + QRows::at(kn * 16 + a_row, c0 + j * 8 + a_col)));
 #pragma unroll
           for (int mi = 0; mi < Tr::kQMTiles; ++mi) mma_m16n8k16_x2<T>(dq[mi][j], dq[mi][j + 1], ads[mi], bk);
         }
