@@ -15,19 +15,20 @@
 //       dV += P^T dO and dK += dS^T Q     (warp tile kBlockN / 4 keys x d / 2 columns; P^T and
 //       dS^T read by ldmatrix.trans)
 //       dQ += dS K (warp tile 32 rows x d / 4 columns at d 64 (64 rows with 128-row blocks), 128;
-//       else 16 x d / 2): fp32 atomics
-//       (red.global.add.v2.f32) into a workspace, converted to dq's dtype by a last kernel; so
-//       the result depends on the order of the adds (not deterministic; `deterministic` takes
-//       rung 1).
+//       else 16 x d / 2): fp32 atomics, one red.global.add.v4.f32 a lane per n8 tile, into a
+//       workspace laid out in the order the warps add it (a warp's reduction 512 contiguous
+//       bytes: Flash2BwdTraits::dq_tile_offset), put back in order and converted to dq's dtype
+//       by a last kernel (attn_bwd_dq_convert_tiles_kernel); so the result depends on the order
+//       of the adds (not deterministic; `deterministic` takes rung 1).
 // Blocks: 64 query rows (128 at head dims up to 64, dropout aside) x 128 keys for head dims up to
 // 128, 64 keys above: the wider the key
 // block, the fewer times Q, dO, lse and D are loaded and dQ is added per key, and the more
 // MMAs each ldmatrix'd fragment feeds. One thread block (8 warps) per SM: the dK / dV
 // accumulators take 2 x kBlockN x d / 256 fp32 registers a thread (128 at d 128 and 256).
 // Shared memory: Q, dO (two buffers each: the next query block lands while this one is
-// computed), K, V (kBlockN x d), P, dS (kBlockM x kBlockN), 16-bit, rows padded by 8 elements (an
-// odd number of 16-byte chunks: conflict-free ldmatrix); lse, D. The element-wise mask only on
-// blocks that straddle it.
+// computed), K, V (kBlockN x d), P, dS (kBlockM x kBlockN), 16-bit, XOR-swizzled rows (head dims
+// 64, 128, 256; rows padded by 8 elements at 32, 96, 192: Flash2BwdRows); lse, D. The element-wise
+// mask only on blocks that straddle it.
 // Limits: one thread block's phases run in series between barriers (S/dP, then P/dS, then the
 // dK/dV/dQ products), and the dQ atomics (every key block adds the whole dQ of its query blocks:
 // seqlen_k / kBlockN times the size of dQ through L2).

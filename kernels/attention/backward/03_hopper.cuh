@@ -23,7 +23,7 @@
 //     dQ goes to shared memory (fp32, 128B-swizzled 32-column boxes, stored without bank
 //     conflicts: store_acc_f32_sw128) and one thread (kDqByProducer, the library's: producer warp
 //     1 + cw) adds it to the fp32 workspace with a TMA reduction (cp.reduce.async.bulk.tensor
-//     .add: the adds happen in L2; rung 2's threads each issue red.global.add.v2.f32 instead).
+//     .add: the adds happen in L2; rung 2's threads each issue red.global.add.v4.f32 instead).
 //   - The consumers meet only through mbarriers on two dS^T buffers (ds_full: both halves of a
 //     step written; ds_empty: both consumers' dQ of it done), and each computes step n's dQ in
 //     step n + 1, before its own dK (kDqFirst, the library's): neither waits for the other right
