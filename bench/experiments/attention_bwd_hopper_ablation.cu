@@ -149,6 +149,8 @@ std::vector<Variant> variants() {
     // dK / dV stored from registers, four bytes a thread and row (kProbe 15: the library's epilogue
     // before 2026-11-27 (26), which stages them for TMA stores).
     v.push_back({"dkdv_stores_from_registers", main_variant<kD, 2, true, true, true, 15>});
+    // dQ's proxy fence and dq_full arrive after the next step's score products (kProbe 16).
+    v.push_back({"dq_fence_deferred", main_variant<kD, 2, true, true, true, 16>});
     v.push_back({"pre_post_only", no_main, false});
     return v;
   }

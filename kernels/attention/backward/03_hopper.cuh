@@ -273,7 +273,10 @@ __device__ __forceinline__ void hopper_bwd_produce(const HopperBwdArgs& args, co
 // a timeline (bwd_trace above); 7 and 8 take turns between the consumers (below); 9 rebuilds each
 // wgmma descriptor from its address (wgmma_desc_sw128_at); 13 loads D into registers before the
 // wait for dP^T; 14 skips the dK / dV stores (timing only: what the epilogue's stores cost); 15
-// stores dK / dV from registers as before 2026-11-27 (26) (right gradients).
+// stores dK / dV from registers as before 2026-11-27 (26) (right gradients); 16 (kDqByProducer)
+// defers the proxy fence and the dq_full arrive after a step's dQ tile stores until the next step
+// has issued its score products (the fence waited for the stores to land: 2.3% of the stall
+// samples at d 128 8k, 2026-11-27 (27)).
 // kPersistent (an experiment, 2026-11-27 (25)): a block per SM walking the tiles (args.tiles;
 // stages, buffers and barrier parities counted across tiles; K and V reloaded once the consumers
 // arrive on kv_empty, so a tile's dK / dV stores run under the next tile's loads); without it the
@@ -464,7 +467,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
     // the wait then leaves it in flight.
     // (Step numbers unsigned here and in the loop below: their stage, buffer and parity arithmetic
     // is then masks and shifts, not signed division.)
-    const auto dq_step = [&](uint32_t st, uint32_t gs, auto&& issue_behind) {
+    int dq_pending = -1;  // kProbe 16: the dQ tile stored but not yet fenced and published
+    const auto dq_step = [&](uint32_t st, uint32_t gs, auto&& issue_behind, bool defer = false) {
       constexpr bool kBehind = !std::is_same_v<std::decay_t<decltype(issue_behind)>, std::nullptr_t>;
       const int h = hk * group + static_cast<int>(st) / m_blocks, m0 = m_first + kM * (static_cast<int>(st) % m_blocks);
       // A: this consumer's 64 rows of dS (by rows: the cw-th 64-row box of dS^T), B: its columns of K
@@ -504,6 +508,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
         named_barrier_sync(2 + cw, 128);
       }
       store_acc_f32_sw128<Tr::kDqCols / 8, kProbe == 3>(dq, [&](int x) { return dq_tile + x * 64 * 128; }, warp, g, t);
+      if constexpr (kDqByProducer && kProbe == 16) {
+        if (defer) {
+          dq_pending = dq_i;  // fenced and published after the next step's score products
+          return;
+        }
+      }
       fence_proxy_async_smem();
       if constexpr (kDqByProducer) {
         mbarrier_arrive(&dq_full[dq_i]);  // producer warp 1 + cw takes it from here
@@ -570,6 +580,13 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       turn_begin();
       gemm_t(sT, k_wg, q_base);
       gemm_t(dpT, v_wg, do_base);
+      if constexpr (kProbe == 16) {
+        if (dq_pending >= 0) {
+          fence_proxy_async_smem();
+          mbarrier_arrive(&dq_full[dq_pending]);
+          dq_pending = -1;
+        }
+      }
       if (gs >= 2) mbarrier_wait(&ds_empty[gs % 2], ((gs - 2) / 2) & 1);  // both consumers' dQ of step gs - 2 done
       mark(st, 1);
 
@@ -758,7 +775,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
             turn_end(st);
           });
         else
-          dq_step(st - 1, gs - 1, issue_dk);  // dQ of step st - 1, then this step's dK behind it
+          dq_step(st - 1, gs - 1, issue_dk, kProbe == 16);  // dQ of step st - 1, then this step's dK behind it
         wgmma_wait<0>();            // dK done: the Q stage may go
         wgmma_fence_operands(dk);
         mark(st, 10);
@@ -777,6 +794,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_hopper_kernel(const __grid_co
       m0 += kM;
       if (m0 == m_end) m0 = m_first, ++h;
       after_first = true;
+    }
+    if constexpr (kProbe == 16) {
+      if (dq_pending >= 0) {  // the last loop step's deferred dQ tile: no score products follow
+        fence_proxy_async_smem();
+        mbarrier_arrive(&dq_full[dq_pending]);
+      }
     }
     if (n_steps > 0) dq_step(n_steps - 1, g0 + n_steps - 1, nullptr);
     if constexpr (kPersistent) mbarrier_arrive(&kv_empty);  // K and V read: the producer may load the next tile's
