@@ -143,6 +143,26 @@ struct Flash2BwdTraits {
   __host__ __device__ static constexpr int dq_tile_offset(int warp, int lane, int f) {
     return ((warp * kDqFrags + f) * 32 + lane) * 4;
   }
+  // Checked at compile time for every instantiation: the places of all (warp, lane, tile) are the
+  // block's kBlockM x d floats, each once, and so are their (row, column) values (what the main
+  // kernel adds and the conversion reads back).
+  static constexpr bool dq_tiles_cover_block() {
+    bool place[kBlockM * kHeadDim / 4] = {}, value[kBlockM * kHeadDim / 2] = {};
+    for (int w = 0; w < kWarps; ++w)
+      for (int l = 0; l < 32; ++l)
+        for (int f = 0; f < kDqFrags; ++f) {
+          const int off = dq_tile_offset(w, l, f);
+          const DqTile at = dq_tile(w, l, f);
+          if (off % 4 != 0 || off / 4 >= kBlockM * kHeadDim / 4 || place[off / 4]) return false;
+          place[off / 4] = true;
+          for (int r = 0; r < 16; r += 8) {  // rows g and g + 8, columns 2 t and 2 t + 1
+            const int v = ((at.row + r) * kHeadDim + at.col) / 2;
+            if (at.col % 2 != 0 || at.col >= kHeadDim || at.row + r >= kBlockM || value[v]) return false;
+            value[v] = true;
+          }
+        }
+    return true;
+  }
 };
 
 // Packed row of dq_accum for (batch b, row i): dense (batch x seqlen_q) rows, or the packed row.
@@ -331,6 +351,7 @@ __global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads,
     attn_bwd_flash2_kernel(const __grid_constant__ AttnBwdParams p) {
   static_assert(!kDropout || kScoreMod, "dropout runs on the generic element-wise path");
   using Tr = Flash2BwdTraits<kHeadDim, kDropout>;
+  static_assert(Tr::dq_tiles_cover_block(), "dQ's places in dq_accum: each float of the block once");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kS = Tr::kStride, kPS = Tr::kPStride, kD = kHeadDim;
   using QRows = typename Tr::QRows;
   using PRows = typename Tr::PRows;
