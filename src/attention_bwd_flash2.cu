@@ -40,13 +40,11 @@ void launch_attn_bwd_dq_convert(const AttnBwdParams& p, DType dtype, cudaStream_
   if (p.dq_accum_tiled) {  // rung 2's tiles, in the layout of the main kernel that added them
     return HALF_DTYPE_SWITCH(dtype, T, [&] {
       HEADDIM_SWITCH(p.headdim, kD, [&] {
-        const auto launch = [&](auto traits) {
-          using Tr = typename decltype(traits)::type;
+        BOOL_SWITCH(p.dropout_p > 0.f, kDropout, [&] {  // the main kernel's kDropout (launch_attn_bwd_flash2)
+          using Tr = kernels::Flash2BwdTraits<kD, kDropout>;
           const dim3 grid(static_cast<unsigned>(ceil_div(p.seqlen_q, Tr::kBlockM)), p.nheads, p.batch);
-          FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_tiles_kernel<T, Tr>), grid, Tr::kThreads, 0, stream, p);
-        };
-        if (p.dropout_p > 0.f) launch(TypeTag<kernels::Flash2BwdTraits<kD, true>>{});
-        else launch(TypeTag<kernels::Flash2BwdTraits<kD>>{});
+          FLASHLAB_LAUNCH((kernels::attn_bwd_dq_convert_tiles_kernel<T, kD, kDropout>), grid, Tr::kThreads, 0, stream, p);
+        });
       });
     });
   }

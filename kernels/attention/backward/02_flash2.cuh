@@ -170,7 +170,7 @@ __device__ __forceinline__ int64_t attn_dq_accum_row(const AttnBwdParams& p, int
   return p.cu_seqlens_q != nullptr ? sb.q_row0 + i : static_cast<int64_t>(b) * p.seqlen_q + i;
 }
 
-// A lane's two dq_accum rows of an mma tile, query rows i and i + 8 of head h (head dim d), at
+// (Row-major dq_accum: rung 3.) A lane's two dq_accum rows of an mma tile, query rows i and i + 8 of head h (head dim d), at
 // column col: row i's address and row i + 8's offset from it. A row past the sequence's end (its
 // dS is 0, so its dQ is exactly 0) points at the sequence's last row, where adding 0 changes
 // nothing: every lane reduces every time (red_add_tile_f32).
@@ -186,7 +186,7 @@ __device__ __forceinline__ AttnDqAccumRows attn_dq_accum_rows(const AttnBwdParam
 
 // Rung 2's dq_accum (AttnBwdParams::dq_accum_tiled): (batch, nheads, dsum_rows, d), each block of
 // kBlockM rows one tile in the order its warps add it (Flash2BwdTraits::dq_tile_offset). Offset of
-// the tile of (batch b, head h) from row m0 (a multiple of kBlockM).
+// padded row m0 of (batch b, head h): for m0 a multiple of kBlockM, where that block's tile starts.
 __device__ __forceinline__ int64_t attn_dq_accum_tile(const AttnBwdParams& p, int b, int h, int m0) {
   return ((static_cast<int64_t>(b) * p.nheads + h) * p.dsum_rows + m0) * p.headdim;
 }
@@ -226,15 +226,14 @@ __global__ void attn_bwd_dsum_rows_kernel(const __grid_constant__ AttnBwdParams 
     const T* de = reinterpret_cast<const T*>(&dv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc += to_float(oe[e]) * to_float(de[e]);
-    if (!p.dq_accum_tiled) {
-      float4* accum = reinterpret_cast<float4*>(p.dq_accum + (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim + c * 8);
-      accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
   }
-  // The tiled accumulator (rung 2): the head's whole padded rows, zeroed by place (a row's values
-  // are spread over its tile; the padding rows take dQ's zeros of rows past the end).
-  if (p.dq_accum_tiled && c < p.headdim / 8) {
-    float4* accum = reinterpret_cast<float4*>(p.dq_accum + attn_dq_accum_tile(p, b, h, i) + c * 8);
+  // The row's dq_accum zeroed: rung 3's row-major rows up to the batch's end; rung 2's tiled
+  // accumulator by place, every padded row (a row's values are spread over its tile, and the
+  // padding rows take the zero dQ of rows past the end).
+  if ((in_rows || p.dq_accum_tiled) && c < p.headdim / 8) {
+    const int64_t off = p.dq_accum_tiled ? attn_dq_accum_tile(p, b, h, i)
+                                         : (attn_dq_accum_row(p, b, sb, i) * p.nheads + h) * p.headdim;
+    float4* accum = reinterpret_cast<float4*>(p.dq_accum + off + c * 8);
     accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   // Sum over the row's kLanes lanes (xor offsets below kLanes stay within the row's lanes).
@@ -275,9 +274,12 @@ __global__ void attn_bwd_dq_convert_rows_kernel(const __grid_constant__ AttnBwdP
 // (16 bytes each, a warp's 512 contiguous bytes at a time) and puts them, rounded, at their rows and
 // columns of a shared tile; the tile then goes to dq in 16-byte row chunks. (Writing the values
 // straight from the fragments, 4 bytes a lane over 8 rows, made the whole backward 5-10% slower at
-// 512 keys, H100, 2026-11-27.) Grid (ceil(max_sq / kBlockM), nheads, batch).
-template <typename T, typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads) attn_bwd_dq_convert_tiles_kernel(const __grid_constant__ AttnBwdParams p) {
+// 512 keys, H100, 2026-11-27.) kDropout: as attn_bwd_flash2_kernel's (its traits, so its tiles).
+// Grid (ceil(max_sq / kBlockM), nheads, batch), Flash2BwdTraits::kThreads threads.
+template <typename T, int kHeadDim, bool kDropout>
+__global__ void __launch_bounds__(Flash2BwdTraits<kHeadDim, kDropout>::kThreads)
+    attn_bwd_dq_convert_tiles_kernel(const __grid_constant__ AttnBwdParams p) {
+  using Tr = Flash2BwdTraits<kHeadDim, kDropout>;
   constexpr int kM = Tr::kBlockM, kS = Tr::kHeadDim + 8, kChunks = Tr::kChunks;  // rows padded by a chunk
   __shared__ __align__(16) T tile_s[kM * kS];
   const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kM;
@@ -325,7 +327,8 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 }
 
 // One n8 tile of an mma accumulator (acc: row g, columns 2t, 2t + 1; row g + 8, the same) added
-// to fp32 rows: rows, this lane's rows g and g + 8 at column 2t (attn_dq_accum_rows); the tile at
+// to the row-major accumulator (rung 3's split kernel, kDqMode 0; rung 2's form until 2026-11-27
+// (27), which adds whole tiles to its tiled accumulator instead: red_add_f32x4): rows, this lane's rows g and g + 8 at column 2t (attn_dq_accum_rows); the tile at
 // column col. Each lane's pair of adjacent columns as one 8-byte reduction, a warp's four lanes of
 // a row one full 32-byte sector, every lane every time (rows past the sequence's end point at its
 // last row: skipping them made ptxas branch around every reduction, with a convergence barrier
