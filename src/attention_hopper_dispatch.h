@@ -47,7 +47,7 @@ constexpr int kAttnHopperFp8VtInKernelUpTo = 2048;
 // split into k parts along the keys (k x leftover <= sms, at most kAttnSplitTailMax and n_blocks)
 // they take 1 / k of a tile's time. Taken when that saves at least 2% of the whole (the parts' fp32
 // O and the merge cost about 1%). splits 1: no split.
-constexpr int kAttnSplitTailMax = 4;
+using flashlab::kAttnSplitTailMax;  // kernels/attention/params.h
 struct AttnSplitTail {
   int from, splits;  // the tiles from `from` on split in `splits` parts
 };
@@ -60,6 +60,29 @@ constexpr AttnSplitTail attn_hopper_split_tail(long long tiles, int sms, int n_b
   if (k > n_blocks) k = n_blocks;
   if (k < 2 || (1.0 - 1.0 / static_cast<double>(k)) / static_cast<double>(waves + 1) < 0.02) return {0, 1};
   return {static_cast<int>(tiles - left), static_cast<int>(k)};
+}
+
+// The persistent kernel's split of its last tiles (kSplitTail, kernels/attention/
+// 04_hopper_persistent.cuh): `tiles` equal tiles of n_blocks key blocks each (no mask, fixed
+// lengths) drawn in order by `sms` CTAs; after tiles / sms full rounds the last tiles % sms run
+// alone. Split into k parts (k at most kAttnSplitTailMax and n_blocks), they take ceil(left k /
+// sms) rounds of a part, whose time is modelled as its ceil(n_blocks / k) blocks plus one block of
+// fixed cost (its first Q K^T, which nothing overlaps, and its epilogue): the k of the shortest
+// tail, taken when it saves at least min_saving of the whole (full rounds + 1 tiles). splits 1:
+// no split.
+constexpr AttnSplitTail attn_hopper_persistent_split_tail(long long tiles, int sms, int n_blocks, double min_saving = 0.01) {
+  if (tiles <= 0 || sms <= 0 || n_blocks < 2) return {0, 1};
+  const long long left = tiles % sms, waves = tiles / sms;
+  if (left == 0) return {0, 1};
+  int best_k = 1;
+  double best = 1.0;  // the tail unsplit: one tile
+  for (int k = 2; k <= kAttnSplitTailMax && k <= n_blocks; ++k) {
+    const long long rounds = (left * k + sms - 1) / sms;
+    const double cost = static_cast<double>(rounds) * (static_cast<double>((n_blocks + k - 1) / k) + 1.0) / n_blocks;
+    if (cost < best) best = cost, best_k = k;
+  }
+  if (best_k == 1 || (1.0 - best) / static_cast<double>(waves + 1) < min_saving) return {0, 1};
+  return {static_cast<int>(tiles - left), best_k};
 }
 
 // The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /

@@ -197,25 +197,58 @@ constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 
 // Rung 4's persistent form (kernels/attention/04_hopper_persistent.cuh): the arguments of rung 4,
 // its counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
-// min(tiles, SMs) CTAs.
+// min(work items, SMs) CTAs. kSplitTail (no mask, fixed lengths: the caller's choice): the last
+// tiles split along the keys where attn_hopper_persistent_split_tail (with split_min_saving) says,
+// their parts' fp32 rows in the stream's workspace; under CUDA-graph capture only into workspaces
+// that hold them already, else unsplit.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, bool kStoreWait = true,
-          bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false>
-void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+          bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false>
+void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma>;
-  const kernels::HopperAttnArgs args = attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, false, kConsumers, kSumByMma>(p, dtype, stream);
-  const int tiles = attn_hopper_tiles<Tr>(args, p, "attention_fwd: arguments 'q', 'max_seqlen_q'");
-  if (tiles == 0) return;
-  auto* counters = static_cast<int*>(workspace(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters));
+  const int64_t tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
+  AttnSplitTail split{0, 1};
+  if constexpr (kSplitTail)
+    split = attn_hopper_persistent_split_tail(tiles, sm_count(), static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)), split_min_saving);
+  const int64_t split_tiles = split.splits > 1 ? tiles - split.from : 0, units = split_tiles * split.splits;
+  constexpr int64_t kUnitBytes = Tr::kBlockM * (kHeadDim + 1) * 4;  // a part's O / l, then its LSEs
+  const int64_t counter_bytes = kAttnHopperPersistentCounterBytes + split_tiles * kConsumers * static_cast<int64_t>(sizeof(int));
+  if (units > 0 && capturing(stream) &&
+      (workspace_if_ready(stream, units * kUnitBytes, Workspace::kScratch) == nullptr ||
+       workspace_if_ready(stream, counter_bytes, Workspace::kCounters) == nullptr)) {
+    return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
+                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false>(p, dtype,
+                                                                                                                          stream);
+  }
+  void* parts = nullptr;
+  kernels::HopperAttnArgs args =
+      attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, false, kConsumers, kSumByMma>(p, dtype, stream, units * kUnitBytes, &parts);
+  const int n_tiles = attn_hopper_tiles<Tr>(args, p, "attention_fwd: arguments 'q', 'max_seqlen_q'");
+  if (n_tiles == 0) return;
+  const int64_t items = split.splits > 1 ? split.from + units : n_tiles;
+  FLASHLAB_CHECK(items <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 work items, got ", items);
+  args.split_from = split.splits > 1 ? split.from : n_tiles;
+  args.splits = split.splits;
+  args.part_o = static_cast<float*>(parts);
+  args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + units * Tr::kBlockM * kHeadDim * 4) : nullptr;
+  auto* counters = static_cast<int*>(workspace(stream, counter_bytes, Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
-                                                              kEarlyQProbe, kStageO, kSumByMma>;
+                                                              kEarlyQProbe, kStageO, kSumByMma, kSplitTail>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
-  FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, tiles);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
+  FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
+}
+
+// The library's persistent kernel without softcap / ALiBi, its last tiles split (kSplitTail).
+template <typename T, int kHeadDim>
+void launch_attn_hopper_persistent_split(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double min_saving = 0.01) {
+  launch_attn_hopper_persistent<T, kHeadDim, false, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, kHeadDim>, 2,
+                                kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, 2>,
+                                true, false, false, false, false, true>(p, dtype, stream, min_saving);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks).
@@ -292,6 +325,11 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
           if constexpr (kHeadDim == 64 && !kScoreMod)
             if (p.window_right == 0 && p.seqlen_k > kAttnHopperPersistentThreeAboveCausal)
               return launch_attn_hopper_persistent_three<T>(p, dtype, stream);
+          // Without a mask, fixed lengths: the last tiles split along the keys where that pays
+          // (kSplitTail, attn_hopper_persistent_split_tail).
+          if constexpr (!kScoreMod)
+            if (p.window_left < 0 && p.window_right < 0 && p.cu_seqlens_q == nullptr)
+              return launch_attn_hopper_persistent_split<T, kHeadDim>(p, dtype, stream);
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
         }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as

@@ -44,8 +44,10 @@
 // --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
+// --tail: the persistent kernels without a mask with and without their last tiles split along the
+// keys (persistent_tail*, kSplitTail), d 64 512..1k, d 128 512..4k, d 256 512.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -254,6 +256,11 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // head dims up to 128).
   if constexpr (kD <= 128)
     variants.push_back({"persistent", [&] { launch_persistent<kD>(p, h.stream()); }});
+  // ... with its last tiles split along the keys (kSplitTail, the library's without a mask since
+  // 2026-11-27 (28)): where attn_hopper_persistent_split_tail's model saves 1% (_tail), or anything
+  // (_tail_any).
+  variants.push_back({"persistent_tail", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream()); }});
+  variants.push_back({"persistent_tail_any", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream(), 0.0); }});
   // ... with every consumer warp computing each tile's coordinates itself (kSharedTile off).
   if constexpr (kD <= 128)
     variants.push_back({"persistent_recompute", [&] { launch_persistent<kD, 0, true, false>(p, h.stream()); }});
@@ -575,6 +582,12 @@ int main(int argc, char** argv) {
                                             "3_consumers_n112_seq"};
     for (bool causal : {false, true})
       for (int64_t s : swept({2048, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
+  } else if (mode == "--tail") {  // the persistent kernels with and without their last tiles split
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_tail", "persistent_tail_any"};
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_tail", "persistent_tail_any"};
+    for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, false}, all_ok, d64);
+    for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d64);
+    for (int64_t s : swept({512})) run_config<256>(h, {s, 256, false}, all_ok, d256);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -585,7 +598,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail)\n",
                  mode.c_str());
     return 2;
   }

@@ -1071,21 +1071,18 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
 #endif
 }
 
-// kSplitTail's second pass: row `row` of split tile split_from + ti (HopperAttnArgs) from its
-// parts, one warp per row (kHeadDim / 32 columns per lane): O = sum_s w_s O_s / sum_s w_s with w_s =
+// kSplitTail's merge: row `row` of split tile split_from + ti (HopperAttnArgs) from its parts,
+// by one warp (kHeadDim / 32 columns per lane): O = sum_s w_s O_s / sum_s w_s with w_s =
 // 2^(lse_s - max lse) (a part that saw no key has lse -inf: weight 0), LSE = max + log2(sum w).
-// Grid: split tiles x kBlockM rows, 32 threads each, any block size; fixed-length batches only.
+// Fixed-length batches only. The parts are read past L1 (ld.global.cg): the persistent kernel's
+// merging warpgroup reads rows other SMs wrote during the same launch.
 // (The serving merge, merge_state_kernel, does the same sums over packed (query, head) rows of
 // natural-log states into a packed output; here the rows are a tile's, in log2 units, into o's
 // strides and the lse's layout.)
 template <int kHeadDim, int kBlockM, int kMaxSplits, typename To>
-__global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttnArgs args, int split_tiles) {
+__device__ __forceinline__ void hopper_attn_merge_row(const HopperAttnArgs& args, int ti, int row, int lane) {
   static_assert(kHeadDim % 64 == 0, "an even number of columns per lane");
   constexpr int kCols = kHeadDim / 32;  // per lane, contiguous
-  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= static_cast<int64_t>(split_tiles) * kBlockM) return;
-  const int ti = static_cast<int>(w / kBlockM), row = static_cast<int>(w % kBlockM);
   const AttnFwdParams& p = args.p;
   const HopperAttnTile tc = hopper_attn_tile(args.split_from + ti, args.m_blocks, p.nheads);
   const int h = tc.h, b = tc.b, i = tc.mb * kBlockM + row;
@@ -1095,7 +1092,7 @@ __global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttn
   float lse[kMaxSplits], mx = -INFINITY;
 #pragma unroll
   for (int s = 0; s < kMaxSplits; ++s) {
-    lse[s] = s < splits ? args.part_lse[first + s * kBlockM] : -INFINITY;
+    lse[s] = s < splits ? __ldcg(args.part_lse + first + s * kBlockM) : -INFINITY;
     mx = fmaxf(mx, lse[s]);
   }
   float acc[kCols] = {}, total = 0.f;
@@ -1106,7 +1103,11 @@ __global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttn
     total += ws;
     const float* src = args.part_o + (first + s * kBlockM) * kHeadDim + lane * kCols;
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) acc[c] = fmaf(ws, src[c], acc[c]);
+    for (int c = 0; c < kCols; c += 2) {
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(src + c));
+      acc[c] = fmaf(ws, v.x, acc[c]);
+      acc[c + 1] = fmaf(ws, v.y, acc[c + 1]);
+    }
   }
   const float inv = total > 0.f ? 1.f / total : 0.f;
   To* out = static_cast<To*>(p.o) + attn_offset(p, b, 0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + lane * kCols;
@@ -1116,6 +1117,17 @@ __global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttn
     const AttnBatch sb = attn_batch(p, b);
     p.lse[attn_lse_offset(p, b, h, sb, i)] = total > 0.f ? (mx + log2f(total)) * 0.6931471805599453f : -INFINITY;
   }
+}
+
+// kSplitTail's second pass (the one-CTA kernel's): every row of the split tiles
+// (hopper_attn_merge_row), one warp per row. Grid: split tiles x kBlockM rows, 32 threads each,
+// any block size.
+template <int kHeadDim, int kBlockM, int kMaxSplits, typename To>
+__global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttnArgs args, int split_tiles) {
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (w >= static_cast<int64_t>(split_tiles) * kBlockM) return;
+  hopper_attn_merge_row<kHeadDim, kBlockM, kMaxSplits, To>(args, static_cast<int>(w / kBlockM), static_cast<int>(w % kBlockM),
+                                                          static_cast<int>(threadIdx.x % 32));
 }
 
 }  // namespace flashlab::kernels

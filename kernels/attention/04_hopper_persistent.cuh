@@ -61,8 +61,9 @@ template <int kHeadDim, int kConsumers>
 constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers == 2);
 
 // Grid: min(tiles, SMs) CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic shared memory;
-// tiles = m_blocks x nheads x batch; counters[0] (the next tile - gridDim.x) and counters[1] (CTAs
-// done) zero at launch, and left zero.
+// tiles: the work items, m_blocks x nheads x batch (kSplitTail: split_from + the tiles after it x
+// splits); counters[0] (the next item - gridDim.x), counters[1] (CTAs done) and, kSplitTail, one per
+// split tile and consumer warpgroup after them zero at launch, and left zero.
 // kCarryTurns: the pingpong turns run on across tiles (the second warpgroup's last GEMM of a tile
 // lets the first start its next tile, whose Q and first K block are already loaded, under the
 // second's epilogue); false: they restart at each tile (the first warpgroup's next tile waits
@@ -82,6 +83,15 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // v_empty: the stager's arrives come after the store has read it). The next tile's first block
 // loads into the other stage meanwhile.
 
+// kSplitTail (fixed lengths, no mask; kSharedTile): the walk's work items past args.split_from
+// are parts of its last tiles, split along the keys (HopperAttnArgs: item split_from + u is part
+// u % splits of tile split_from + u / splits; tiles = split_from + (tiles left) x splits items).
+// A part's warpgroup writes its O / l and LSE in fp32 to its unit's part_o / part_lse rows
+// (hopper_attn_store_part), then counts itself done on its (tile, warpgroup) counter in
+// counters[2 ..]; the last of the tile's parts to finish merges the parts' rows into o and lse
+// (hopper_attn_merge_row) and sets the counter back to zero. The persistent walk otherwise ends
+// with the last (tiles % CTAs) tiles running alone on as many SMs.
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -91,7 +101,8 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStagesArg = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
-          bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false>
+          bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
+          bool kSplitTail = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -107,6 +118,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // kStageO's named barriers (after the pingpong turns' 1 .. kConsumers and the epilogues'): K of the
   // last block read by warpgroup 1 (0 waits), V of the last block read by warpgroup 0 (1 waits).
   constexpr int kLastKRead = 1 + 2 * kConsumers, kLastVRead = 2 + 2 * kConsumers;
+  static_assert(!kSplitTail || (kSharedTile && !kDirectO && !kEarlyQProbe && !kStageO),
+                "split tail parts: the tile published in shared memory, the library's epilogue");
   constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -120,16 +133,24 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const AttnFwdParams& p = args.p;
   const bool varlen = p.cu_seqlens_q != nullptr;
 
-  // Tile t: the library's grid order (hopper_attn_tile). False for a tile past its batch's rows
-  // (varlen).
+  // Work item `item`: tile `item` in the library's grid order (hopper_attn_tile), or with kSplitTail
+  // from args.split_from on a part of a tile (unit >= 0: its rows of part_o / part_lse). False for
+  // a tile past its batch's rows (varlen).
   struct Tile {
-    int m0, h, b, hk, n_begin, n_blocks;
+    int m0, h, b, hk, n_begin, n_blocks, unit;
     AttnBatch sb;
     AttnScoreMod mod;
   };
   __shared__ int tile_of[kQStages];  // the tile whose Q buffer this is (-1: no more tiles)
   __shared__ Tile tile_info[kQStages];  // kSharedTile: that tile (tile_at's result)
-  const auto tile_at = [&](int tile, Tile& w) {
+  const auto tile_at = [&](int item, Tile& w) {
+    int tile = item, part = 0;
+    w.unit = -1;
+    if constexpr (kSplitTail)
+      if (item >= args.split_from) {
+        w.unit = item - args.split_from;
+        tile = args.split_from + w.unit / args.splits, part = w.unit % args.splits;
+      }
     const HopperAttnTile tc = hopper_attn_tile(tile, args.m_blocks, p.nheads);
     w.h = tc.h, w.b = tc.b, w.m0 = tc.mb * kM;
     w.sb = attn_batch(p, w.b);
@@ -140,6 +161,11 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const AttnKeyRange kr = attn_key_range(w.m0, rows_hi, w.sb.sk, w.mod.diag, w.mod.window_left, w.mod.window_right);
     w.n_begin = kr.lo / kN;
     w.n_blocks = kr.hi > kr.lo ? (kr.hi + kN - 1) / kN - w.n_begin : 0;
+    if constexpr (kSplitTail)
+      if (w.unit >= 0) {  // blocks [n part / splits, n (part + 1) / splits) of the tile's n
+        const int lo = w.n_blocks * part / args.splits, hi = w.n_blocks * (part + 1) / args.splits;
+        w.n_begin += lo, w.n_blocks = hi - lo;
+      }
     return true;
   };
 
@@ -164,7 +190,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // spilled at 24 and 32; with kSharedTile's stores 48; at d 256, 4-16 bytes spilled at 48: 56),
   // the consumers the rest: 40 x 128 + 232 x 256 = 64,512, 48 (56) x 128 + 224 x 256 = 63,488
   // (64,512), three consumers 152 each, of the 65,536-register file.
-  constexpr int kProducerRegs = kHeadDim == 256 ? 56 : kSharedTile ? 48 : 40;
+  // kSplitTail's work items spilled 12 bytes in the producer at 48 (d 128): 56, beside the same 224.
+  constexpr int kProducerRegs = kHeadDim == 256 || kSplitTail ? 56 : kSharedTile ? 48 : 40;
   constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kSharedTile || kHeadDim == 256 ? 224 : 232;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
   const int wg = threadIdx.x / 128;
@@ -264,6 +291,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     if (lane == 0) mbarrier_arrive(bar);
   };
 
+  __shared__ int merge_last[kConsumers];  // kSplitTail: this warpgroup's part was its tile's last
   int qt = 0, it = 0;  // tiles and K/V blocks consumed so far
   while (true) {
     const int qs = qt % kQStages;
@@ -379,6 +407,27 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       if constexpr (kSharedTile) e = tile_info[qs];
       else tile_at(tile, e);
     }
+    if constexpr (kSplitTail)
+      if (e.unit >= 0) {  // a part: its rows in fp32; the last of its tile's parts merges them
+        mbarrier_arrive(&q_empty[qs]);  // neither the Q buffer nor its tile entries are read again
+        hopper_attn_store_part<Tr>(o, row_sum, row_max, 1.f, args.part_o, args.part_lse, e.unit, cw, warp, g, t);
+        __threadfence();  // this thread's rows before its warpgroup's count
+        named_barrier_sync(1 + kConsumers + cw, 128);
+        const int ti = e.unit / args.splits;  // the tile's index among the split ones
+        if (t128 == 0) {
+          int* count = counters + 2 + ti * kConsumers + cw;
+          const bool last = atomicAdd(count, 1) == args.splits - 1;
+          if (last) *count = 0;  // every part has counted: the next launch finds it zero
+          merge_last[cw] = last;
+        }
+        named_barrier_sync(1 + kConsumers + cw, 128);
+        if (merge_last[cw]) {
+          __threadfence();  // the other parts' rows (written before their counts) after this count
+          for (int r = 16 * warp; r < 16 * warp + 16; ++r)
+            hopper_attn_merge_row<kHeadDim, kM, kAttnSplitTailMax, T>(args, ti, 64 * cw + r, lane);
+        }
+        continue;
+      }
     T* out_rows =
         static_cast<T*>(p.o) + attn_offset(p, e.b, e.sb.q_row0, 0, e.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
     if constexpr (kStageO) {

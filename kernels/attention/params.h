@@ -114,4 +114,7 @@ struct AttnBwdParams : AttnFwdParams {
 // Host-visible: src/attention_hopper_dispatch.h tells from it which kernels round alike.
 constexpr int attn_hopper_default_key_block(int headdim) { return headdim <= 128 ? 128 : headdim <= 192 ? 96 : 80; }
 
+// Rung 4's split tail (kSplitTail; src/attention_hopper_dispatch.h): at most this many parts a tile.
+constexpr int kAttnSplitTailMax = 4;
+
 }  // namespace flashlab

@@ -55,5 +55,40 @@ TEST(AttentionSplitTail, DegenerateArguments) {
   expect_plan(100, 132, 0, {0, 1});
 }
 
+// The persistent kernel's rule (attn_hopper_persistent_split_tail): k parts of the left tiles take
+// ceil(left k / sms) rounds of (ceil(n_blocks / k) + 1) / n_blocks tiles; the shortest tail, if it
+// saves min_saving of the full rounds + 1.
+void expect_persistent(long long tiles, int sms, int n_blocks, AttnSplitTail want, double min_saving = 0.01) {
+  const AttnSplitTail got = detail::attn_hopper_persistent_split_tail(tiles, sms, n_blocks, min_saving);
+  EXPECT_EQ(got.splits, want.splits) << tiles << " tiles, " << sms << " SMs, " << n_blocks << " key blocks";
+  if (want.splits > 1) EXPECT_EQ(got.from, want.from) << tiles << " tiles, " << sms << " SMs, " << n_blocks << " key blocks";
+}
+
+TEST(AttentionSplitTail, PersistentBenchmarkShapes) {
+  // d 64, 512 keys: 4 query blocks x 32 heads x batch 32 = 4096 = 31 x 132 + 4; 4 parts of 1 block
+  // take (1 + 1) / 4 of a tile: 0.5 / 32 saved.
+  expect_persistent(4096, 132, 4, {4092, 4});
+  // d 64, 1k keys (8 blocks): 4 parts of 2 blocks, 3 / 8 of a tile.
+  expect_persistent(4096, 132, 8, {4092, 4});
+  // d 128, 2k keys: 2048 = 15 x 132 + 68, 16 blocks: 3 parts (204 > 132: two rounds of 7 / 16)
+  // save 0.125 / 16 < 1%: no split; with any saving, 3 parts.
+  expect_persistent(2048, 132, 16, {0, 1});
+  expect_persistent(2048, 132, 16, {1980, 3}, 0.0);
+  // d 128, 4k keys (32 blocks): 3 parts, two rounds of 12 / 32: 0.25 / 16 saved.
+  expect_persistent(2048, 132, 32, {1980, 3});
+  // d 128, 512 keys (4 blocks): every split costs as much as the whole tile or more.
+  expect_persistent(2048, 132, 4, {0, 1}, 0.0);
+}
+
+TEST(AttentionSplitTail, PersistentParts) {
+  expect_persistent(10 * 132, 132, 64, {0, 1});  // every round full
+  expect_persistent(135, 132, 8, {132, 4});      // 3 left: 4 parts in one round
+  expect_persistent(135, 132, 3, {132, 3});      // capped at the key blocks
+  expect_persistent(135, 132, 1, {0, 1});        // one key block: nothing to split
+  expect_persistent(40, 132, 8, {0, 3});         // one partial round: 3 parts (120 CTAs), one round of 4 / 8
+  expect_persistent(0, 132, 8, {0, 1});
+  expect_persistent(100, 0, 8, {0, 1});
+}
+
 }  // namespace
 }  // namespace flashlab
