@@ -64,8 +64,8 @@ constexpr AttnSplitTail attn_hopper_split_tail(long long tiles, int sms, int n_b
 
 // The persistent kernel's split of its last tiles (kSplitTail, kernels/attention/
 // 04_hopper_persistent.cuh): `tiles` equal tiles of n_blocks key blocks each (no mask, fixed
-// lengths) drawn in order by `sms` CTAs; after tiles / sms full rounds the last tiles % sms run
-// alone. Split into k parts (k at most kAttnSplitTailMax and n_blocks), they take ceil(left k /
+// lengths) drawn in order by `sms` CTAs; after tiles / sms full rounds (at least one) the last
+// tiles % sms run alone. Split into k parts (k at most kAttnSplitTailMax and n_blocks), they take ceil(left k /
 // sms) rounds of a part, whose time is modelled as its ceil(n_blocks / k) blocks plus one block of
 // fixed cost (its first Q K^T, which nothing overlaps, and its epilogue): the k of the shortest
 // tail, taken when it saves at least min_saving of the whole (full rounds + 1 tiles). splits 1:
@@ -73,7 +73,7 @@ constexpr AttnSplitTail attn_hopper_split_tail(long long tiles, int sms, int n_b
 constexpr AttnSplitTail attn_hopper_persistent_split_tail(long long tiles, int sms, int n_blocks, double min_saving = 0.01) {
   if (tiles <= 0 || sms <= 0 || n_blocks < 2) return {0, 1};
   const long long left = tiles % sms, waves = tiles / sms;
-  if (left == 0) return {0, 1};
+  if (left == 0 || waves == 0) return {0, 1};  // under one round: every tile has an SM
   int best_k = 1;
   double best = 1.0;  // the tail unsplit: one tile
   for (int k = 2; k <= kAttnSplitTailMax && k <= n_blocks; ++k) {

@@ -213,6 +213,10 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   AttnSplitTail split{0, 1};
   if constexpr (kSplitTail)
     split = attn_hopper_persistent_split_tail(tiles, sm_count(), static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)), split_min_saving);
+  if (kSplitTail && split.splits == 1)  // no split: the kernel without the parts' code
+    return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
+                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false>(p, dtype,
+                                                                                                                          stream);
   const int64_t split_tiles = split.splits > 1 ? tiles - split.from : 0, units = split_tiles * split.splits;
   constexpr int64_t kUnitBytes = Tr::kBlockM * (kHeadDim + 1) * 4;  // a part's O / l, then its LSEs
   const int64_t counter_bytes = kAttnHopperPersistentCounterBytes + split_tiles * kConsumers * static_cast<int64_t>(sizeof(int));

@@ -1071,63 +1071,94 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
 #endif
 }
 
-// kSplitTail's merge: row `row` of split tile split_from + ti (HopperAttnArgs) from its parts,
-// by one warp (kHeadDim / 32 columns per lane): O = sum_s w_s O_s / sum_s w_s with w_s =
-// 2^(lse_s - max lse) (a part that saw no key has lse -inf: weight 0), LSE = max + log2(sum w).
-// Fixed-length batches only. The parts are read past L1 (ld.global.cg): the persistent kernel's
+// kSplitTail's merge weights of row `row` of split tile ti (HopperAttnArgs): w_s = 2^(lse_s - max
+// lse) of its parts (a part that saw no key has lse -inf: weight 0; parts past `splits` too), their
+// sum, and the max (log2 units). The parts are read past L1 (ld.global.cg): the persistent kernel's
 // merging warpgroup reads rows other SMs wrote during the same launch.
-// (The serving merge, merge_state_kernel, does the same sums over packed (query, head) rows of
-// natural-log states into a packed output; here the rows are a tile's, in log2 units, into o's
-// strides and the lse's layout.)
-template <int kHeadDim, int kBlockM, int kMaxSplits, typename To>
-__device__ __forceinline__ void hopper_attn_merge_row(const HopperAttnArgs& args, int ti, int row, int lane) {
-  static_assert(kHeadDim % 64 == 0, "an even number of columns per lane");
-  constexpr int kCols = kHeadDim / 32;  // per lane, contiguous
-  const AttnFwdParams& p = args.p;
-  const HopperAttnTile tc = hopper_attn_tile(args.split_from + ti, args.m_blocks, p.nheads);
-  const int h = tc.h, b = tc.b, i = tc.mb * kBlockM + row;
-  if (i >= p.seqlen_q) return;
-  const int splits = args.splits;
-  const int64_t first = static_cast<int64_t>(ti) * splits * kBlockM + row;  // part 0's row; part s: + s kBlockM
-  float lse[kMaxSplits], mx = -INFINITY;
+template <int kBlockM, int kMaxSplits>
+struct HopperAttnMergeWeights {
+  float w[kMaxSplits], total, mx;
+  __device__ __forceinline__ HopperAttnMergeWeights(const HopperAttnArgs& args, int64_t first) {
+    float lse[kMaxSplits];
+    mx = -INFINITY;
 #pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) {
-    lse[s] = s < splits ? __ldcg(args.part_lse + first + s * kBlockM) : -INFINITY;
-    mx = fmaxf(mx, lse[s]);
-  }
-  float acc[kCols] = {}, total = 0.f;
+    for (int s = 0; s < kMaxSplits; ++s) {
+      lse[s] = s < args.splits ? __ldcg(args.part_lse + first + s * kBlockM) : -INFINITY;
+      mx = fmaxf(mx, lse[s]);
+    }
+    total = 0.f;
 #pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) {
-    if (s >= splits) break;
-    const float ws = mx == -INFINITY ? 0.f : exp2f(lse[s] - mx);
-    total += ws;
-    const float* src = args.part_o + (first + s * kBlockM) * kHeadDim + lane * kCols;
-#pragma unroll
-    for (int c = 0; c < kCols; c += 2) {
-      const float2 v = __ldcg(reinterpret_cast<const float2*>(src + c));
-      acc[c] = fmaf(ws, v.x, acc[c]);
-      acc[c + 1] = fmaf(ws, v.y, acc[c + 1]);
+    for (int s = 0; s < kMaxSplits; ++s) {
+      w[s] = mx == -INFINITY || s >= args.splits ? 0.f : exp2f(lse[s] - mx);
+      total += w[s];
     }
   }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  To* out = static_cast<To*>(p.o) + attn_offset(p, b, 0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + lane * kCols;
-#pragma unroll
-  for (int c = 0; c < kCols; c += 2) *reinterpret_cast<uint32_t*>(out + c) = pack2<To>(acc[c] * inv, acc[c + 1] * inv);
-  if (lane == 0 && p.lse != nullptr) {
+  // The row's LSE (natural log) into p.lse.
+  __device__ __forceinline__ void store_lse(const AttnFwdParams& p, int b, int h, int i) const {
+    if (p.lse == nullptr) return;
     const AttnBatch sb = attn_batch(p, b);
     p.lse[attn_lse_offset(p, b, h, sb, i)] = total > 0.f ? (mx + log2f(total)) * 0.6931471805599453f : -INFINITY;
   }
+};
+
+// kSplitTail's merge: columns [c0, c0 + kCols) of row `row` of split tile split_from + ti from its
+// parts: O = sum_s w_s O_s / sum_s w_s (HopperAttnMergeWeights), every part's columns loaded before
+// they are summed; the LSE with `lse_too`. Fixed-length batches only.
+// (The serving merge, merge_state_kernel, does the same sums over packed (query, head) rows of
+// natural-log states into a packed output; here the rows are a tile's, in log2 units, into o's
+// strides and the lse's layout.)
+template <int kHeadDim, int kBlockM, int kMaxSplits, int kCols, typename To>
+__device__ __forceinline__ void hopper_attn_merge_row(const HopperAttnArgs& args, int ti, int row, int c0, bool lse_too) {
+  static_assert(kCols % 8 == 0, "8 columns (two float4 per part) a step");
+  const AttnFwdParams& p = args.p;
+  const HopperAttnTile tc = hopper_attn_tile(args.split_from + ti, args.m_blocks, p.nheads);
+  const int i = tc.mb * kBlockM + row;
+  if (i >= p.seqlen_q) return;
+  const int64_t first = static_cast<int64_t>(ti) * args.splits * kBlockM + row;  // part 0's row; part s: + s kBlockM
+  const HopperAttnMergeWeights<kBlockM, kMaxSplits> mw(args, first);
+  const float inv = mw.total > 0.f ? 1.f / mw.total : 0.f;
+  const float* src = args.part_o + first * kHeadDim + c0;
+  To* out = static_cast<To*>(p.o) + attn_offset(p, tc.b, 0, i, tc.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + c0;
+#pragma unroll
+  for (int c = 0; c < kCols; c += 8) {
+    float4 v[kMaxSplits][2];
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s)
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        v[s][x] = s < args.splits ? __ldcg(reinterpret_cast<const float4*>(src + s * kBlockM * kHeadDim + c + 4 * x))
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+    float acc[8] = {};
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s)
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        acc[4 * x + 0] = fmaf(mw.w[s], v[s][x].x, acc[4 * x + 0]);
+        acc[4 * x + 1] = fmaf(mw.w[s], v[s][x].y, acc[4 * x + 1]);
+        acc[4 * x + 2] = fmaf(mw.w[s], v[s][x].z, acc[4 * x + 2]);
+        acc[4 * x + 3] = fmaf(mw.w[s], v[s][x].w, acc[4 * x + 3]);
+      }
+#pragma unroll
+    for (int e = 0; e < 8; e += 2)  // 4-byte stores: o's rows need not be 16-byte aligned (FP8's o has no tensor map)
+      *reinterpret_cast<uint32_t*>(out + c + e) = pack2<To>(acc[e] * inv, acc[e + 1] * inv);
+  }
+  if (lse_too) mw.store_lse(p, tc.b, tc.h, i);
 }
 
 // kSplitTail's second pass (the one-CTA kernel's): every row of the split tiles
-// (hopper_attn_merge_row), one warp per row. Grid: split tiles x kBlockM rows, 32 threads each,
-// any block size.
+// (hopper_attn_merge_row), one warp per row (8 columns a lane; 8 / 16 lanes busy at head dim 64 /
+// 128). Grid: split tiles x kBlockM rows, 32 threads each, any block size.
 template <int kHeadDim, int kBlockM, int kMaxSplits, typename To>
 __global__ void attn_hopper_merge_tail_kernel(const __grid_constant__ HopperAttnArgs args, int split_tiles) {
+  static_assert(kHeadDim % 256 == 0 || kHeadDim == 128 || kHeadDim == 64, "whole 8-column steps per lane");
+  constexpr int kCols = kHeadDim >= 256 ? kHeadDim / 32 : 8;  // per lane; d 64 / 128: 8 / 16 lanes a row
+  constexpr int kLanesPerRow = kHeadDim / kCols;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (w >= static_cast<int64_t>(split_tiles) * kBlockM) return;
-  hopper_attn_merge_row<kHeadDim, kBlockM, kMaxSplits, To>(args, static_cast<int>(w / kBlockM), static_cast<int>(w % kBlockM),
-                                                          static_cast<int>(threadIdx.x % 32));
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (lane >= kLanesPerRow) return;
+  hopper_attn_merge_row<kHeadDim, kBlockM, kMaxSplits, kCols, To>(args, static_cast<int>(w / kBlockM), static_cast<int>(w % kBlockM),
+                                                                  lane * kCols, lane == 0);
 }
 
 }  // namespace flashlab::kernels

@@ -423,8 +423,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         named_barrier_sync(1 + kConsumers + cw, 128);
         if (merge_last[cw]) {
           __threadfence();  // the other parts' rows (written before their counts) after this count
-          for (int r = 16 * warp; r < 16 * warp + 16; ++r)
-            hopper_attn_merge_row<kHeadDim, kM, kAttnSplitTailMax, T>(args, ti, 64 * cw + r, lane);
+          // Two threads a row, half its columns each.
+          hopper_attn_merge_row<kHeadDim, kM, kAttnSplitTailMax, kHeadDim / 2, T>(args, ti, 64 * cw + t128 / 2,
+                                                                                 (t128 % 2) * (kHeadDim / 2), t128 % 2 == 0);
         }
         continue;
       }

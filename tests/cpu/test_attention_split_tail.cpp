@@ -85,7 +85,7 @@ TEST(AttentionSplitTail, PersistentParts) {
   expect_persistent(135, 132, 8, {132, 4});      // 3 left: 4 parts in one round
   expect_persistent(135, 132, 3, {132, 3});      // capped at the key blocks
   expect_persistent(135, 132, 1, {0, 1});        // one key block: nothing to split
-  expect_persistent(40, 132, 8, {0, 3});         // one partial round: 3 parts (120 CTAs), one round of 4 / 8
+  expect_persistent(40, 132, 8, {0, 1});         // under one round: no split
   expect_persistent(0, 132, 8, {0, 1});
   expect_persistent(100, 0, 8, {0, 1});
 }
