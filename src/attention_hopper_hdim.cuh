@@ -247,7 +247,9 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
 }
 
-// The library's persistent kernel without softcap / ALiBi, its last tiles split (kSplitTail).
+// The library's persistent kernel without softcap / ALiBi with its last tiles split (kSplitTail;
+// no mask, fixed lengths): measured slower than without the split (bench/experiments/
+// attention_hopper_ablation.cu --tail, docs/ladder/attention.md), not the library's.
 template <typename T, int kHeadDim>
 void launch_attn_hopper_persistent_split(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double min_saving = 0.01) {
   launch_attn_hopper_persistent<T, kHeadDim, false, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, kHeadDim>, 2,
@@ -329,11 +331,6 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
           if constexpr (kHeadDim == 64 && !kScoreMod)
             if (p.window_right == 0 && p.seqlen_k > kAttnHopperPersistentThreeAboveCausal)
               return launch_attn_hopper_persistent_three<T>(p, dtype, stream);
-          // Without a mask, fixed lengths: the last tiles split along the keys where that pays
-          // (kSplitTail, attn_hopper_persistent_split_tail).
-          if constexpr (!kScoreMod)
-            if (p.window_left < 0 && p.window_right < 0 && p.cu_seqlens_q == nullptr)
-              return launch_attn_hopper_persistent_split<T, kHeadDim>(p, dtype, stream);
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
         }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as

@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     w.mod.window_left = p.window_left, w.mod.window_right = p.window_right;
     const AttnBatch& sb = w.sb;
     const AttnScoreMod& mod = w.mod;
-    const int n_begin = w.n_begin, n_blocks = w.n_blocks;
+    const int n_begin = __shfl_sync(0xffffffffu, w.n_begin, 0), n_blocks = w.n_blocks;  // (the mask test's, uniform)
     const int wg_row0 = __shfl_sync(0xffffffffu, w.m0 + 64 * cw, 0);  // first query row of this warpgroup (uniform)
     const int row0 = wg_row0 + warp * 16 + g;      // this thread's rows: row0, row0 + 8
     const float scale_log2 = mod.scale * kLog2e, slope_log2 = mod.slope * kLog2e;
