@@ -69,9 +69,9 @@ constexpr AttnSplitTail attn_hopper_split_tail(long long tiles, int sms, int n_b
 // sms) rounds of a part, whose time is modelled as its ceil(n_blocks / k) blocks plus one block of
 // fixed cost (its first Q K^T, which nothing overlaps, and its epilogue): the k of the shortest
 // tail, taken when it saves at least min_saving of the whole (full rounds + 1 tiles). splits 1:
-// no split.
+// no split (min_saving < 0: never).
 constexpr AttnSplitTail attn_hopper_persistent_split_tail(long long tiles, int sms, int n_blocks, double min_saving = 0.01) {
-  if (tiles <= 0 || sms <= 0 || n_blocks < 2) return {0, 1};
+  if (tiles <= 0 || sms <= 0 || n_blocks < 2 || min_saving < 0) return {0, 1};
   const long long left = tiles % sms, waves = tiles / sms;
   if (left == 0 || waves == 0) return {0, 1};  // under one round: every tile has an SM
   int best_k = 1;

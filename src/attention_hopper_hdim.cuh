@@ -198,7 +198,7 @@ constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 // Rung 4's persistent form (kernels/attention/04_hopper_persistent.cuh): the arguments of rung 4,
 // its counters in the stream's zero-filled counters workspace (the kernel leaves them zero),
 // min(work items, SMs) CTAs. kSplitTail (no mask, fixed lengths: the caller's choice): the last
-// tiles split along the keys where attn_hopper_persistent_split_tail (with split_min_saving) says,
+// tiles split along the keys where attn_hopper_persistent_split_tail (with split_min_saving >= 0) says,
 // their parts' fp32 rows in the stream's workspace; under CUDA-graph capture only into workspaces
 // that hold them already, else unsplit.
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
@@ -213,7 +213,9 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   AttnSplitTail split{0, 1};
   if constexpr (kSplitTail)
     split = attn_hopper_persistent_split_tail(tiles, sm_count(), static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)), split_min_saving);
-  if (kSplitTail && split.splits == 1)  // no split: the kernel without the parts' code
+  // No split: the kernel without the parts' code (split_min_saving < 0: the kSplitTail kernel
+  // unsplit, the ablation's measure of that code's cost).
+  if (kSplitTail && split.splits == 1 && split_min_saving >= 0)
     return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
                                          kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false>(p, dtype,
                                                                                                                           stream);

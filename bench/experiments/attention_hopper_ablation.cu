@@ -261,6 +261,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // (_tail_any).
   variants.push_back({"persistent_tail", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream()); }});
   variants.push_back({"persistent_tail_any", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream(), 0.0); }});
+  // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
+  variants.push_back({"persistent_tail_kernel_unsplit",
+                      [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream(), -1.0); }});
   // ... with every consumer warp computing each tile's coordinates itself (kSharedTile off).
   if constexpr (kD <= 128)
     variants.push_back({"persistent_recompute", [&] { launch_persistent<kD, 0, true, false>(p, h.stream()); }});
@@ -583,8 +586,10 @@ int main(int argc, char** argv) {
     for (bool causal : {false, true})
       for (int64_t s : swept({2048, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
   } else if (mode == "--tail") {  // the persistent kernels with and without their last tiles split
-    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_tail", "persistent_tail_any"};
-    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_tail", "persistent_tail_any"};
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_tail", "persistent_tail_any",
+                                          "persistent_tail_kernel_unsplit"};
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_tail", "persistent_tail_any",
+                                           "persistent_tail_kernel_unsplit"};
     for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, false}, all_ok, d64);
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d64);
     for (int64_t s : swept({512})) run_config<256>(h, {s, 256, false}, all_ok, d256);
