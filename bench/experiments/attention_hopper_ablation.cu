@@ -45,7 +45,8 @@
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
 // --tail: the persistent kernels without a mask with and without their last tiles split along the
-// keys (persistent_tail*, kSplitTail), d 64 512..1k, d 128 512..4k, d 256 512.
+// keys (persistent_tail*, kSplitTail), and the split's kernel never splitting
+// (persistent_tail_kernel_unsplit), d 64 512..1k, d 128 512..4k, d 256 512.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail]
 //        [out.json]
@@ -256,9 +257,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // head dims up to 128).
   if constexpr (kD <= 128)
     variants.push_back({"persistent", [&] { launch_persistent<kD>(p, h.stream()); }});
-  // ... with its last tiles split along the keys (kSplitTail, the library's without a mask since
-  // 2026-11-27 (28)): where attn_hopper_persistent_split_tail's model saves 1% (_tail), or anything
-  // (_tail_any).
+  // ... with its last tiles split along the keys (kSplitTail; measured slower, not the library's):
+  // where attn_hopper_persistent_split_tail's model saves 1% (_tail; where it splits nothing, the
+  // library's kernel runs), or anything (_tail_any).
   variants.push_back({"persistent_tail", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream()); }});
   variants.push_back({"persistent_tail_any", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream(), 0.0); }});
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).

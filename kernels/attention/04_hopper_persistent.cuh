@@ -83,7 +83,8 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // v_empty: the stager's arrives come after the store has read it). The next tile's first block
 // loads into the other stage meanwhile.
 
-// kSplitTail (fixed lengths, no mask; kSharedTile): the walk's work items past args.split_from
+// kSplitTail (an ablation: 3-8% slower than the unsplit kernel where it splits, H100, 2026-11-27,
+// docs/ladder/attention.md; fixed lengths, no mask; kSharedTile): the walk's work items past args.split_from
 // are parts of its last tiles, split along the keys (HopperAttnArgs: item split_from + u is part
 // u % splits of tile split_from + u / splits; tiles = split_from + (tiles left) x splits items).
 // A part's warpgroup writes its O / l and LSE in fp32 to its unit's part_o / part_lse rows

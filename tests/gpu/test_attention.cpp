@@ -10,8 +10,6 @@
 // layouts (padded heads, head-major memory); return_attn_probs.
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -590,33 +588,6 @@ TEST(Attention, SplitTail16Bit) {
   }
   std::mt19937_64 rng(83);
   for (DType dt : {DType::kF16, DType::kBF16}) check_case(dt, fixed(2, 1100, 1300, 4, 2, 64), {3}, rng);
-}
-
-// The persistent kernel's split tail (src/attention_hopper_hdim.cuh: rung 4 without a mask, fixed
-// lengths, up to the persistent kernel's key lengths; attn_hopper_persistent_split_tail): the
-// head count picked at run time so that the last tiles split in at least 3 parts on this device's
-// SMs; 3 query blocks (the last of 44 rows) x heads, keys ending inside a block (uneven parts);
-// the parts' merge by the last of them (in the kernel) checked through out and lse of rungs 3 and 4
-// against the reference, at head dims 64 and 128 (GQA, fp16 and bf16) and 256 (80-key blocks).
-TEST(Attention, PersistentSplitTail) {
-  SKIP_WITHOUT_GPU();
-  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
-  int sms = 0;
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  constexpr int64_t kSq = 300, kQueryBlocks = 3;  // 128-row tiles
-  std::mt19937_64 rng(84);
-  for (const auto [d, sk, key_block] : {std::tuple<int64_t, int64_t, int>{64, 900, 128}, {128, 900, 128}, {256, 500, 80}}) {
-    const int n_blocks = static_cast<int>((sk + key_block - 1) / key_block);
-    int64_t heads = 0;
-    for (int64_t h = 2; h <= 4 * sms && heads == 0; h += 2)
-      if (kQueryBlocks * h > sms && detail::attn_hopper_persistent_split_tail(kQueryBlocks * h, sms, n_blocks).splits >= 3) heads = h;
-    ASSERT_GT(heads, 0) << "no head count splits the last tiles of " << sms << " SMs at d " << d;
-    if (d == 256) {
-      check_case(DType::kBF16, fixed(1, kSq, sk, heads, heads, d), {3}, rng);
-      continue;
-    }
-    for (DType dt : {DType::kF16, DType::kBF16}) check_case(dt, fixed(1, kSq, sk, heads, heads / 2, d), {3}, rng);
-  }
 }
 
 // Self-attention on one random bf16 (batch, seqlen, heads, d) tensor as q, k and v: run(rung,
