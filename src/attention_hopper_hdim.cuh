@@ -206,9 +206,13 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, bool kStoreWait = true,
-          bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false>
+          bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false,
+          bool kNoMask = false>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma>;
+  FLASHLAB_CHECK(!kNoMask || (!kScoreMod && p.cu_seqlens_q == nullptr && p.window_left < 0 && p.window_right < 0 &&
+                              p.seqlen_k % Tr::kBlockN == 0),
+                 "attention_fwd: the persistent kernel without masks needs fixed lengths, no causal / window and whole key blocks");
   const int64_t tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
   AttnSplitTail split{0, 1};
   if constexpr (kSplitTail)
@@ -217,8 +221,8 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   // unsplit, the ablation's measure of that code's cost).
   if (kSplitTail && split.splits == 1 && split_min_saving >= 0)
     return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
-                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false>(p, dtype,
-                                                                                                                          stream);
+                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask>(
+        p, dtype, stream);
   const int64_t split_tiles = split.splits > 1 ? tiles - split.from : 0, units = split_tiles * split.splits;
   constexpr int64_t kUnitBytes = Tr::kBlockM * (kHeadDim + 1) * 4;  // a part's O / l, then its LSEs
   const int64_t counter_bytes = kAttnHopperPersistentCounterBytes + split_tiles * kConsumers * static_cast<int64_t>(sizeof(int));
@@ -226,8 +230,8 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
       (workspace_if_ready(stream, units * kUnitBytes, Workspace::kScratch) == nullptr ||
        workspace_if_ready(stream, counter_bytes, Workspace::kCounters) == nullptr)) {
     return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
-                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false>(p, dtype,
-                                                                                                                          stream);
+                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask>(
+        p, dtype, stream);
   }
   void* parts = nullptr;
   kernels::HopperAttnArgs args =
@@ -243,7 +247,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   auto* counters = static_cast<int*>(workspace(stream, counter_bytes, Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
-                                                              kEarlyQProbe, kStageO, kSumByMma, kSplitTail>;
+                                                              kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
@@ -257,6 +261,15 @@ void launch_attn_hopper_persistent_split(const AttnFwdParams& p, DType dtype, cu
   launch_attn_hopper_persistent<T, kHeadDim, false, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, kHeadDim>, 2,
                                 kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, 2>,
                                 true, false, false, false, false, true>(p, dtype, stream, min_saving);
+}
+
+// The library's persistent kernel without softcap / ALiBi for calls where no block needs a mask
+// (kNoMask: fixed lengths, no causal / window, seqlen_k a multiple of the key block).
+template <typename T, int kHeadDim>
+void launch_attn_hopper_persistent_nomask(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  launch_attn_hopper_persistent<T, kHeadDim, false, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, kHeadDim>, 2,
+                                kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, 2>,
+                                true, false, false, false, false, false, true>(p, dtype, stream);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks).

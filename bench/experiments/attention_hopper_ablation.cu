@@ -47,8 +47,10 @@
 // --tail: the persistent kernels without a mask with and without their last tiles split along the
 // keys (persistent_tail*, kSplitTail), and the split's kernel never splitting
 // (persistent_tail_kernel_unsplit), d 64 512..1k, d 128 512..4k, d 256 512.
+// --nomask: the persistent kernels without a mask against the same kernel without its mask test and
+// pass and varlen epilogue (persistent_nomask, kNoMask), the same shapes.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -262,6 +264,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // library's kernel runs), or anything (_tail_any).
   variants.push_back({"persistent_tail", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream()); }});
   variants.push_back({"persistent_tail_any", [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream(), 0.0); }});
+  // ... without the mask test and pass and the varlen epilogue (kNoMask; no causal / window, fixed
+  // lengths, whole key blocks).
+  if (!c.causal) variants.push_back({"persistent_nomask", [&] { detail::launch_attn_hopper_persistent_nomask<__nv_bfloat16, kD>(p, DType::kBF16, h.stream()); }});
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
   variants.push_back({"persistent_tail_kernel_unsplit",
                       [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream(), -1.0); }});
@@ -594,6 +599,12 @@ int main(int argc, char** argv) {
     for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, false}, all_ok, d64);
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d64);
     for (int64_t s : swept({512})) run_config<256>(h, {s, 256, false}, all_ok, d256);
+  } else if (mode == "--nomask") {  // the persistent kernels without the mask code
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_nomask"};
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_nomask"};
+    for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, false}, all_ok, d64);
+    for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d64);
+    for (int64_t s : swept({512})) run_config<256>(h, {s, 256, false}, all_ok, d256);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -604,7 +615,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask)\n",
                  mode.c_str());
     return 2;
   }

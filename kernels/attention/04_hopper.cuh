@@ -388,8 +388,10 @@ __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
 }
 
 // The softmax's first half: scores modified and masked, each row's new max (row_max), the offset
-// its exponents subtract (off, log2 units) and the factor for O and l (rescale).
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false>
+// its exponents subtract (off, log2 units) and the factor for O and l (rescale). kNoMask: the
+// caller knows no block needs a mask (no causal / window, keys a multiple of kBlockN): no mask
+// test, no mask pass in the code.
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false>
 __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&off)[2],
                                                         float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                         int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
@@ -406,7 +408,7 @@ __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN /
   const bool need_mask = k0 + Tr::kBlockN > seqlen_k ||
                          (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
                          (mod.window_right >= 0 && k0 + Tr::kBlockN - 1 > wg_row0 + mod.diag + mod.window_right);
-  if (need_mask) {
+  if (!kNoMask && need_mask) {
     // Row i keeps keys [lo, hi] (attn_visible, clipped to the sequence), as offsets from this
     // thread's first key k0 + 2t: each score is two integer compares with a constant and a select.
 #pragma unroll
@@ -479,12 +481,12 @@ __device__ __forceinline__ void hopper_attn_softmax_exp(float (&s)[Tr::kBlockN /
 }
 
 // The online softmax of block n: hopper_attn_softmax_max, then _exp.
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false>
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                     int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
   float off[2];
-  hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t, scale_log2,
+  hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNoMask>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t, scale_log2,
                                                          slope_log2);
   hopper_attn_softmax_exp<Tr, kTreeReduce>(s, row_sum, off, rescale, scale_log2);
 }
