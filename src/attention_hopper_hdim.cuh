@@ -64,6 +64,13 @@ CUtensorMap attn_fp8_transposed_v(const AttnFwdParams& p, cudaStream_t stream, i
   return make_tensor_map_5d(vt, DType::kE4M3, dims, strides, box, kChunk);
 }
 
+// True when no key block of p needs a mask at block width kN (kNoMask): fixed lengths, no causal /
+// window, no softcap / ALiBi, not paged, seqlen_k a multiple of kN.
+inline bool attn_hopper_no_mask(const AttnFwdParams& p, int kN) {
+  return p.cu_seqlens_q == nullptr && p.kv_indptr == nullptr && p.window_left < 0 && p.window_right < 0 && p.softcap == 0.f &&
+         p.alibi_slopes == nullptr && p.seqlen_k > 0 && p.seqlen_k % kN == 0;
+}
+
 // The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8 with kFp8VtPass: V
 // transposed into the stream's workspace first (else the kernel transposes V as it loads it).
 // extra_bytes > 0: as many bytes of the workspace at *extra (after V^T's).
@@ -138,9 +145,11 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
+  FLASHLAB_CHECK(!kNoMask || attn_hopper_no_mask(p, Tr::kBlockN),
+                 "attention_fwd: rung 4 without masks needs fixed lengths, no causal / window, no softcap / ALiBi and whole key blocks");
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
   const int64_t all_tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
   AttnSplitTail split =
@@ -169,7 +178,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + part_o_bytes) : nullptr;
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kSplitTail, kFp8VtPass>;
+                                                   kSumByMma, kSplitTail, kFp8VtPass, kNoMask>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   if constexpr (Tr::kCtasPerSm > 1)  // the largest shared-memory carveout, so that two CTAs fit an SM
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
@@ -210,9 +219,9 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kNoMask = false>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma>;
-  FLASHLAB_CHECK(!kNoMask || (!kScoreMod && p.cu_seqlens_q == nullptr && p.window_left < 0 && p.window_right < 0 &&
-                              p.seqlen_k % Tr::kBlockN == 0),
-                 "attention_fwd: the persistent kernel without masks needs fixed lengths, no causal / window and whole key blocks");
+  FLASHLAB_CHECK(!kNoMask || attn_hopper_no_mask(p, Tr::kBlockN),
+                 "attention_fwd: the persistent kernel without masks needs fixed lengths, no causal / window, no softcap / ALiBi and "
+                 "whole key blocks");
   const int64_t tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
   AttnSplitTail split{0, 1};
   if constexpr (kSplitTail)
@@ -343,9 +352,15 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
         if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal<kHeadDim> : kAttnHopperPersistentUpTo<kHeadDim>) &&
             (!capturing(stream) ||
              workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr)) {
-          if constexpr (kHeadDim == 64 && !kScoreMod)
+          if constexpr (kHeadDim == 64 && !kScoreMod) {
             if (p.window_right == 0 && p.seqlen_k > kAttnHopperPersistentThreeAboveCausal)
               return launch_attn_hopper_persistent_three<T>(p, dtype, stream);
+            // Where no block needs a mask: the kernel without the mask code (kNoMask), +3.3% / +4.9%
+            // at 512 / 1k keys (H100, 2026-11-27, ff6251f, two runs; at d 128 within +-0.8%:
+            // docs/ladder/attention.md).
+            if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN))
+              return launch_attn_hopper_persistent_nomask<T, 64>(p, dtype, stream);
+          }
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
         }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as

@@ -47,8 +47,9 @@
 // --tail: the persistent kernels without a mask with and without their last tiles split along the
 // keys (persistent_tail*, kSplitTail), and the split's kernel never splitting
 // (persistent_tail_kernel_unsplit), d 64 512..1k, d 128 512..4k, d 256 512.
-// --nomask: the persistent kernels without a mask against the same kernel without its mask test and
-// pass and varlen epilogue (persistent_nomask, kNoMask), the same shapes.
+// --nomask: the kernels without a mask against the same kernels without their mask test and pass
+// and varlen epilogue (*_nomask, kNoMask): d 64 512..8k (persistent, three consumer warpgroups with
+// the split tail), d 128 512..4k (persistent).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask]
 //        [out.json]
@@ -95,11 +96,11 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true, bool kSplitTail = false,
-          bool kSumByMma = false>
+          bool kSumByMma = false, bool kNoMask = false>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
-                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized, kSumByMma, kSplitTail>(
-      p, DType::kBF16, s);
+                                     kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized, kSumByMma, kSplitTail, false,
+                                     kNoMask>(p, DType::kBF16, s);
 }
 
 // The persistent kernel (bf16, no softcap / ALiBi); kArgs: launch_attn_hopper_persistent's
@@ -238,6 +239,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     variants.push_back({"3_consumers_lazy", [&] { launch<kD, true, true, 0, false, true, false, 3, true>(p, h.stream()); }});
     // ... with the last, partial wave's tiles split along the keys (kSplitTail; the library's
     // without a mask).
+    // ... and without the mask test and pass and the varlen epilogue (kNoMask; no causal, whole key blocks).
+    if (!c.causal)
+      variants.push_back({"3_consumers_tail_nomask", [&] {
+                            constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+                            launch<kD, true, true, 0, false, true, false, 3, false, kTree, true, true, false, true>(p, h.stream());
+                          }});
     variants.push_back({"3_consumers_tail", [&] {
                           constexpr bool kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
                           launch<kD, true, true, 0, false, true, false, 3, false, kTree, true, true>(p, h.stream());
@@ -600,11 +607,11 @@ int main(int argc, char** argv) {
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d64);
     for (int64_t s : swept({512})) run_config<256>(h, {s, 256, false}, all_ok, d256);
   } else if (mode == "--nomask") {  // the persistent kernels without the mask code
-    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_nomask"};
-    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_nomask"};
-    for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, false}, all_ok, d64);
-    for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d64);
-    for (int64_t s : swept({512})) run_config<256>(h, {s, 256, false}, all_ok, d256);
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_nomask", "3_consumers_tail",
+                                          "3_consumers_tail_nomask"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_nomask"};
+    for (int64_t s : swept({512, 1024, 2048, 4096, 8192})) run_config<64>(h, {s, 64, false}, all_ok, d64);
+    for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d128);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);

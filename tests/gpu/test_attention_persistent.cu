@@ -34,11 +34,21 @@ using namespace flashlab::testing;
 // sequences, so the reference is launched directly.
 // three: both kernels with three consumer warpgroups on 96-key blocks (head dim 64, no softcap /
 // ALiBi: the library's persistent kernel for causal 1k-2k keys there).
+// no_mask: the persistent kernel without its mask code (kNoMask: fixed lengths, no causal / window,
+// no softcap / ALiBi, whole key blocks; the library's at head dim 64) against the one-CTA kernel.
 void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttnFwdOptions& opt, bool persistent, bool three = false) {
+               const AttnFwdOptions& opt, bool persistent, bool three = false, bool no_mask = false) {
   const AttnFwdParams p = detail::attention_validated_params("attention_fwd", q, k, v, out, 4, opt, nullptr);
   ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
+  if (no_mask && persistent) {
+    ASSERT_TRUE(detail::attn_hopper_no_mask(p, 128));
+    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
+      if (p.headdim == 64) detail::launch_attn_hopper_persistent_nomask<T, 64>(p, q.dtype, nullptr);
+      else detail::launch_attn_hopper_persistent_nomask<T, 128>(p, q.dtype, nullptr);
+    });
+    return;
+  }
   if (three) {
     ASSERT_EQ(p.headdim, 64);
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
@@ -70,8 +80,9 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
   });
 }
 
-void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false) {
-  const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers)" : " (persistent)");
+void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, bool no_mask = false) {
+  const ::testing::Message what =
+      describe(c, dt, 4) << (three ? " (persistent, three consumers)" : no_mask ? " (persistent without masks)" : " (persistent)");
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
@@ -101,7 +112,7 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
   set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse4_v, max_sq, max_sk);
   run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false, three);
   opt.softmax_lse = &lsep_v;
-  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three);
+  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three, no_mask);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   // Compared where the output lives (gather: the packed rows), bit for bit.
   const std::vector<double> a = gather(decode(dt, download(out4.ptr, out4.bytes)), lq, c, cuq, c.h),
@@ -170,6 +181,41 @@ TEST(AttentionPersistent, SameAsRung4) {
       // d 64: three consumer warpgroups, 96-key blocks (no softcap / ALiBi).
       if (d == 64) check_plain_cases(dt, d, 1536, rng, true);
     }
+}
+
+// The persistent kernel without its mask code (kNoMask), where no block needs a mask: fixed lengths,
+// keys a multiple of 128 (rows not: the last query block partial), many tiles per CTA, GQA / MQA;
+// bit for bit as the one-CTA kernel. Its launcher refuses a call that needs a mask (causal, keys
+// not a multiple of the block, varlen) before any launch.
+TEST(AttentionPersistent, NoMaskSameAsRung4) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(2028);
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (int64_t d : {64, 128}) {
+      check_same_as_rung4(dt, fixed(8, 1000, 1024, 8, 8, d), rng, false, true);  // 512 tiles
+      check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, d), rng, false, true);
+      check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, d), rng, false, true);  // one key block
+    }
+  AttnFwdParams p{};
+  p.seqlen_k = 384, p.window_left = -1, p.window_right = 0;  // causal
+  EXPECT_FALSE(detail::attn_hopper_no_mask(p, 128));
+  p.window_right = -1;
+  EXPECT_TRUE(detail::attn_hopper_no_mask(p, 128));
+  p.seqlen_k = 385;
+  EXPECT_FALSE(detail::attn_hopper_no_mask(p, 128));
+  p.seqlen_k = 384;
+  p.softcap = 30.f;
+  EXPECT_FALSE(detail::attn_hopper_no_mask(p, 128));
+  p.softcap = 0.f;
+  int cu[2] = {0, 384};
+  p.cu_seqlens_q = cu;
+  EXPECT_FALSE(detail::attn_hopper_no_mask(p, 128));
+  p.cu_seqlens_q = nullptr;
+  p.batch = 1, p.nheads = p.nheads_kv = 1, p.headdim = 64, p.seqlen_q = 1;
+  p.window_right = 0;
+  const auto causal_call = [&] { detail::launch_attn_hopper_persistent_nomask<__nv_bfloat16, 64>(p, DType::kBF16, nullptr); };
+  EXPECT_THROW(causal_call(), Error);
 }
 
 // Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
