@@ -355,9 +355,9 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
           if constexpr (kHeadDim == 64 && !kScoreMod) {
             if (p.window_right == 0 && p.seqlen_k > kAttnHopperPersistentThreeAboveCausal)
               return launch_attn_hopper_persistent_three<T>(p, dtype, stream);
-            // Where no block needs a mask: the kernel without the mask code (kNoMask), +3.3% / +4.9%
-            // at 512 / 1k keys (H100, 2026-11-27, ff6251f, two runs; at d 128 within +-0.8%:
-            // docs/ladder/attention.md).
+            // Where no block needs a mask: the kernel without the mask code (kNoMask), +2.9..3.3% /
+            // +4.8..4.9% at 512 / 1k keys (H100, 2026-11-27, ff6251f and 3674219, three runs; at d 128
+            // within +-0.2%: docs/ladder/attention.md).
             if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN))
               return launch_attn_hopper_persistent_nomask<T, 64>(p, dtype, stream);
           }
