@@ -216,7 +216,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, bool kStoreWait = true,
           bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false,
-          bool kNoMask = false>
+          bool kNoMask = false, bool kPeelMask = false>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma>;
   FLASHLAB_CHECK(!kNoMask || attn_hopper_no_mask(p, Tr::kBlockN),
@@ -230,8 +230,8 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   // unsplit, the ablation's measure of that code's cost).
   if (kSplitTail && split.splits == 1 && split_min_saving >= 0)
     return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
-                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask>(
-        p, dtype, stream);
+                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
+                                         kPeelMask>(p, dtype, stream);
   const int64_t split_tiles = split.splits > 1 ? tiles - split.from : 0, units = split_tiles * split.splits;
   constexpr int64_t kUnitBytes = Tr::kBlockM * (kHeadDim + 1) * 4;  // a part's O / l, then its LSEs
   const int64_t counter_bytes = kAttnHopperPersistentCounterBytes + split_tiles * kConsumers * static_cast<int64_t>(sizeof(int));
@@ -239,8 +239,8 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
       (workspace_if_ready(stream, units * kUnitBytes, Workspace::kScratch) == nullptr ||
        workspace_if_ready(stream, counter_bytes, Workspace::kCounters) == nullptr)) {
     return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
-                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask>(
-        p, dtype, stream);
+                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
+                                         kPeelMask>(p, dtype, stream);
   }
   void* parts = nullptr;
   kernels::HopperAttnArgs args =
@@ -256,7 +256,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   auto* counters = static_cast<int*>(workspace(stream, counter_bytes, Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
-                                                              kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask>;
+                                                              kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask, kPeelMask>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
@@ -279,6 +279,16 @@ void launch_attn_hopper_persistent_nomask(const AttnFwdParams& p, DType dtype, c
   launch_attn_hopper_persistent<T, kHeadDim, false, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, kHeadDim>, 2,
                                 kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, 2>,
                                 true, false, false, false, false, false, true>(p, dtype, stream);
+}
+
+// The library's persistent kernels (two consumer warpgroups on the default key blocks, or three
+// on kBlockN-key blocks) with the block loop split around its masked blocks (kPeelMask).
+template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0>
+void launch_attn_hopper_persistent_peel(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), 2,
+                                kConsumers == 3 ? false : kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers,
+                                kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
+                                true, false, false, false, false, false, false, true>(p, dtype, stream);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks).

@@ -50,8 +50,10 @@
 // --nomask: the kernels without a mask against the same kernels without their mask test and pass
 // and varlen epilogue (*_nomask, kNoMask): d 64 512..8k (persistent, three consumer warpgroups with
 // the split tail), d 128 512..4k (persistent).
+// --peel: the persistent kernels with the block loop split around its masked blocks (*_peel,
+// kPeelMask) against the library's, d 64 512..2k, d 128 512..4k, causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -274,6 +276,15 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // ... without the mask test and pass and the varlen epilogue (kNoMask; no causal / window, fixed
   // lengths, whole key blocks).
   if (!c.causal) variants.push_back({"persistent_nomask", [&] { detail::launch_attn_hopper_persistent_nomask<__nv_bfloat16, kD>(p, DType::kBF16, h.stream()); }});
+  // ... with the block loop split around its masked blocks (kPeelMask): two consumer warpgroups
+  // (persistent_peel), three on 96-key blocks at d 64 (persistent_3c_n96_peel).
+  if constexpr (kD <= 128) {
+    variants.push_back({"persistent_peel", [&] { detail::launch_attn_hopper_persistent_peel<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream()); }});
+    if constexpr (kD == 64)
+      variants.push_back({"persistent_3c_n96_peel", [&] {
+                            detail::launch_attn_hopper_persistent_peel<__nv_bfloat16, kD, false, 3, 96>(p, DType::kBF16, h.stream());
+                          }});
+  }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
   variants.push_back({"persistent_tail_kernel_unsplit",
                       [&] { detail::launch_attn_hopper_persistent_split<__nv_bfloat16, kD>(p, DType::kBF16, h.stream(), -1.0); }});
@@ -612,6 +623,14 @@ int main(int argc, char** argv) {
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_nomask"};
     for (int64_t s : swept({512, 1024, 2048, 4096, 8192})) run_config<64>(h, {s, 64, false}, all_ok, d64);
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, false}, all_ok, d128);
+  } else if (mode == "--peel") {  // the persistent kernels with the block loop split around its masked blocks
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_peel", "persistent_nomask",
+                                          "persistent_3c_n96", "persistent_3c_n96_peel"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_peel"};
+    for (bool causal : {true, false}) {
+      for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -622,7 +641,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel)\n",
                  mode.c_str());
     return 2;
   }

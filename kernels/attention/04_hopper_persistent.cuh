@@ -36,6 +36,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention/04_hopper.cuh"
 
@@ -59,6 +60,32 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 // kernel's ablation had shown the same at d 64, 3-4%); at d 128 and with three warpgroups within 1%.
 template <int kHeadDim, int kConsumers>
 constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers == 2);
+
+// kPeelMask's range: blocks i in [lo, hi) (lo >= 1, lo <= hi; n_begin + i absolute) of a warpgroup
+// whose first row is wg_row0 need no mask of hopper_attn_softmax_max's test: key block n needs the
+// right one when (n + 1) kN > min(sk, wg_row0 + diag + window_right + 1), the left one when n kN <
+// wg_row0 + 63 + diag - window_left.
+struct NoMaskRange {
+  int lo, hi;
+};
+template <int kN>
+__device__ __forceinline__ NoMaskRange no_mask_range(int wg_row0, int n_begin, int n_blocks, int sk, const AttnScoreMod& mod) {
+  int64_t right = sk;  // keys below this index are unmasked on the right
+  if (mod.window_right >= 0) {
+    const int64_t diag_right = static_cast<int64_t>(wg_row0) + mod.diag + mod.window_right + 1;
+    if (diag_right < right) right = diag_right;
+  }
+  const int64_t n_right = right > 0 ? right / kN : 0;  // blocks n < n_right need no right mask
+  int64_t n_left = 0;                                  // blocks n >= n_left need no left mask
+  if (mod.window_left >= 0) {
+    const int64_t left = static_cast<int64_t>(wg_row0) + 63 + mod.diag - mod.window_left;
+    n_left = left > 0 ? (left + kN - 1) / kN : 0;
+  }
+  int64_t lo = n_left - n_begin, hi = n_right - n_begin;
+  lo = lo < 1 ? 1 : lo > n_blocks ? n_blocks : lo;
+  hi = hi > n_blocks ? n_blocks : hi < lo ? lo : hi;
+  return {static_cast<int>(lo), static_cast<int>(hi)};
+}
 
 // Grid: min(tiles, SMs) CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic shared memory;
 // tiles: the work items, m_blocks x nheads x batch (kSplitTail: split_from + the tiles after it x
@@ -97,6 +124,10 @@ constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers =
 // the launcher's check): no block needs a mask; the softmax has no mask test or pass, the epilogue
 // no varlen copy.
 
+// kPeelMask: the block loop split in three, the blocks that need no mask (the middle ones: the
+// causal diagonal, a window's edges and the last keys lie at either end) in a loop without the mask
+// code (as kNoMask), the others in loops with it. Same outputs.
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -107,7 +138,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
-          bool kSplitTail = false, bool kNoMask = false>
+          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -334,9 +365,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const auto gemm_pv = [&](int stage) {
       hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128, lsum, smem_u32(ones));
     };
-    const auto softmax = [&](int n, float (&rescale)[2]) {
-      hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2,
-                                                                  slope_log2);
+    // no_mask (std::true_type): a block known to need no mask (kNoMask, kPeelMask's middle loop).
+    const auto softmax = [&](int n, float (&rescale)[2], auto no_mask) {
+      hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask || decltype(no_mask)::value>(
+          s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
     };
 #pragma unroll
     for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
@@ -369,9 +401,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       qk_done(it % kStages, n_blocks == 1);
-      softmax(n_begin, rescale);
+      softmax(n_begin, rescale, std::false_type{});
       hopper_attn_convert_p<T, Tr>(s, pa);
-      for (int i = 1; i < n_blocks; ++i) {
+      // Block i >= 1: S_i and P_{i-1} V_{i-1} issued together, the softmax of S_i under the latter.
+      const auto step = [&](int i, auto no_mask) {
         const int cur = it + i, prv = it + i - 1;
         const int st = cur % kStages, prev = prv % kStages;
         mbarrier_wait(&k_full[st], (cur / kStages) & 1);
@@ -383,7 +416,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
         qk_done(st, i == n_blocks - 1);
-        softmax(n_begin + i, rescale);
+        softmax(n_begin + i, rescale, no_mask);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
         else wgmma_wait<0>();
@@ -392,6 +425,18 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         add_sums(rescale);
         hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale);
         hopper_attn_convert_p<T, Tr>(s, pa);
+      };
+      if constexpr (kPeelMask) {
+        // Blocks [lo, hi) (of 1 .. n_blocks - 1) need no mask for this warpgroup's rows (the test of
+        // hopper_attn_softmax_max solved for the block index; warp-uniform): their own loop,
+        // without the mask code; the masked blocks before and after it in loops of their own.
+        const NoMaskRange r = no_mask_range<kN>(wg_row0, n_begin, n_blocks, sb.sk, mod);
+        int i = 1;
+        for (; i < r.lo; ++i) step(i, std::false_type{});
+        for (; i < r.hi; ++i) step(i, std::true_type{});
+        for (; i < n_blocks; ++i) step(i, std::false_type{});
+      } else {
+        for (int i = 1; i < n_blocks; ++i) step(i, std::false_type{});
       }
       const int lst = it + n_blocks - 1;
       mbarrier_wait(&v_full[lst % kStages], (lst / kStages) & 1);
