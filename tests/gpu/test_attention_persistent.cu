@@ -36,8 +36,9 @@ using namespace flashlab::testing;
 // ALiBi: the library's persistent kernel for causal 1k-2k keys there).
 // no_mask: the persistent kernel without its mask code (kNoMask: fixed lengths, no causal / window,
 // no softcap / ALiBi, whole key blocks; the library's at head dim 64) against the one-CTA kernel.
+// peel: the persistent kernel with its block loop split around the masked blocks (kPeelMask).
 void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttnFwdOptions& opt, bool persistent, bool three = false, bool no_mask = false) {
+               const AttnFwdOptions& opt, bool persistent, bool three = false, bool no_mask = false, bool peel = false) {
   const AttnFwdParams p = detail::attention_validated_params("attention_fwd", q, k, v, out, 4, opt, nullptr);
   ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
@@ -46,6 +47,20 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
       if (p.headdim == 64) detail::launch_attn_hopper_persistent_nomask<T, 64>(p, q.dtype, nullptr);
       else detail::launch_attn_hopper_persistent_nomask<T, 128>(p, q.dtype, nullptr);
+    });
+    return;
+  }
+  if (peel && persistent) {
+    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
+      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+        if (three) {
+          if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_peel<T, 64, false, 3, 96>(p, q.dtype, nullptr);
+        } else if (p.headdim == 64) {
+          detail::launch_attn_hopper_persistent_peel<T, 64, kScoreMod>(p, q.dtype, nullptr);
+        } else {
+          detail::launch_attn_hopper_persistent_peel<T, 128, kScoreMod>(p, q.dtype, nullptr);
+        }
+      });
     });
     return;
   }
@@ -80,9 +95,9 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
   });
 }
 
-void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, bool no_mask = false) {
-  const ::testing::Message what =
-      describe(c, dt, 4) << (three ? " (persistent, three consumers)" : no_mask ? " (persistent without masks)" : " (persistent)");
+void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, bool no_mask = false, bool peel = false) {
+  const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
+                                                     << (no_mask ? ", without masks)" : peel ? ", masked blocks peeled)" : ")");
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
@@ -112,7 +127,7 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
   set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse4_v, max_sq, max_sk);
   run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false, three);
   opt.softmax_lse = &lsep_v;
-  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three, no_mask);
+  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three, no_mask, peel);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   // Compared where the output lives (gather: the packed rows), bit for bit.
   const std::vector<double> a = gather(decode(dt, download(out4.ptr, out4.bytes)), lq, c, cuq, c.h),
@@ -145,20 +160,20 @@ Case ragged_varlen(int64_t d) {
 // The cases without softcap / ALiBi: many tiles per CTA (132 SMs: 8 batches x `rows` rows x 8
 // heads), causal and not; seqlen_q > seqlen_k, causal (the first query blocks see no key: tiles
 // with no block); a sliding window with GQA; MQA with ragged lengths; varlen.
-void check_plain_cases(DType dt, int64_t d, int64_t rows, std::mt19937_64& rng, bool three = false) {
+void check_plain_cases(DType dt, int64_t d, int64_t rows, std::mt19937_64& rng, bool three = false, bool peel = false) {
   for (bool causal : {false, true}) {
     Case c = fixed(8, rows, rows, 8, 8, d);
     c.causal = causal;
-    check_same_as_rung4(dt, c, rng, three);
+    check_same_as_rung4(dt, c, rng, three, false, peel);
   }
   Case nk = fixed(2, 700, 300, 4, 2, d);
   nk.causal = true;
-  check_same_as_rung4(dt, nk, rng, three);
+  check_same_as_rung4(dt, nk, rng, three, false, peel);
   Case w = fixed(3, 900, 1200, 8, 2, d);
   w.wl = 200, w.wr = 50;
-  check_same_as_rung4(dt, w, rng, three);
-  check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng, three);
-  check_same_as_rung4(dt, ragged_varlen(d), rng, three);
+  check_same_as_rung4(dt, w, rng, three, false, peel);
+  check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng, three, false, peel);
+  check_same_as_rung4(dt, ragged_varlen(d), rng, three, false, peel);
 }
 
 TEST(AttentionPersistent, SameAsRung4) {
@@ -216,6 +231,29 @@ TEST(AttentionPersistent, NoMaskSameAsRung4) {
   p.window_right = 0;
   const auto causal_call = [&] { detail::launch_attn_hopper_persistent_nomask<__nv_bfloat16, 64>(p, DType::kBF16, nullptr); };
   EXPECT_THROW(causal_call(), Error);
+}
+
+// The persistent kernels with the block loop split around the masked blocks (kPeelMask): every
+// case of SameAsRung4 (causal, seqlen_q > seqlen_k, windows on both sides, ragged keys, varlen,
+// softcap, ALiBi with a window), bit for bit as the one-CTA kernel.
+TEST(AttentionPersistent, PeelMaskSameAsRung4) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(2029);
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (int64_t d : {64, 128}) {
+      check_plain_cases(dt, d, 1024, rng, false, true);
+      Case sc = fixed(2, 640, 640, 4, 4, d);
+      sc.causal = true, sc.softcap = 30.f;
+      check_same_as_rung4(dt, sc, rng, false, false, true);
+      Case al = fixed(2, 500, 800, 4, 2, d);
+      al.alibi = 1, al.wl = 300, al.wr = 0;
+      check_same_as_rung4(dt, al, rng, false, false, true);
+      Case wl = fixed(2, 1000, 1000, 4, 2, d);  // a left window only: masked blocks at the start
+      wl.wl = 300;
+      check_same_as_rung4(dt, wl, rng, false, false, true);
+      if (d == 64) check_plain_cases(dt, d, 1536, rng, true, true);
+    }
 }
 
 // Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
