@@ -22,6 +22,11 @@ template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : kHeadDim == 256 ? 512 : 1024;
 template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : kHeadDim == 256 ? 1024 : 2048;
+// Keys (seqlen_k, varlen: the longest) from which head dim 128's persistent kernel without softcap /
+// ALiBi splits its block loop around the masked blocks (kPeelMask): +1.0..+1.9% at 2k-4k keys, causal
+// and not; -1.3..+0.8% at 512-1k (H100, 2026-11-27, 04c899d and 0ef6df2, two runs;
+// docs/ladder/attention.md).
+constexpr int kAttnHopperPeelFrom = 2048;
 // Keys (seqlen_k) above which head dim 64, causal without softcap / ALiBi, takes the persistent
 // kernel with three consumer warpgroups on 96-key blocks (up to kAttnHopperPersistentUpToCausal<64>):
 // +4.4% at 2k keys against the better of the two-warpgroup persistent kernel and the one-CTA
