@@ -51,7 +51,8 @@
 // and varlen epilogue (*_nomask, kNoMask): d 64 512..8k (persistent, three consumer warpgroups with
 // the split tail), d 128 512..4k (persistent).
 // --peel: the persistent kernels with the block loop split around its masked blocks (*_peel,
-// kPeelMask) against the library's, d 64 512..2k, d 128 512..4k, causal and not.
+// kPeelMask) against the library's, d 64 512..2k, d 128 512..4k, d 256 512..1k, causal and not
+// (FLASHLAB_PEEL_D256_ONLY=1: d 256 only).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel]
 //        [out.json]
@@ -278,7 +279,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   if (!c.causal) variants.push_back({"persistent_nomask", [&] { detail::launch_attn_hopper_persistent_nomask<__nv_bfloat16, kD>(p, DType::kBF16, h.stream()); }});
   // ... with the block loop split around its masked blocks (kPeelMask): two consumer warpgroups
   // (persistent_peel), three on 96-key blocks at d 64 (persistent_3c_n96_peel).
-  if constexpr (kD <= 128) {
+  if constexpr (kD <= 128 || kD == 256) {
     variants.push_back({"persistent_peel", [&] { detail::launch_attn_hopper_persistent_peel<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream()); }});
     if constexpr (kD == 64)
       variants.push_back({"persistent_3c_n96_peel", [&] {
@@ -627,9 +628,13 @@ int main(int argc, char** argv) {
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_peel", "persistent_nomask",
                                           "persistent_3c_n96", "persistent_3c_n96_peel"};
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_peel"};
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_peel"};
     for (bool causal : {true, false}) {
-      for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
-      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+      if (std::getenv("FLASHLAB_PEEL_D256_ONLY") == nullptr) {
+        for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+        for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+      }
+      for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
     }
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
