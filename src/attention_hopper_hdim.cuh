@@ -371,10 +371,11 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
             if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN))
               return launch_attn_hopper_persistent_nomask<T, 64>(p, dtype, stream);
           }
-          // Head dim 128 from 2k keys: the block loop split around the masked blocks (kPeelMask,
-          // kAttnHopperPeelFrom).
+          // Head dim 128 from 2k keys, and head dim 256: the block loop split around the masked
+          // blocks (kPeelMask, kAttnHopperPeelFrom).
           if constexpr (kHeadDim == 128 && !kScoreMod)
             if (p.seqlen_k >= kAttnHopperPeelFrom) return launch_attn_hopper_persistent_peel<T, 128, false>(p, dtype, stream);
+          if constexpr (kHeadDim == 256) return launch_attn_hopper_persistent_peel<T, 256, false>(p, dtype, stream);
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
         }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as

@@ -57,6 +57,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
           if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_peel<T, 64, false, 3, 96>(p, q.dtype, nullptr);
         } else if (p.headdim == 64) {
           detail::launch_attn_hopper_persistent_peel<T, 64, kScoreMod>(p, q.dtype, nullptr);
+        } else if (p.headdim == 256) {
+          if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_peel<T, 256, false>(p, q.dtype, nullptr);
         } else {
           detail::launch_attn_hopper_persistent_peel<T, 128, kScoreMod>(p, q.dtype, nullptr);
         }
@@ -235,7 +237,7 @@ TEST(AttentionPersistent, NoMaskSameAsRung4) {
 
 // The persistent kernels with the block loop split around the masked blocks (kPeelMask): every
 // case of SameAsRung4 (causal, seqlen_q > seqlen_k, windows on both sides, ragged keys, varlen,
-// softcap, ALiBi with a window), bit for bit as the one-CTA kernel.
+// softcap, ALiBi with a window), and head dim 256's plain cases, bit for bit as the one-CTA kernel.
 TEST(AttentionPersistent, PeelMaskSameAsRung4) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
@@ -254,6 +256,7 @@ TEST(AttentionPersistent, PeelMaskSameAsRung4) {
       check_same_as_rung4(dt, wl, rng, false, false, true);
       if (d == 64) check_plain_cases(dt, d, 1536, rng, true, true);
     }
+  for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng, false, true);  // 80-key blocks
 }
 
 // Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
