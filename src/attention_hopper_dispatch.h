@@ -19,7 +19,7 @@ constexpr int kAttnHopperNarrowBlocksUpTo = 512;
 // Head dim 256 (without softcap / ALiBi; 80-key blocks, one Q buffer): up to 1k keys, causal too
 // (+3.4% at 512 keys, causal +2.4% at 512 and 1k; 0.5-4% slower beyond; H100, 2026-11-26, 595fb66;
 // since 2026-11-27 (28) with its masked blocks peeled off, kPeelMask: +0.9..+1.3% at 512, causal
-// -0.3..+1.9% at 512-1k, and 1k without a mask +2.4% over the one-CTA kernel; f9dc46b, two runs).
+// -0.3..+1.9% at 512-1k, and 1k without a mask +2.3..+2.5% over the one-CTA kernel; f9dc46b, two runs).
 template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : 1024;
 template <int kHeadDim>
