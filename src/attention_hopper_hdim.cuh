@@ -71,6 +71,12 @@ inline bool attn_hopper_no_mask(const AttnFwdParams& p, int kN) {
          p.alibi_slopes == nullptr && p.seqlen_k > 0 && p.seqlen_k % kN == 0;
 }
 
+// A kNoMask launcher's precondition (attn_hopper_no_mask), checked before any launch.
+inline void check_attn_hopper_no_mask(const AttnFwdParams& p, int kN) {
+  FLASHLAB_CHECK(attn_hopper_no_mask(p, kN), "attention_fwd: rung 4 without masks needs fixed lengths, no causal / window, no softcap / ",
+                 "ALiBi and seqlen_k a multiple of ", kN, ", got seqlen_k ", p.seqlen_k);
+}
+
 // The kernel arguments of rung 4 (the tensor maps, m_blocks) for p; FP8 with kFp8VtPass: V
 // transposed into the stream's workspace first (else the kernel transposes V as it loads it).
 // extra_bytes > 0: as many bytes of the workspace at *extra (after V^T's).
@@ -148,8 +154,7 @@ template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverla
           bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
-  FLASHLAB_CHECK(!kNoMask || attn_hopper_no_mask(p, Tr::kBlockN),
-                 "attention_fwd: rung 4 without masks needs fixed lengths, no causal / window, no softcap / ALiBi and whole key blocks");
+  if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
   const int64_t all_tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
   AttnSplitTail split =
@@ -219,29 +224,26 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kNoMask = false, bool kPeelMask = false>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma>;
-  FLASHLAB_CHECK(!kNoMask || attn_hopper_no_mask(p, Tr::kBlockN),
-                 "attention_fwd: the persistent kernel without masks needs fixed lengths, no causal / window, no softcap / ALiBi and "
-                 "whole key blocks");
+  if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
   const int64_t tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
-  AttnSplitTail split{0, 1};
-  if constexpr (kSplitTail)
-    split = attn_hopper_persistent_split_tail(tiles, sm_count(), static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)), split_min_saving);
-  // No split: the kernel without the parts' code (split_min_saving < 0: the kSplitTail kernel
-  // unsplit, the ablation's measure of that code's cost).
-  if (kSplitTail && split.splits == 1 && split_min_saving >= 0)
-    return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
-                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
-                                         kPeelMask>(p, dtype, stream);
-  const int64_t split_tiles = split.splits > 1 ? tiles - split.from : 0, units = split_tiles * split.splits;
   constexpr int64_t kUnitBytes = Tr::kBlockM * (kHeadDim + 1) * 4;  // a part's O / l, then its LSEs
-  const int64_t counter_bytes = kAttnHopperPersistentCounterBytes + split_tiles * kConsumers * static_cast<int64_t>(sizeof(int));
-  if (units > 0 && capturing(stream) &&
-      (workspace_if_ready(stream, units * kUnitBytes, Workspace::kScratch) == nullptr ||
-       workspace_if_ready(stream, counter_bytes, Workspace::kCounters) == nullptr)) {
-    return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
-                                         kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
-                                         kPeelMask>(p, dtype, stream);
+  AttnSplitTail split{0, 1};
+  const auto split_tiles = [&] { return split.splits > 1 ? tiles - split.from : int64_t{0}; };
+  const auto counter_bytes = [&] { return kAttnHopperPersistentCounterBytes + split_tiles() * kConsumers * static_cast<int64_t>(sizeof(int)); };
+  if constexpr (kSplitTail) {
+    split = attn_hopper_persistent_split_tail(tiles, sm_count(), static_cast<int>(ceil_div(p.seqlen_k, Tr::kBlockN)), split_min_saving);
+    if (split.splits > 1 && capturing(stream) &&
+        (workspace_if_ready(stream, split_tiles() * split.splits * kUnitBytes, Workspace::kScratch) == nullptr ||
+         workspace_if_ready(stream, counter_bytes(), Workspace::kCounters) == nullptr))
+      split = AttnSplitTail{0, 1};
+    // No split: the kernel without the parts' code (split_min_saving < 0: the kSplitTail kernel
+    // unsplit, the ablation's measure of that code's cost).
+    if (split.splits == 1 && split_min_saving >= 0)
+      return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
+                                           kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
+                                           kPeelMask>(p, dtype, stream);
   }
+  const int64_t units = split_tiles() * split.splits;
   void* parts = nullptr;
   kernels::HopperAttnArgs args =
       attn_hopper_args<T, kHeadDim, kScoreMod, kBlockN, false, kConsumers, kSumByMma>(p, dtype, stream, units * kUnitBytes, &parts);
@@ -253,7 +255,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   args.splits = split.splits;
   args.part_o = static_cast<float*>(parts);
   args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + units * Tr::kBlockM * kHeadDim * 4) : nullptr;
-  auto* counters = static_cast<int*>(workspace(stream, counter_bytes, Workspace::kCounters));
+  auto* counters = static_cast<int*>(workspace(stream, counter_bytes(), Workspace::kCounters));
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
                                                               kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask, kPeelMask>;
@@ -262,33 +264,36 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
 }
 
-// The library's persistent kernel without softcap / ALiBi with its last tiles split (kSplitTail;
-// no mask, fixed lengths): measured slower than without the split (bench/experiments/
-// attention_hopper_ablation.cu --tail, docs/ladder/attention.md), not the library's.
+// The persistent kernel with the library's choices for every switch but these: kConsumers consumer
+// warpgroups on kBlockN-key blocks, and the loop / tail forms kSplitTail, kNoMask, kPeelMask.
+template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0, bool kSplitTail = false, bool kNoMask = false,
+          bool kPeelMask = false>
+void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
+  launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), 2,
+                                kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers, kernels::kAttnTreeReduceDefault<T, kHeadDim>,
+                                kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, true, false, false, false, false, kSplitTail,
+                                kNoMask, kPeelMask>(p, dtype, stream, split_min_saving);
+}
+
+// Its last tiles split (kSplitTail; no mask, fixed lengths): measured slower than without the
+// split (bench/experiments/attention_hopper_ablation.cu --tail, docs/ladder/attention.md), not the
+// library's.
 template <typename T, int kHeadDim>
 void launch_attn_hopper_persistent_split(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double min_saving = 0.01) {
-  launch_attn_hopper_persistent<T, kHeadDim, false, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, kHeadDim>, 2,
-                                kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, 2>,
-                                true, false, false, false, false, true>(p, dtype, stream, min_saving);
+  launch_attn_hopper_persistent_as<T, kHeadDim, false, 2, 0, true>(p, dtype, stream, min_saving);
 }
 
-// The library's persistent kernel without softcap / ALiBi for calls where no block needs a mask
-// (kNoMask: fixed lengths, no causal / window, seqlen_k a multiple of the key block).
+// Without softcap / ALiBi where no block needs a mask (kNoMask: fixed lengths, no causal / window,
+// seqlen_k a multiple of the key block).
 template <typename T, int kHeadDim>
 void launch_attn_hopper_persistent_nomask(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent<T, kHeadDim, false, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<T, kHeadDim>, 2,
-                                kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, 2>,
-                                true, false, false, false, false, false, true>(p, dtype, stream);
+  launch_attn_hopper_persistent_as<T, kHeadDim, false, 2, 0, false, true>(p, dtype, stream);
 }
 
-// The library's persistent kernels (two consumer warpgroups on the default key blocks, or three
-// on kBlockN-key blocks) with the block loop split around its masked blocks (kPeelMask).
+// Its block loop split around the masked blocks (kPeelMask).
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0>
 void launch_attn_hopper_persistent_peel(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), 2,
-                                kConsumers == 3 ? false : kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers,
-                                kernels::kAttnTreeReduceDefault<T, kHeadDim>, kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
-                                true, false, false, false, false, false, false, true>(p, dtype, stream);
+  launch_attn_hopper_persistent_as<T, kHeadDim, kScoreMod, kConsumers, kBlockN, false, false, true>(p, dtype, stream);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks).

@@ -327,7 +327,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     if (lane == 0) mbarrier_arrive(bar);
   };
 
-  __shared__ int merge_last[kConsumers];  // kSplitTail: this warpgroup's part was its tile's last
   int qt = 0, it = 0;  // tiles and K/V blocks consumed so far
   while (true) {
     const int qs = qt % kQStages;
@@ -460,6 +459,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     }
     if constexpr (kSplitTail)
       if (e.unit >= 0) {  // a part: its rows in fp32; the last of its tile's parts merges them
+        __shared__ int merge_last[kConsumers];  // this warpgroup's part was its tile's last
         mbarrier_arrive(&q_empty[qs]);  // neither the Q buffer nor its tile entries are read again
         hopper_attn_store_part<Tr>(o, row_sum, row_max, 1.f, args.part_o, args.part_lse, e.unit, cw, warp, g, t);
         __threadfence();  // this thread's rows before its warpgroup's count

@@ -178,6 +178,16 @@ void check_plain_cases(DType dt, int64_t d, int64_t rows, std::mt19937_64& rng, 
   check_same_as_rung4(dt, ragged_varlen(d), rng, three, false, peel);
 }
 
+// Softcap (causal) and ALiBi ((nheads,) slopes with a window).
+void check_score_mod_cases(DType dt, int64_t d, std::mt19937_64& rng, bool peel = false) {
+  Case sc = fixed(2, 640, 640, 4, 4, d);
+  sc.causal = true, sc.softcap = 30.f;
+  check_same_as_rung4(dt, sc, rng, false, false, peel);
+  Case al = fixed(2, 500, 800, 4, 2, d);
+  al.alibi = 1, al.wl = 300, al.wr = 0;
+  check_same_as_rung4(dt, al, rng, false, false, peel);
+}
+
 TEST(AttentionPersistent, SameAsRung4) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
@@ -185,14 +195,8 @@ TEST(AttentionPersistent, SameAsRung4) {
   for (DType dt : {DType::kBF16, DType::kF16})
     for (int64_t d : {64, 128}) {
       check_plain_cases(dt, d, 1024, rng);  // 8 x 1024 rows x 8 heads = 512 tiles
-      // Softcap (causal) and ALiBi ((nheads,) slopes with a window; (batch, nheads) on varlen).
-      Case sc = fixed(2, 640, 640, 4, 4, d);
-      sc.causal = true, sc.softcap = 30.f;
-      check_same_as_rung4(dt, sc, rng);
-      Case al = fixed(2, 500, 800, 4, 2, d);
-      al.alibi = 1, al.wl = 300, al.wr = 0;
-      check_same_as_rung4(dt, al, rng);
-      Case vl = ragged_varlen(d);
+      check_score_mod_cases(dt, d, rng);
+      Case vl = ragged_varlen(d);  // ALiBi with (batch, nheads) slopes on varlen
       vl.alibi = 2, vl.causal = false;
       check_same_as_rung4(dt, vl, rng);
       // d 64: three consumer warpgroups, 96-key blocks (no softcap / ALiBi).
@@ -245,12 +249,7 @@ TEST(AttentionPersistent, PeelMaskSameAsRung4) {
   for (DType dt : {DType::kBF16, DType::kF16})
     for (int64_t d : {64, 128}) {
       check_plain_cases(dt, d, 1024, rng, false, true);
-      Case sc = fixed(2, 640, 640, 4, 4, d);
-      sc.causal = true, sc.softcap = 30.f;
-      check_same_as_rung4(dt, sc, rng, false, false, true);
-      Case al = fixed(2, 500, 800, 4, 2, d);
-      al.alibi = 1, al.wl = 300, al.wr = 0;
-      check_same_as_rung4(dt, al, rng, false, false, true);
+      check_score_mod_cases(dt, d, rng, true);
       Case wl = fixed(2, 1000, 1000, 4, 2, d);  // a left window only: masked blocks at the start
       wl.wl = 300;
       check_same_as_rung4(dt, wl, rng, false, false, true);
