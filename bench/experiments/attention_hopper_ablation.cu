@@ -53,8 +53,11 @@
 // --peel: the persistent kernels with the block loop split around its masked blocks (*_peel,
 // kPeelMask) against the library's, d 64 512..2k, d 128 512..4k, d 256 512..1k, causal and not
 // (FLASHLAB_PEEL_D256_ONLY=1: d 256 only).
+// --half: the persistent kernels with each consumer warpgroup on its own blocks of the tile and a half
+// last block where its rows see only that (*_half, kHalfLast) against the same kernels without, causal:
+// d 64 512..2k (two consumer warpgroups, and three on 96-key blocks), d 128 512..4k (also peeled).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -284,6 +287,20 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     if constexpr (kD == 64)
       variants.push_back({"persistent_3c_n96_peel", [&] {
                             detail::launch_attn_hopper_persistent_peel<__nv_bfloat16, kD, false, 3, 96>(p, DType::kBF16, h.stream());
+                          }});
+  }
+  // ... with each consumer warpgroup on its own blocks of the tile, the last one half where its rows
+  // see only that (kHalfLast): two consumer warpgroups (persistent_half; d 128 also peeled,
+  // persistent_peel_half), three on 96-key blocks at d 64 (persistent_3c_n96_half).
+  if constexpr (kD <= 128) {
+    variants.push_back({"persistent_half", [&] { detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream()); }});
+    if constexpr (kD == 128)
+      variants.push_back({"persistent_peel_half", [&] {
+                            detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false, 2, 0, true>(p, DType::kBF16, h.stream());
+                          }});
+    if constexpr (kD == 64)
+      variants.push_back({"persistent_3c_n96_half", [&] {
+                            detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false, 3, 96>(p, DType::kBF16, h.stream());
                           }});
   }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
@@ -636,6 +653,11 @@ int main(int argc, char** argv) {
       }
       for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
     }
+  } else if (mode == "--half") {  // each consumer warpgroup on its own blocks, a half last block
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_half", "persistent_3c_n96", "persistent_3c_n96_half"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_half", "persistent_peel", "persistent_peel_half"};
+    for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, d64);
+    for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, d128);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -646,7 +668,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half)\n",
                  mode.c_str());
     return 2;
   }

@@ -272,8 +272,12 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
 // Q's boxes; k_base, the K block), one committed wgmma group. kDescAdvance: each k-step's
 // descriptors are the first ones advanced (wgmma_desc_advance); else rebuilt from the address
 // (the rung until 2026-11-26: about 60 more instructions per block, kept for the ablation).
-template <typename T, typename Tr, bool kDescAdvance = true>
-__device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2], uint32_t q_base, uint32_t k_base) {
+// kKeys < kBlockN: the block's first kKeys keys only, into s[0 .. kKeys / 2) (the persistent
+// kernel's kHalfLast: a warpgroup's last block whose later keys its rows do not see).
+template <typename T, typename Tr, bool kDescAdvance = true, int kKeys = Tr::kBlockN>
+__device__ __forceinline__ void hopper_attn_gemm_qk(float (&s_all)[Tr::kBlockN / 2], uint32_t q_base, uint32_t k_base) {
+  static_assert(kKeys % 16 == 0 && kKeys <= Tr::kBlockN, "whole k16 steps of P V within the block");
+  float(&s)[kKeys / 2] = *reinterpret_cast<float(*)[kKeys / 2]>(&s_all[0]);
   const uint64_t da0 = wgmma_desc_sw128(q_base, 16, 1024), db0 = wgmma_desc_sw128(k_base, 16, 1024);
   wgmma_fence_operands(s);
   wgmma_fence();
@@ -283,7 +287,7 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
     const uint32_t a_off = (kk / 4) * Tr::kBlockM * 128 + (kk % 4) * 32, b_off = (kk / 4) * Tr::kBlockN * 128 + (kk % 4) * 32;
     const uint64_t da = kDescAdvance ? wgmma_desc_advance(da0, a_off) : wgmma_desc_sw128(q_base + a_off, 16, 1024);
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, b_off) : wgmma_desc_sw128(k_base + b_off, 16, 1024);
-    Wgmma<T, Tr::kBlockN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
+    Wgmma<T, kKeys>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }
@@ -294,7 +298,8 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 // 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones; 16-bit: m64n8k16, ones of T): each
 // row's sum of this block's P as rounded to T (FP8 shifted: kAttnFp8PShiftLog2), replacing the
 // softmax's kBlockN / 2 FADDs per thread. (Eight more columns of O against rows of ones after V^T's chunks measured the same.)
-template <typename T, typename Tr, bool kDescAdvance = true>
+// kKeys < kBlockN (16-bit): the block's first kKeys keys only (hopper_attn_gemm_qk's).
+template <typename T, typename Tr, bool kDescAdvance = true, int kKeys = Tr::kBlockN>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo,
                                                     float* lsum = nullptr, uint32_t ones_base = 0) {
@@ -302,13 +307,15 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
   // of a chunk of kVtChunk keys, chunks head dims x kVtChunk bytes apart (8 rows: SBO).
   // 16-bit: V is MN-major for this GEMM (head dims contiguous): 16 more keys are 16 rows of 128
   // bytes further (v_step_bytes); 64-column boxes (LBO) are v_lbo apart.
+  static_assert(kKeys == Tr::kBlockN || (!Tr::kFp8 && kKeys % 16 == 0), "a part of the block: 16-bit k16 steps");
+  constexpr int kSteps = kKeys * (Tr::kFp8 ? 1 : 2) / 32;
   constexpr uint32_t kChunk = Tr::kFp8 ? Tr::kVtChunk : 128;
   const uint64_t db0 = Tr::kFp8 ? wgmma_desc_swizzled(v_base, 16, 8 * kChunk, kChunk) : wgmma_desc_sw128(v_base, v_lbo, 1024);
   wgmma_fence_operands(o);
   wgmma_fence_operands(pa);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
+  for (int kk = 0; kk < kSteps; ++kk) {
     const uint32_t off = Tr::kFp8 ? (kk * 32 / kChunk) * Tr::kHeadDim * kChunk + kk * 32 % kChunk : kk * v_step_bytes;
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, off)
                       : Tr::kFp8     ? wgmma_desc_swizzled(v_base + off, 16, 8 * kChunk, kChunk)
@@ -321,7 +328,7 @@ __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2]
     wgmma_fence_operands(l);
     const uint64_t d1 = wgmma_desc_swizzled(ones_base, 16, 256, 32);  // 8 rows x 32 bytes: every k-step the same
 #pragma unroll
-    for (int kk = 0; kk < Tr::kPvSteps; ++kk) WgmmaRs<T, 8>::template mma<0>(l, pa[kk], d1, kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < kSteps; ++kk) WgmmaRs<T, 8>::template mma<0>(l, pa[kk], d1, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }
@@ -390,24 +397,25 @@ __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
 // The softmax's first half: scores modified and masked, each row's new max (row_max), the offset
 // its exponents subtract (off, log2 units) and the factor for O and l (rescale). kNoMask: the
 // caller knows no block needs a mask (no causal / window, keys a multiple of kBlockN): no mask
-// test, no mask pass in the code.
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false>
+// test, no mask pass in the code. kKeys < kBlockN: the block's first kKeys keys only (s[0 ..
+// kKeys / 2), hopper_attn_gemm_qk's).
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false, int kKeys = Tr::kBlockN>
 __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&off)[2],
                                                         float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                         int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
   const int k0 = n * Tr::kBlockN;
   if constexpr (Tr::kScoreMod) {
 #pragma unroll
-    for (int j = 0; j < Tr::kBlockN / 8; ++j)
+    for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = row0 + (e / 2) * 8, key = k0 + j * 8 + 2 * t + (e % 2);
         s[4 * j + e] = attn_logit_log2(s[4 * j + e], i, key, mod, scale_log2, slope_log2);
       }
   }
-  const bool need_mask = k0 + Tr::kBlockN > seqlen_k ||
+  const bool need_mask = k0 + kKeys > seqlen_k ||
                          (mod.window_left >= 0 && k0 < wg_row0 + 63 + mod.diag - mod.window_left) ||
-                         (mod.window_right >= 0 && k0 + Tr::kBlockN - 1 > wg_row0 + mod.diag + mod.window_right);
+                         (mod.window_right >= 0 && k0 + kKeys - 1 > wg_row0 + mod.diag + mod.window_right);
   if (!kNoMask && need_mask) {
     // Row i keeps keys [lo, hi] (attn_visible, clipped to the sequence), as offsets from this
     // thread's first key k0 + 2t: each score is two integer compares with a constant and a select.
@@ -417,7 +425,7 @@ __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN /
       const int hi = min(seqlen_k - 1, mod.window_right >= 0 ? d + mod.window_right : INT_MAX) - base;
       const int lo = (mod.window_left >= 0 ? d - mod.window_left : INT_MIN / 2) - base;
 #pragma unroll
-      for (int j = 0; j < Tr::kBlockN / 8; ++j)
+      for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = j * 8 + c;
@@ -426,7 +434,7 @@ __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN /
     }
   }
   const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;  // s x to_log2: log2-unit logits
-  constexpr int kGroups = Tr::kBlockN / 8;  // n8 tiles: two scores of each row per thread
+  constexpr int kGroups = kKeys / 8;  // n8 tiles: two scores of each row per thread
   const auto fmax2 = [](float a, float b) { return fmaxf(a, b); };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -458,11 +466,11 @@ __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN /
 
 // The softmax's second half: s = 2^(s x to_log2 - off) and, unless Tr::kSumByMma, the rows' sums
 // into row_sum (rescaled first).
-template <typename Tr, bool kTreeReduce = false>
+template <typename Tr, bool kTreeReduce = false, int kKeys = Tr::kBlockN>
 __device__ __forceinline__ void hopper_attn_softmax_exp(float (&s)[Tr::kBlockN / 2], float (&row_sum)[2], const float (&off)[2],
                                                         const float (&rescale)[2], float scale_log2) {
   const float to_log2 = Tr::kScoreMod ? 1.f : scale_log2;
-  constexpr int kGroups = Tr::kBlockN / 8;
+  constexpr int kGroups = kKeys / 8;
   const auto add2 = [](float a, float b) { return a + b; };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -481,14 +489,14 @@ __device__ __forceinline__ void hopper_attn_softmax_exp(float (&s)[Tr::kBlockN /
 }
 
 // The online softmax of block n: hopper_attn_softmax_max, then _exp.
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false>
+template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false, int kKeys = Tr::kBlockN>
 __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,
                                                     int wg_row0, int row0, int t, float scale_log2, float slope_log2) {
   float off[2];
-  hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNoMask>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t, scale_log2,
-                                                         slope_log2);
-  hopper_attn_softmax_exp<Tr, kTreeReduce>(s, row_sum, off, rescale, scale_log2);
+  hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNoMask, kKeys>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t,
+                                                                         scale_log2, slope_log2);
+  hopper_attn_softmax_exp<Tr, kTreeReduce, kKeys>(s, row_sum, off, rescale, scale_log2);
 }
 
 // The named barrier on which consumer warpgroup cw lets the next one (cyclically) take its
@@ -526,10 +534,12 @@ __device__ __forceinline__ void hopper_attn_rescale_o(float (&o)[Tr::kHeadDim / 
 // the thread's scores of a 16-key group are keys 2t, 2t + 1, 2t + 8, 2t + 9: it packs those,
 // and the transposed V tile holds its keys in the same order (attn_fp8_v_position), so P V
 // pairs each probability with its key's row of V without moving bytes between threads.
-template <typename T, typename Tr>
+// kKeys < kBlockN (16-bit): the block's first kKeys keys only.
+template <typename T, typename Tr, int kKeys = Tr::kBlockN>
 __device__ __forceinline__ void hopper_attn_convert_p(const float (&s)[Tr::kBlockN / 2], uint32_t (&pa)[Tr::kPvSteps][4]) {
+  static_assert(kKeys == Tr::kBlockN || !Tr::kFp8, "a part of the block: 16-bit");
 #pragma unroll
-  for (int kk = 0; kk < Tr::kPvSteps; ++kk) {
+  for (int kk = 0; kk < kKeys * (Tr::kFp8 ? 1 : 2) / 32; ++kk) {
     if constexpr (Tr::kFp8) {
       const float* x = s + 16 * kk;  // keys 32 kk .. 32 kk + 31: n8 tiles 4 kk .. 4 kk + 3
       pa[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);     // row g,     keys 0 .. 15 of the step

@@ -87,6 +87,29 @@ __device__ __forceinline__ NoMaskRange no_mask_range(int wg_row0, int n_begin, i
   return {static_cast<int>(lo), static_cast<int>(hi)};
 }
 
+// kHalfLast's blocks of a warpgroup whose first row is wg_row0, out of its tile's n_blocks from
+// block n_begin: the first n of them hold a key one of its rows sees (n_blocks where they see none:
+// the tile's own handling of rows with no key); of the last of those, only the first kN / 2 keys
+// are seen (half; never where kN / 2 is not a whole number of k16 steps). For the causal diagonal
+// of a tile of 128 rows on 128-key blocks, the first warpgroup's last block is half; with three
+// warpgroups on 96-key blocks, the first's last block is not seen at all.
+struct WgBlocks {
+  int n;
+  bool half;
+};
+template <int kN>
+__device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_blocks, int sk, const AttnScoreMod& mod) {
+  int64_t right = sk;  // keys from this index on are masked for every row of the warpgroup
+  if (mod.window_right >= 0) {
+    const int64_t diag_right = static_cast<int64_t>(wg_row0) + 63 + mod.diag + mod.window_right + 1;
+    if (diag_right < right) right = diag_right;
+  }
+  const int64_t seen = right - static_cast<int64_t>(n_begin) * kN;  // from the tile's first key
+  if (seen <= 0) return {n_blocks, false};
+  const int64_t n = (seen + kN - 1) / kN < n_blocks ? (seen + kN - 1) / kN : n_blocks;
+  return {static_cast<int>(n), kN % 32 == 0 && seen - (n - 1) * kN <= kN / 2};
+}
+
 // Grid: min(tiles, SMs) CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic shared memory;
 // tiles: the work items, m_blocks x nheads x batch (kSplitTail: split_from + the tiles after it x
 // splits); counters[0] (the next item - gridDim.x), counters[1] (CTAs done) and, kSplitTail, one per
@@ -128,6 +151,12 @@ __device__ __forceinline__ NoMaskRange no_mask_range(int wg_row0, int n_begin, i
 // causal diagonal, a window's edges and the last keys lie at either end) in a loop without the mask
 // code (as kNoMask), the others in loops with it. Same outputs.
 
+// kHalfLast: each consumer warpgroup runs only its own blocks of the tile (wg_blocks): the blocks
+// after them, which hold no key its rows see, are waited for and given back without math (an
+// empty pingpong turn each), and where only the first half of its last block is seen, that block's
+// Q K^T, softmax and P V take its first kN / 2 keys (m64n(kN / 2) products). Same outputs (the
+// skipped products add exact zeros).
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -138,7 +167,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
-          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false>
+          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -157,6 +186,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   static_assert(!kSplitTail || (kSharedTile && !kDirectO && !kEarlyQProbe && !kStageO),
                 "split tail parts: the tile published in shared memory, the library's epilogue");
   constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
+  static_assert(!kHalfLast || (!kEarlyQ && !kSplitTail && !kNoMask && (kCarryTurns || !kPingpong)),
+                "a warpgroup's own blocks: the library's epilogue, the turns carried across tiles");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
@@ -360,15 +391,22 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const uint32_t q_base = __shfl_sync(0xffffffffu, smem_u32(sq) + cw * 64 * 128, 0);  // this warpgroup's 64 rows of each Q box
     // The block steps of attn_hopper_kernel (04_hopper.cuh) on this tile; V's k-steps of 16 rows,
     // 64-column boxes kN rows apart.
-    const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
-    const auto gemm_pv = [&](int stage) {
-      hopper_attn_gemm_pv<T, Tr>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128, lsum, smem_u32(ones));
+    // keys: a std::integral_constant, the block's keys taken (Full; kHalfLast: Half, its first half).
+    using Full = std::integral_constant<int, kN>;
+    using Half = std::integral_constant<int, kN % 32 == 0 ? kN / 2 : kN>;
+    const auto gemm_qk = [&](int stage, auto keys) {
+      hopper_attn_gemm_qk<T, Tr, true, decltype(keys)::value>(s, q_base, smem_u32(sk + stage * Tr::kKBytes));
+    };
+    const auto gemm_pv = [&](int stage, auto keys) {
+      hopper_attn_gemm_pv<T, Tr, true, decltype(keys)::value>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128, lsum,
+                                                             smem_u32(ones));
     };
     // no_mask (std::true_type): a block known to need no mask (kNoMask, kPeelMask's middle loop).
-    const auto softmax = [&](int n, float (&rescale)[2], auto no_mask) {
-      hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask || decltype(no_mask)::value>(
+    const auto softmax = [&](int n, float (&rescale)[2], auto no_mask, auto keys) {
+      hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask || decltype(no_mask)::value, decltype(keys)::value>(
           s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
     };
+    const auto convert_p = [&](auto keys) { hopper_attn_convert_p<T, Tr, decltype(keys)::value>(s, pa); };
 #pragma unroll
     for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
     row_max[0] = row_max[1] = -INFINITY;
@@ -392,30 +430,45 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     if (n_blocks > 0) {
       if (kPingpong && !kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
+      // kHalfLast: this warpgroup's blocks of the tile, [0, n_wg), the last of them half or not.
+      int n_wg = n_blocks;
+      bool half = false;
+      if constexpr (kHalfLast) {
+        const WgBlocks wb = wg_blocks<kN>(wg_row0, n_begin, n_blocks, sb.sk, mod);
+        n_wg = wb.n, half = wb.half;
+      }
       // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
-      mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
-      turn_begin();
-      gemm_qk(it % kStages);
-      turn_end(false);
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
-      qk_done(it % kStages, n_blocks == 1);
-      softmax(n_begin, rescale, std::false_type{});
-      hopper_attn_convert_p<T, Tr>(s, pa);
+      const auto first = [&](auto keys) {
+        mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
+        turn_begin();
+        gemm_qk(it % kStages, keys);
+        turn_end(false);
+        wgmma_wait<0>();
+        wgmma_fence_operands(s);
+        qk_done(it % kStages, n_blocks == 1);
+        softmax(n_begin, rescale, std::false_type{}, keys);
+        convert_p(keys);
+      };
+      if constexpr (kHalfLast) {
+        if (half && n_wg == 1) first(Half{});
+        else first(Full{});
+      } else {
+        first(Full{});
+      }
       // Block i >= 1: S_i and P_{i-1} V_{i-1} issued together, the softmax of S_i under the latter.
-      const auto step = [&](int i, auto no_mask) {
+      const auto step = [&](int i, auto no_mask, auto keys) {
         const int cur = it + i, prv = it + i - 1;
         const int st = cur % kStages, prev = prv % kStages;
         mbarrier_wait(&k_full[st], (cur / kStages) & 1);
         mbarrier_wait(&v_full[prev], (prv / kStages) & 1);
         turn_begin();
-        gemm_qk(st);    // S_i = Q K_i^T
-        gemm_pv(prev);  // O += P_{i-1} V_{i-1}
+        gemm_qk(st, keys);      // S_i = Q K_i^T
+        gemm_pv(prev, Full{});  // O += P_{i-1} V_{i-1}
         turn_end(false);
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
         qk_done(st, i == n_blocks - 1);
-        softmax(n_begin + i, rescale, no_mask);
+        softmax(n_begin + i, rescale, no_mask, keys);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
         else wgmma_wait<0>();
@@ -423,30 +476,51 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         release(&v_empty[prev]);
         add_sums(rescale);
         hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale);
-        hopper_attn_convert_p<T, Tr>(s, pa);
+        convert_p(keys);
       };
+      // The whole blocks 1 .. n_end - 1 (kHalfLast: a half last block after them).
+      const int n_end = kHalfLast && half ? n_wg - 1 : n_wg;
       if constexpr (kPeelMask) {
         // Blocks [lo, hi) (of 1 .. n_blocks - 1) need no mask for this warpgroup's rows (the test of
         // hopper_attn_softmax_max solved for the block index; warp-uniform): their own loop,
         // without the mask code; the masked blocks before and after it in loops of their own.
         const NoMaskRange r = no_mask_range<kN>(wg_row0, n_begin, n_blocks, sb.sk, mod);
+        const int lo = kHalfLast ? min(r.lo, n_end) : r.lo, hi = kHalfLast ? min(r.hi, n_end) : r.hi;
         int i = 1;
-        for (; i < r.lo; ++i) step(i, std::false_type{});
-        for (; i < r.hi; ++i) step(i, std::true_type{});
-        for (; i < n_blocks; ++i) step(i, std::false_type{});
+        for (; i < lo; ++i) step(i, std::false_type{}, Full{});
+        for (; i < hi; ++i) step(i, std::true_type{}, Full{});
+        for (; i < n_end; ++i) step(i, std::false_type{}, Full{});
       } else {
-        for (int i = 1; i < n_blocks; ++i) step(i, std::false_type{});
+        for (int i = 1; i < n_end; ++i) step(i, std::false_type{}, Full{});
       }
-      const int lst = it + n_blocks - 1;
+      if constexpr (kHalfLast)
+        if (half && n_wg > 1) step(n_wg - 1, std::false_type{}, Half{});
+      const int lst = it + n_wg - 1;
       mbarrier_wait(&v_full[lst % kStages], (lst / kStages) & 1);
       turn_begin();
-      gemm_pv(lst % kStages);
+      if constexpr (kHalfLast) {
+        if (half) gemm_pv(lst % kStages, Half{});
+        else gemm_pv(lst % kStages, Full{});
+      } else {
+        gemm_pv(lst % kStages, Full{});
+      }
       turn_end(true);
       wgmma_wait<0>();
       wgmma_fence_operands(o);
       add_sums(kOne);
       if (!kStageO || cw == 0) release(&v_empty[lst % kStages]);  // kStageO: 1's after its store
       if (kStageO && cw == 0) named_barrier_arrive(kLastVRead, 256);
+      // kHalfLast: the blocks after this warpgroup's, waited for (so that each release counts toward
+      // that block's use of its stage) and given back, an empty turn each.
+      if constexpr (kHalfLast)
+        for (int j = it + n_wg; j < it + n_blocks; ++j) {
+          mbarrier_wait(&k_full[j % kStages], (j / kStages) & 1);
+          mbarrier_wait(&v_full[j % kStages], (j / kStages) & 1);
+          turn_begin();
+          turn_end(false);
+          release(&k_empty[j % kStages]);
+          release(&v_empty[j % kStages]);
+        }
       it += n_blocks;
     }
 

@@ -34,14 +34,35 @@ using namespace flashlab::testing;
 // sequences, so the reference is launched directly.
 // three: both kernels with three consumer warpgroups on 96-key blocks (head dim 64, no softcap /
 // ALiBi: the library's persistent kernel for causal 1k-2k keys there).
-// no_mask: the persistent kernel without its mask code (kNoMask: fixed lengths, no causal / window,
-// no softcap / ALiBi, whole key blocks; the library's at head dim 64) against the one-CTA kernel.
-// peel: the persistent kernel with its block loop split around the masked blocks (kPeelMask).
+// The persistent kernel's loop forms (its launcher's switches): kNoMask, without its mask code
+// (fixed lengths, no causal / window, no softcap / ALiBi, whole key blocks; the library's at head
+// dim 64); kPeel, its block loop split around the masked blocks (kPeelMask); kHalf, each consumer
+// warpgroup on its own blocks of the tile with a half last block (kHalfLast); kPeelHalf, both.
+enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf };
+
 void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttnFwdOptions& opt, bool persistent, bool three = false, bool no_mask = false, bool peel = false) {
+               const AttnFwdOptions& opt, bool persistent, bool three = false, Form form = Form::kDefault) {
   const AttnFwdParams p = detail::attention_validated_params("attention_fwd", q, k, v, out, 4, opt, nullptr);
   ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
+  if (persistent && (form == Form::kHalf || form == Form::kPeelHalf)) {
+    ASSERT_NE(p.headdim, 256);  // 80-key blocks: no half of whole k16 steps
+    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
+      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+        BOOL_SWITCH(form == Form::kPeelHalf, kPeel, [&] {
+          if (three) {
+            if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_half<T, 64, false, 3, 96, kPeel>(p, q.dtype, nullptr);
+          } else if (p.headdim == 64) {
+            detail::launch_attn_hopper_persistent_half<T, 64, kScoreMod, 2, 0, kPeel>(p, q.dtype, nullptr);
+          } else {
+            detail::launch_attn_hopper_persistent_half<T, 128, kScoreMod, 2, 0, kPeel>(p, q.dtype, nullptr);
+          }
+        });
+      });
+    });
+    return;
+  }
+  const bool no_mask = form == Form::kNoMask, peel = form == Form::kPeel;
   if (no_mask && persistent) {
     ASSERT_TRUE(detail::attn_hopper_no_mask(p, 128));
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
@@ -97,9 +118,11 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
   });
 }
 
-void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, bool no_mask = false, bool peel = false) {
+void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, Form form = Form::kDefault) {
+  static const char* const kForm[] = {")", ", without masks)", ", masked blocks peeled)", ", half last blocks)",
+                                      ", masked blocks peeled, half last blocks)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
-                                                     << (no_mask ? ", without masks)" : peel ? ", masked blocks peeled)" : ")");
+                                                     << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
@@ -129,7 +152,7 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
   set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse4_v, max_sq, max_sk);
   run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false, three);
   opt.softmax_lse = &lsep_v;
-  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three, no_mask, peel);
+  run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three, form);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   // Compared where the output lives (gather: the packed rows), bit for bit.
   const std::vector<double> a = gather(decode(dt, download(out4.ptr, out4.bytes)), lq, c, cuq, c.h),
@@ -162,30 +185,30 @@ Case ragged_varlen(int64_t d) {
 // The cases without softcap / ALiBi: many tiles per CTA (132 SMs: 8 batches x `rows` rows x 8
 // heads), causal and not; seqlen_q > seqlen_k, causal (the first query blocks see no key: tiles
 // with no block); a sliding window with GQA; MQA with ragged lengths; varlen.
-void check_plain_cases(DType dt, int64_t d, int64_t rows, std::mt19937_64& rng, bool three = false, bool peel = false) {
+void check_plain_cases(DType dt, int64_t d, int64_t rows, std::mt19937_64& rng, bool three = false, Form form = Form::kDefault) {
   for (bool causal : {false, true}) {
     Case c = fixed(8, rows, rows, 8, 8, d);
     c.causal = causal;
-    check_same_as_rung4(dt, c, rng, three, false, peel);
+    check_same_as_rung4(dt, c, rng, three, form);
   }
   Case nk = fixed(2, 700, 300, 4, 2, d);
   nk.causal = true;
-  check_same_as_rung4(dt, nk, rng, three, false, peel);
+  check_same_as_rung4(dt, nk, rng, three, form);
   Case w = fixed(3, 900, 1200, 8, 2, d);
   w.wl = 200, w.wr = 50;
-  check_same_as_rung4(dt, w, rng, three, false, peel);
-  check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng, three, false, peel);
-  check_same_as_rung4(dt, ragged_varlen(d), rng, three, false, peel);
+  check_same_as_rung4(dt, w, rng, three, form);
+  check_same_as_rung4(dt, fixed(2, 333, 517, 6, 1, d), rng, three, form);
+  check_same_as_rung4(dt, ragged_varlen(d), rng, three, form);
 }
 
 // Softcap (causal) and ALiBi ((nheads,) slopes with a window).
-void check_score_mod_cases(DType dt, int64_t d, std::mt19937_64& rng, bool peel = false) {
+void check_score_mod_cases(DType dt, int64_t d, std::mt19937_64& rng, Form form = Form::kDefault) {
   Case sc = fixed(2, 640, 640, 4, 4, d);
   sc.causal = true, sc.softcap = 30.f;
-  check_same_as_rung4(dt, sc, rng, false, false, peel);
+  check_same_as_rung4(dt, sc, rng, false, form);
   Case al = fixed(2, 500, 800, 4, 2, d);
   al.alibi = 1, al.wl = 300, al.wr = 0;
-  check_same_as_rung4(dt, al, rng, false, false, peel);
+  check_same_as_rung4(dt, al, rng, false, form);
 }
 
 TEST(AttentionPersistent, SameAsRung4) {
@@ -214,9 +237,9 @@ TEST(AttentionPersistent, NoMaskSameAsRung4) {
   std::mt19937_64 rng(2028);
   for (DType dt : {DType::kBF16, DType::kF16})
     for (int64_t d : {64, 128}) {
-      check_same_as_rung4(dt, fixed(8, 1000, 1024, 8, 8, d), rng, false, true);  // 512 tiles
-      check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, d), rng, false, true);
-      check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, d), rng, false, true);  // one key block
+      check_same_as_rung4(dt, fixed(8, 1000, 1024, 8, 8, d), rng, false, Form::kNoMask);  // 512 tiles
+      check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, d), rng, false, Form::kNoMask);
+      check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, d), rng, false, Form::kNoMask);  // one key block
     }
   AttnFwdParams p{};
   p.seqlen_k = 384, p.window_left = -1, p.window_right = 0;  // causal
@@ -248,14 +271,39 @@ TEST(AttentionPersistent, PeelMaskSameAsRung4) {
   std::mt19937_64 rng(2029);
   for (DType dt : {DType::kBF16, DType::kF16})
     for (int64_t d : {64, 128}) {
-      check_plain_cases(dt, d, 1024, rng, false, true);
-      check_score_mod_cases(dt, d, rng, true);
+      check_plain_cases(dt, d, 1024, rng, false, Form::kPeel);
+      check_score_mod_cases(dt, d, rng, Form::kPeel);
       Case wl = fixed(2, 1000, 1000, 4, 2, d);  // a left window only: masked blocks at the start
       wl.wl = 300;
-      check_same_as_rung4(dt, wl, rng, false, false, true);
-      if (d == 64) check_plain_cases(dt, d, 1536, rng, true, true);
+      check_same_as_rung4(dt, wl, rng, false, Form::kPeel);
+      if (d == 64) check_plain_cases(dt, d, 1536, rng, true, Form::kPeel);
     }
-  for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng, false, true);  // 80-key blocks
+  for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng, false, Form::kPeel);  // 80-key blocks
+}
+
+// Each consumer warpgroup on its own blocks of the tile, a half last block where its rows see only
+// that (kHalfLast), with and without the masked blocks peeled off: every case of SameAsRung4
+// (causal on whole tiles: the first warpgroup's diagonal block is half; seqlen_q > seqlen_k; windows
+// on both sides; keys ending in the first half of a block (517: 5 of 128); varlen; softcap; ALiBi),
+// keys ending in a block's first half without a mask (320 = 2.5 x 128), a right window that hides a
+// warpgroup's last blocks, and at d 64 three consumer warpgroups on 96-key blocks (whose first one
+// skips the tile's last block on the causal diagonal, and whose second takes its last block half),
+// bit for bit as the one-CTA kernel.
+TEST(AttentionPersistent, HalfLastSameAsRung4) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(2030);
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (int64_t d : {64, 128})
+      for (Form form : {Form::kHalf, Form::kPeelHalf}) {
+        check_plain_cases(dt, d, 1024, rng, false, form);
+        check_score_mod_cases(dt, d, rng, form);
+        check_same_as_rung4(dt, fixed(3, 320, 320, 4, 2, d), rng, false, form);
+        Case wr = fixed(2, 1000, 1000, 4, 2, d);  // a right window only
+        wr.wr = 40;
+        check_same_as_rung4(dt, wr, rng, false, form);
+        if (d == 64) check_plain_cases(dt, d, 1536, rng, true, form);
+      }
 }
 
 // Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
