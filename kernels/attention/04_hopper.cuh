@@ -272,12 +272,11 @@ __device__ __forceinline__ uint32_t hopper_attn_swizzle(int row, int col, int ro
 // Q's boxes; k_base, the K block), one committed wgmma group. kDescAdvance: each k-step's
 // descriptors are the first ones advanced (wgmma_desc_advance); else rebuilt from the address
 // (the rung until 2026-11-26: about 60 more instructions per block, kept for the ablation).
-// kKeys < kBlockN: the block's first kKeys keys only, into s[0 .. kKeys / 2) (the persistent
-// kernel's kHalfLast: a warpgroup's last block whose later keys its rows do not see).
-template <typename T, typename Tr, bool kDescAdvance = true, int kKeys = Tr::kBlockN>
-__device__ __forceinline__ void hopper_attn_gemm_qk(float (&s_all)[Tr::kBlockN / 2], uint32_t q_base, uint32_t k_base) {
-  static_assert(kKeys % 16 == 0 && kKeys <= Tr::kBlockN, "whole k16 steps of P V within the block");
-  float(&s)[kKeys / 2] = *reinterpret_cast<float(*)[kKeys / 2]>(&s_all[0]);
+// (Always the whole block: an m64n(kBlockN / 2) product into the first half of s, for the
+// persistent kernel's kHalfLast, made ptxas serialize every wgmma of the kernel, a wait after each,
+// 14-21% slower at d 64; H100, 2026-11-27, 0504845.)
+template <typename T, typename Tr, bool kDescAdvance = true>
+__device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2], uint32_t q_base, uint32_t k_base) {
   const uint64_t da0 = wgmma_desc_sw128(q_base, 16, 1024), db0 = wgmma_desc_sw128(k_base, 16, 1024);
   wgmma_fence_operands(s);
   wgmma_fence();
@@ -287,7 +286,7 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s_all)[Tr::kBlockN /
     const uint32_t a_off = (kk / 4) * Tr::kBlockM * 128 + (kk % 4) * 32, b_off = (kk / 4) * Tr::kBlockN * 128 + (kk % 4) * 32;
     const uint64_t da = kDescAdvance ? wgmma_desc_advance(da0, a_off) : wgmma_desc_sw128(q_base + a_off, 16, 1024);
     const uint64_t db = kDescAdvance ? wgmma_desc_advance(db0, b_off) : wgmma_desc_sw128(k_base + b_off, 16, 1024);
-    Wgmma<T, kKeys>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
+    Wgmma<T, Tr::kBlockN>::template mma<0, 0>(s, da, db, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }

@@ -154,8 +154,8 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // kHalfLast: each consumer warpgroup runs only its own blocks of the tile (wg_blocks): the blocks
 // after them, which hold no key its rows see, are waited for and given back without math (an
 // empty pingpong turn each), and where only the first half of its last block is seen, that block's
-// Q K^T, softmax and P V take its first kN / 2 keys (m64n(kN / 2) products). Same outputs (the
-// skipped products add exact zeros).
+// softmax and P V take its first kN / 2 keys (its Q K^T the whole block). Same outputs (the skipped
+// products add exact zeros).
 
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
@@ -394,9 +394,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // keys: a std::integral_constant, the block's keys taken (Full; kHalfLast: Half, its first half).
     using Full = std::integral_constant<int, kN>;
     using Half = std::integral_constant<int, kN % 32 == 0 ? kN / 2 : kN>;
-    const auto gemm_qk = [&](int stage, auto keys) {
-      hopper_attn_gemm_qk<T, Tr, true, decltype(keys)::value>(s, q_base, smem_u32(sk + stage * Tr::kKBytes));
-    };
+    // (Q K^T: always the whole block, hopper_attn_gemm_qk's note.)
+    const auto gemm_qk = [&](int stage, auto) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
     const auto gemm_pv = [&](int stage, auto keys) {
       hopper_attn_gemm_pv<T, Tr, true, decltype(keys)::value>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128, lsum,
                                                              smem_u32(ones));
