@@ -55,7 +55,8 @@
 // (FLASHLAB_PEEL_D256_ONLY=1: d 256 only).
 // --half: the persistent kernels with each consumer warpgroup on its own blocks of the tile and a half
 // last block where its rows see only that (*_half, kHalfLast) against the same kernels without, causal:
-// d 64 512..2k (two consumer warpgroups, and three on 96-key blocks), d 128 512..4k (also peeled).
+// d 64 512..2k (two consumer warpgroups, and three on 96-key blocks, also peeled), d 128 512..4k (also
+// peeled).
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half]
 //        [out.json]
@@ -298,10 +299,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       variants.push_back({"persistent_peel_half", [&] {
                             detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false, 2, 0, true>(p, DType::kBF16, h.stream());
                           }});
-    if constexpr (kD == 64)
+    if constexpr (kD == 64) {
       variants.push_back({"persistent_3c_n96_half", [&] {
                             detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false, 3, 96>(p, DType::kBF16, h.stream());
                           }});
+      variants.push_back({"persistent_3c_n96_peel_half", [&] {
+                            detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false, 3, 96, true>(p, DType::kBF16, h.stream());
+                          }});
+    }
   }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
   variants.push_back({"persistent_tail_kernel_unsplit",
@@ -323,8 +328,9 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // ... with three consumer warpgroups (192-row tiles; 152 registers each: 128-key blocks spilled
   // 48 bytes, 96 and 112 do not).
   if constexpr (kD == 64) {
-    variants.push_back({"persistent_3c_n96", [&] {  // the library's for causal 1k-2k keys
-                          detail::launch_attn_hopper_persistent_three<__nv_bfloat16>(p, DType::kBF16, h.stream());
+    // (the library's for causal 1k-2k keys with its warpgroups on their own blocks: _half below)
+    variants.push_back({"persistent_3c_n96", [&] {
+                          detail::launch_attn_hopper_persistent_as<__nv_bfloat16, 64, false, 3, 96>(p, DType::kBF16, h.stream());
                         }});
     variants.push_back({"persistent_3c_n112", [&] { launch_persistent<kD, 112, true, true, 2, false, 3>(p, h.stream()); }});
   }
@@ -654,7 +660,8 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
     }
   } else if (mode == "--half") {  // each consumer warpgroup on its own blocks, a half last block
-    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_half", "persistent_3c_n96", "persistent_3c_n96_half"};
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_half", "persistent_3c_n96", "persistent_3c_n96_half",
+                                          "persistent_3c_n96_peel_half"};
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_half", "persistent_peel", "persistent_peel_half"};
     for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, d64);
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, d128);
