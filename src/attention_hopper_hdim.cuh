@@ -221,7 +221,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, bool kStoreWait = true,
           bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false,
-          bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, bool kSAhead = false>
+          bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
@@ -241,7 +241,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
     if (split.splits == 1 && split_min_saving >= 0)
       return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
                                            kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
-                                           kPeelMask, kHalfLast, kSAhead>(p, dtype, stream);
+                                           kPeelMask, kHalfLast>(p, dtype, stream);
   }
   const int64_t units = split_tiles() * split.splits;
   void* parts = nullptr;
@@ -259,7 +259,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
                                                               kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask, kPeelMask,
-                                                              kHalfLast, kSAhead>;
+                                                              kHalfLast>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
@@ -304,23 +304,15 @@ void launch_attn_hopper_persistent_peel(const AttnFwdParams& p, DType dtype, cud
   launch_attn_hopper_persistent_as<T, kHeadDim, kScoreMod, kConsumers, kBlockN, false, false, true>(p, dtype, stream);
 }
 
-// Head dim 64 (two consumer warpgroups, no softcap / ALiBi) with each block's S a block ahead
-// (kSAhead), on a K/V ring of kStages; kNoMask as launch_attn_hopper_persistent_nomask.
-template <typename T, bool kNoMask, int kStages = 2>
-void launch_attn_hopper_persistent_ahead(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent<T, 64, false, 0, true, true, kStages, kernels::kAttnLazyRescaleDefault<T, 64>, 2,
-                                kernels::kAttnTreeReduceDefault<T, 64>, kernels::kAttnPersistentPingpongDefault<64, 2>, true, false, false,
-                                false, false, false, kNoMask, false, false, true>(p, dtype, stream);
-}
-
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks), each
 // consumer warpgroup on its own blocks of the tile (kHalfLast: on the causal diagonal the first
 // skips the tile's last block, the second takes it half): +1.7% at 2k keys causal, the library's
-// shape for it (H100, 2026-11-27, 7c55ecd; with two consumer warpgroups it loses 1-5% at d 64 and
-// 1.5-2.3% at d 128; docs/ladder/attention.md).
+// shape for it (H100, 2026-11-27, 7c55ecd and cffc2db; with two consumer warpgroups it loses 1-5% at
+// d 64 and 1.5-2.3% at d 128; docs/ladder/attention.md); with its masked blocks peeled off
+// (kPeelMask) +0.8..+1.0% more (cffc2db, b4bd2e8 twice).
 template <typename T>
 void launch_attn_hopper_persistent_three(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent_half<T, 64, false, 3, kAttnHopperPersistentThreeBlockN>(p, dtype, stream);
+  launch_attn_hopper_persistent_half<T, 64, false, 3, kAttnHopperPersistentThreeBlockN, true>(p, dtype, stream);
 }
 
 template <int kHeadDim>

@@ -57,11 +57,8 @@
 // last block where its rows see only that (*_half, kHalfLast) against the same kernels without, causal:
 // d 64 512..2k (two consumer warpgroups, and three on 96-key blocks, also peeled), d 128 512..4k (also
 // peeled).
-// --ahead: d 64's two-warpgroup persistent kernel with each block's S a block ahead (*_ahead, kSAhead;
-// _s3 on three K/V stages), with and without its mask code, 512..2k, causal and not; and the
-// three-warpgroup kernel with its warpgroups on their own blocks, peeled or not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --ahead]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -309,18 +306,6 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       variants.push_back({"persistent_3c_n96_peel_half", [&] {
                             detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false, 3, 96, true>(p, DType::kBF16, h.stream());
                           }});
-    }
-  }
-  // ... at d 64 with each block's S a block ahead (kSAhead; _s3: a K/V ring of three stages), with the
-  // mask code and without (kNoMask, no causal).
-  if constexpr (kD == 64) {
-    using B = __nv_bfloat16;
-    variants.push_back({"persistent_ahead", [&] { detail::launch_attn_hopper_persistent_ahead<B, false>(p, DType::kBF16, h.stream()); }});
-    variants.push_back({"persistent_ahead_s3", [&] { detail::launch_attn_hopper_persistent_ahead<B, false, 3>(p, DType::kBF16, h.stream()); }});
-    if (!c.causal) {
-      variants.push_back({"persistent_nomask_ahead", [&] { detail::launch_attn_hopper_persistent_ahead<B, true>(p, DType::kBF16, h.stream()); }});
-      variants.push_back({"persistent_nomask_ahead_s3",
-                          [&] { detail::launch_attn_hopper_persistent_ahead<B, true, 3>(p, DType::kBF16, h.stream()); }});
     }
   }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
@@ -680,12 +665,6 @@ int main(int argc, char** argv) {
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_half", "persistent_peel", "persistent_peel_half"};
     for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, d64);
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, d128);
-  } else if (mode == "--ahead") {  // d 64: each block's S a block ahead
-    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_nomask", "persistent_ahead", "persistent_ahead_s3",
-                                          "persistent_nomask_ahead", "persistent_nomask_ahead_s3", "persistent_3c_n96_half",
-                                          "persistent_3c_n96_peel_half"};
-    for (bool causal : {false, true})
-      for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -696,7 +675,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --ahead)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half)\n",
                  mode.c_str());
     return 2;
   }

@@ -157,13 +157,6 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // softmax and P V take its first kN / 2 keys (its Q K^T the whole block). Same outputs (the skipped
 // products add exact zeros).
 
-// kSAhead (head dim 64: S of two blocks, P and O fit the consumers' registers; no pingpong turns):
-// block i + 1's Q K^T is issued with block i - 1's P V, before block i's softmax, into a second S
-// (s_next), so the tensor cores have both products to run under that softmax; block i's own S was
-// done before it. After the softmax both products are waited for and s_next moves into s. The
-// producer loads each K block a block ahead of its V (K_{i+1} before V_i), where the consumers now
-// need it.
-
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -174,7 +167,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
-          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, bool kSAhead = false>
+          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -195,8 +188,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
   static_assert(!kHalfLast || (!kEarlyQ && !kSplitTail && !kNoMask && (kCarryTurns || !kPingpong)),
                 "a warpgroup's own blocks: the library's epilogue, the turns carried across tiles");
-  static_assert(!kSAhead || (kHeadDim == 64 && !kPingpong && !kEarlyQ && !kSplitTail && !kPeelMask && !kHalfLast && !kSumByMma),
-                "S a block ahead: head dim 64 without turns, the plain block loop and epilogue");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
@@ -312,33 +303,21 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         mbarrier_arrive(&q_full[qs]);  // no key: the consumers write O = 0 without reading Q
       }
       const int k_row = static_cast<int>(w.sb.k_row0);
-      // Block i of the tile (K/V stage of the ring's block it + i).
-      const auto load_k = [&](int i) {
-        const int s = (it + i) % kStages;
-        mbarrier_wait(&k_empty[s], (((it + i) / kStages) & 1) ^ 1);
+      for (int i = 0; i < w.n_blocks; ++i, ++it) {
+        const int s = it % kStages;
+        const uint32_t phase = (it / kStages) & 1;
+        const int row = k_row + (w.n_begin + i) * kN;
+        mbarrier_wait(&k_empty[s], phase ^ 1);
         mbarrier_arrive_expect_tx(&k_full[s], Tr::kKBytes);
 #pragma unroll
         for (int x = 0; x < Tr::kBoxes; ++x)
-          tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, k_row + (w.n_begin + i) * kN, w.hk, qb, &k_full[s]);
-      };
-      const auto load_v = [&](int i) {
-        const int s = (it + i) % kStages;
-        mbarrier_wait(&v_empty[s], (((it + i) / kStages) & 1) ^ 1);
+          tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, w.hk, qb, &k_full[s]);
+        mbarrier_wait(&v_empty[s], phase ^ 1);
         mbarrier_arrive_expect_tx(&v_full[s], Tr::kVBytes);
 #pragma unroll
         for (int x = 0; x < Tr::kBoxes; ++x)
-          tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, k_row + (w.n_begin + i) * kN, w.hk, qb, &v_full[s]);
-      };
-      for (int i = 0; i < w.n_blocks; ++i) {
-        if constexpr (kSAhead) {  // K a block ahead of V: K_0, K_1, V_0, K_2, V_1, ...
-          if (i == 0) load_k(0);
-          if (i + 1 < w.n_blocks) load_k(i + 1);
-        } else {
-          load_k(i);
-        }
-        load_v(i);
+          tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, w.hk, qb, &v_full[s]);
       }
-      it += w.n_blocks;
       tile = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
     }
     return;
@@ -354,7 +333,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 
   float o[kHeadDim / 2];         // O accumulator: d[4 j + 2 r + c] = row row0 + 8 r, column 8 j + 2 t + c
   float s[kN / 2];               // S, then P in fp32, same layout with key columns
-  float s_next[kSAhead ? kN / 2 : 1];  // kSAhead: the next block's S
   uint32_t pa[Tr::kPvSteps][4];  // P as the register A operand of P V, one k-step per entry
   float row_max[2], row_sum[2];  // log2 units; partial sums
   float lsum[4];                 // kSumByMma: a block's row sums (m64n8: rows g, g + 8 at lsum[0], lsum[2])
@@ -448,58 +426,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       if (kStageO && last && cw == 1) named_barrier_arrive(kLastKRead, 256);
       if (kEarlyQ && last) give_back_q();
     };
-    if constexpr (kSAhead) {
-      if (n_blocks > 0) {
-        float rescale[2];
-        const auto wait_full = [&](uint64_t* full, int j) { mbarrier_wait(&full[j % kStages], (j / kStages) & 1); };
-        // Q K^T of the ring's block j into s_next.
-        const auto qk_ahead = [&](int j) {
-          wait_full(k_full, j);
-          if constexpr (kSAhead) hopper_attn_gemm_qk<T, Tr>(s_next, q_base, smem_u32(sk + (j % kStages) * Tr::kKBytes));
-        };
-        // After the wait for it: s_next's K stage back, s_next into s.
-        const auto take_ahead = [&](int j) {
-          wgmma_fence_operands(s_next);
-          release(&k_empty[j % kStages]);
-#pragma unroll
-          for (int e = 0; e < kN / 2; ++e) s[e] = s_next[e];
-        };
-        // Block 0: its S, then block 1's Q K^T under its softmax.
-        wait_full(k_full, it);
-        gemm_qk(it % kStages, Full{});
-        wgmma_wait<0>();
-        wgmma_fence_operands(s);
-        release(&k_empty[it % kStages]);
-        if (n_blocks > 1) qk_ahead(it + 1);
-        softmax(n_begin, rescale, std::false_type{}, Full{});
-        wgmma_wait<0>();
-        convert_p(Full{});
-        if (n_blocks > 1) take_ahead(it + 1);
-        // Block i >= 1 (its S in s): P_{i-1} V_{i-1} and S_{i+1} issued, block i's softmax under them.
-        for (int i = 1; i < n_blocks; ++i) {
-          const int prv = it + i - 1;
-          wait_full(v_full, prv);
-          gemm_pv(prv % kStages, Full{});
-          if (i + 1 < n_blocks) qk_ahead(it + i + 1);
-          softmax(n_begin + i, rescale, std::false_type{}, Full{});
-          wgmma_wait<0>();
-          wgmma_fence_operands(o);
-          release(&v_empty[prv % kStages]);
-          add_sums(rescale);
-          hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale);
-          convert_p(Full{});
-          if (i + 1 < n_blocks) take_ahead(it + i + 1);
-        }
-        const int lst = it + n_blocks - 1;
-        wait_full(v_full, lst);
-        gemm_pv(lst % kStages, Full{});
-        wgmma_wait<0>();
-        wgmma_fence_operands(o);
-        add_sums(kOne);
-        release(&v_empty[lst % kStages]);
-        it += n_blocks;
-      }
-    } else if (n_blocks > 0) {
+    if (n_blocks > 0) {
       if (kPingpong && !kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
       // kHalfLast: this warpgroup's blocks of the tile, [0, n_wg), the last of them half or not.
