@@ -221,7 +221,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, bool kStoreWait = true,
           bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false,
-          bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false>
+          bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
@@ -241,7 +241,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
     if (split.splits == 1 && split_min_saving >= 0)
       return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
                                            kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
-                                           kPeelMask, kHalfLast>(p, dtype, stream);
+                                           kPeelMask, kHalfLast, kLag>(p, dtype, stream);
   }
   const int64_t units = split_tiles() * split.splits;
   void* parts = nullptr;
@@ -259,7 +259,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
                                                               kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask, kPeelMask,
-                                                              kHalfLast>;
+                                                              kHalfLast, kLag>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
@@ -302,6 +302,15 @@ void launch_attn_hopper_persistent_nomask(const AttnFwdParams& p, DType dtype, c
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0>
 void launch_attn_hopper_persistent_peel(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   launch_attn_hopper_persistent_as<T, kHeadDim, kScoreMod, kConsumers, kBlockN, false, false, true>(p, dtype, stream);
+}
+
+// Head dim 64 (two consumer warpgroups, no softcap / ALiBi) on a K/V ring of kStages, the second
+// warpgroup kLag blocks behind the first (kLag; 0: none); kNoMask as launch_attn_hopper_persistent_nomask.
+template <typename T, bool kNoMask, int kStages, int kLag>
+void launch_attn_hopper_persistent_lag(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  launch_attn_hopper_persistent<T, 64, false, 0, true, true, kStages, kernels::kAttnLazyRescaleDefault<T, 64>, 2,
+                                kernels::kAttnTreeReduceDefault<T, 64>, kernels::kAttnPersistentPingpongDefault<64, 2>, true, false, false,
+                                false, false, false, kNoMask, false, false, kLag>(p, dtype, stream);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks), each

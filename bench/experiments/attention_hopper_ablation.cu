@@ -57,8 +57,11 @@
 // last block where its rows see only that (*_half, kHalfLast) against the same kernels without, causal:
 // d 64 512..2k (two consumer warpgroups, and three on 96-key blocks, also peeled), d 128 512..4k (also
 // peeled).
+// --lag: d 64's two-warpgroup persistent kernel with its second consumer warpgroup started kLag blocks
+// behind the first (*_lagN, kLag) on K/V rings of 3 and 4 stages (_s3, _s4), with and without its
+// mask code, 512..1k, causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -306,6 +309,22 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       variants.push_back({"persistent_3c_n96_peel_half", [&] {
                             detail::launch_attn_hopper_persistent_half<__nv_bfloat16, kD, false, 3, 96, true>(p, DType::kBF16, h.stream());
                           }});
+    }
+  }
+  // ... at d 64 on a deeper K/V ring (_s3, _s4) with the second consumer warpgroup starting kLag blocks
+  // behind the first (_lagN), with the mask code and without (nomask, no causal).
+  if constexpr (kD == 64) {
+    using B = __nv_bfloat16;
+    const auto add = [&](const char* name, auto launch) { variants.push_back({name, [&, launch] { launch(p, DType::kBF16, h.stream()); }}); };
+    add("persistent_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 0>);
+    add("persistent_lag1_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 1>);
+    add("persistent_lag2_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 2>);
+    add("persistent_lag2_s4", detail::launch_attn_hopper_persistent_lag<B, false, 4, 2>);
+    if (!c.causal) {
+      add("persistent_nomask_s3", detail::launch_attn_hopper_persistent_lag<B, true, 3, 0>);
+      add("persistent_nomask_lag1_s3", detail::launch_attn_hopper_persistent_lag<B, true, 3, 1>);
+      add("persistent_nomask_lag2_s3", detail::launch_attn_hopper_persistent_lag<B, true, 3, 2>);
+      add("persistent_nomask_lag2_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 2>);
     }
   }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
@@ -665,6 +684,12 @@ int main(int argc, char** argv) {
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_half", "persistent_peel", "persistent_peel_half"};
     for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, d64);
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, d128);
+  } else if (mode == "--lag") {  // d 64: the second consumer warpgroup started blocks behind the first
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_s3", "persistent_lag1_s3", "persistent_lag2_s3",
+                                          "persistent_lag2_s4", "persistent_nomask", "persistent_nomask_s3", "persistent_nomask_lag1_s3",
+                                          "persistent_nomask_lag2_s3", "persistent_nomask_lag2_s4"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -675,7 +700,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag)\n",
                  mode.c_str());
     return 2;
   }

@@ -157,6 +157,11 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // softmax and P V take its first kN / 2 keys (its Q K^T the whole block). Same outputs (the skipped
 // products add exact zeros).
 
+// kLag > 0 (two consumer warpgroups without pingpong turns; kLag < kStages): the second warpgroup
+// starts its walk once the first has issued the products of the walk's block kLag (or begun its
+// second tile), so that one's tile boundary (first block without overlap, epilogue) falls under the
+// other's block loop rather than both at once; nothing holds the offset afterwards but the K/V ring.
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -167,7 +172,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
-          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false>
+          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -188,6 +193,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
   static_assert(!kHalfLast || (!kEarlyQ && !kSplitTail && !kNoMask && (kCarryTurns || !kPingpong)),
                 "a warpgroup's own blocks: the library's epilogue, the turns carried across tiles");
+  static_assert(kLag == 0 || (kConsumers == 2 && !kPingpong && !kStageO && kLag < kStagesArg),
+                "a lag between two consumer warpgroups without turns, within the K/V ring");
+  constexpr int kLagBar = 3 + 2 * kConsumers;  // after kStageO's named barriers
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
@@ -359,8 +367,20 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   };
 
   int qt = 0, it = 0;  // tiles and K/V blocks consumed so far
+  bool lag_pending = kLag > 0 && cw == 0;  // kLag: the first warpgroup has not let the second start yet
+  const auto lag_release = [&] {
+    if constexpr (kLag > 0)
+      if (lag_pending) {
+        named_barrier_arrive(kLagBar, 256);
+        lag_pending = false;
+      }
+  };
   while (true) {
     const int qs = qt % kQStages;
+    if constexpr (kLag > 0) {
+      if (cw == 1 && qt == 0) named_barrier_sync(kLagBar, 256);
+      if (qt == 1) lag_release();  // the first warpgroup's second tile (or the end of its walk)
+    }
     mbarrier_wait(&q_full[qs], (qt / kQStages) & 1);
     ++qt;
     const int tile = *static_cast<volatile int*>(&tile_of[qs]);
@@ -464,6 +484,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         gemm_qk(st, keys);      // S_i = Q K_i^T
         gemm_pv(prev, Full{});  // O += P_{i-1} V_{i-1}
         turn_end(false);
+        if constexpr (kLag > 0)
+          if (cur >= kLag) lag_release();
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
         qk_done(st, i == n_blocks - 1);
