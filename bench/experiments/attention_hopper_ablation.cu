@@ -320,11 +320,16 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     add("persistent_lag1_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 1>);
     add("persistent_lag2_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 2>);
     add("persistent_lag2_s4", detail::launch_attn_hopper_persistent_lag<B, false, 4, 2>);
+    add("persistent_s4", detail::launch_attn_hopper_persistent_lag<B, false, 4, 0>);
+    add("persistent_lag1_s4", detail::launch_attn_hopper_persistent_lag<B, false, 4, 1>);
     if (!c.causal) {
       add("persistent_nomask_s3", detail::launch_attn_hopper_persistent_lag<B, true, 3, 0>);
       add("persistent_nomask_lag1_s3", detail::launch_attn_hopper_persistent_lag<B, true, 3, 1>);
       add("persistent_nomask_lag2_s3", detail::launch_attn_hopper_persistent_lag<B, true, 3, 2>);
       add("persistent_nomask_lag2_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 2>);
+      add("persistent_nomask_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 0>);
+      add("persistent_nomask_lag1_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 1>);
+      add("persistent_nomask_lag3_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 3>);
     }
   }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
@@ -686,8 +691,10 @@ int main(int argc, char** argv) {
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, d128);
   } else if (mode == "--lag") {  // d 64: the second consumer warpgroup started blocks behind the first
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_s3", "persistent_lag1_s3", "persistent_lag2_s3",
-                                          "persistent_lag2_s4", "persistent_nomask", "persistent_nomask_s3", "persistent_nomask_lag1_s3",
-                                          "persistent_nomask_lag2_s3", "persistent_nomask_lag2_s4"};
+                                          "persistent_s4", "persistent_lag1_s4", "persistent_lag2_s4", "persistent_nomask",
+                                          "persistent_nomask_s3", "persistent_nomask_lag1_s3", "persistent_nomask_lag2_s3",
+                                          "persistent_nomask_s4", "persistent_nomask_lag1_s4", "persistent_nomask_lag2_s4",
+                                          "persistent_nomask_lag3_s4"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
