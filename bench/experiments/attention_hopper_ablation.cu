@@ -330,6 +330,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       add("persistent_nomask_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 0>);
       add("persistent_nomask_lag1_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 1>);
       add("persistent_nomask_lag3_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 3>);
+      add("persistent_nomask_lag3_s5", detail::launch_attn_hopper_persistent_lag<B, true, 5, 3>);
+      add("persistent_nomask_lag4_s5", detail::launch_attn_hopper_persistent_lag<B, true, 5, 4>);
+      add("persistent_nomask_lag4_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 4>);
+      add("persistent_nomask_lag5_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 5>);
     }
   }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
@@ -694,7 +698,8 @@ int main(int argc, char** argv) {
                                           "persistent_s4", "persistent_lag1_s4", "persistent_lag2_s4", "persistent_nomask",
                                           "persistent_nomask_s3", "persistent_nomask_lag1_s3", "persistent_nomask_lag2_s3",
                                           "persistent_nomask_s4", "persistent_nomask_lag1_s4", "persistent_nomask_lag2_s4",
-                                          "persistent_nomask_lag3_s4"};
+                                          "persistent_nomask_lag3_s4", "persistent_nomask_lag3_s5", "persistent_nomask_lag4_s5",
+                                          "persistent_nomask_lag4_s6", "persistent_nomask_lag5_s6"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
