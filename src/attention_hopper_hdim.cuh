@@ -395,8 +395,17 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
             // Where no block needs a mask: the kernel without the mask code (kNoMask), +2.9..3.3% /
             // +4.8..4.9% at 512 / 1k keys (H100, 2026-11-27, ff6251f and 3674219, three runs; at d 128
             // within +-0.2%: docs/ladder/attention.md).
-            if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN))
+            // Up to 512 keys a deeper K/V ring (kAttnHopperDeepRingUpTo): without a mask with the second
+            // consumer warpgroup started blocks behind the first (kLag), so that one's tile boundaries
+            // fall under the other's block loop; causal on three stages.
+            const bool deep = p.seqlen_k <= kAttnHopperDeepRingUpTo;
+            if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN)) {
+              if (deep)
+                return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag>(p, dtype, stream);
               return launch_attn_hopper_persistent_nomask<T, 64>(p, dtype, stream);
+            }
+            if (deep && p.window_right == 0 && p.window_left < 0)
+              return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0>(p, dtype, stream);
           }
           // Head dim 128 from 2k keys, and head dim 256: the block loop split around the masked
           // blocks (kPeelMask, kAttnHopperPeelFrom).

@@ -37,8 +37,11 @@ using namespace flashlab::testing;
 // The persistent kernel's loop forms (its launcher's switches): kNoMask, without its mask code
 // (fixed lengths, no causal / window, no softcap / ALiBi, whole key blocks; the library's at head
 // dim 64); kPeel, its block loop split around the masked blocks (kPeelMask); kHalf, each consumer
-// warpgroup on its own blocks of the tile with a half last block (kHalfLast); kPeelHalf, both.
-enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf };
+// warpgroup on its own blocks of the tile with a half last block (kHalfLast); kPeelHalf, both;
+// kLag, head dim 64 without its mask code on the library's deeper K/V ring with the second consumer
+// warpgroup started blocks behind the first (kLag); kStages3, head dim 64 with its mask code on three
+// K/V stages (the library's for causal up to kAttnHopperDeepRingUpTo).
+enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3 };
 
 void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const AttnFwdOptions& opt, bool persistent, bool three = false, Form form = Form::kDefault) {
@@ -59,6 +62,18 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
           }
         });
       });
+    });
+    return;
+  }
+  if (persistent && (form == Form::kLag || form == Form::kStages3)) {
+    ASSERT_EQ(p.headdim, 64);
+    ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
+    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
+      if (form == Form::kLag)
+        detail::launch_attn_hopper_persistent_lag<T, true, detail::kAttnHopperDeepRingStages, detail::kAttnHopperDeepRingLag>(p, q.dtype,
+                                                                                                                   nullptr);
+      else
+        detail::launch_attn_hopper_persistent_lag<T, false, detail::kAttnHopperDeepRingStagesCausal, 0>(p, q.dtype, nullptr);
     });
     return;
   }
@@ -120,7 +135,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
 
 void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, Form form = Form::kDefault) {
   static const char* const kForm[] = {")", ", without masks)", ", masked blocks peeled)", ", half last blocks)",
-                                      ", masked blocks peeled, half last blocks)"};
+                                      ", masked blocks peeled, half last blocks)", ", without masks, lagging warpgroup)",
+                                      ", three K/V stages)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
                                                      << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
@@ -304,6 +320,25 @@ TEST(AttentionPersistent, HalfLastSameAsRung4) {
         check_same_as_rung4(dt, wr, rng, false, form);
         if (d == 64) check_plain_cases(dt, d, 1536, rng, true, form);
       }
+}
+
+// Head dim 64's deeper K/V rings (the library's up to kAttnHopperDeepRingUpTo keys): without a mask
+// with the second consumer warpgroup started blocks behind the first (kLag: many tiles per CTA; one
+// tile, and one key block, per CTA, where the first warpgroup lets the second start at the end of
+// its walk), and with the mask code on three stages (every plain case: causal, seqlen_q > seqlen_k,
+// windows, ragged keys, varlen); bit for bit as the one-CTA kernel.
+TEST(AttentionPersistent, DeepRingSameAsRung4) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(2031);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    check_same_as_rung4(dt, fixed(8, 512, 512, 8, 8, 64), rng, false, Form::kLag);  // 256 tiles, 4 blocks each
+    check_same_as_rung4(dt, fixed(8, 1000, 1024, 8, 8, 64), rng, false, Form::kLag);
+    check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, 64), rng, false, Form::kLag);
+    check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, 64), rng, false, Form::kLag);  // one key block
+    check_same_as_rung4(dt, fixed(1, 100, 256, 1, 1, 64), rng, false, Form::kLag);  // one tile: one CTA
+    check_plain_cases(dt, 64, 512, rng, false, Form::kStages3);
+  }
 }
 
 // Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
