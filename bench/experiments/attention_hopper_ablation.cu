@@ -59,9 +59,10 @@
 // peeled).
 // --lag: d 64's two-warpgroup persistent kernel with its second consumer warpgroup started kLag blocks
 // behind the first (*_lagN, kLag) on K/V rings of 3 and 4 stages (_s3, _s4), with and without its
-// mask code, 512..1k, causal and not.
+// mask code, 512..1k, causal and not. --lag2: a lag of one block on two stages without pingpong turns
+// (*_no_pingpong_lag1), d 64 at 1k and d 128 at 512..1k, causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -448,6 +449,22 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                         [&] { launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, false>(p, h.stream()); }});
     variants.push_back({"persistent_pingpong",
                         [&] { launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, true>(p, h.stream()); }});
+    // ... and with the second consumer warpgroup started a block behind the first (kLag 1; two
+    // stages: at d 128 a third does not fit beside two Q buffers), with the mask code and without.
+    variants.push_back({"persistent_no_pingpong_lag1", [&] {
+                          launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, false, true, false, false, false, false, false,
+                                            false, false, false, 1>(p, h.stream());
+                        }});
+    if (!c.causal)
+      variants.push_back({"persistent_nomask_no_pingpong_lag1", [&] {
+                            launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, false, true, false, false, false, false, false,
+                                              true, false, false, 1>(p, h.stream());
+                          }});
+    if (!c.causal)
+      variants.push_back({"persistent_nomask_no_pingpong", [&] {
+                            launch_persistent<kD, 0, true, true, 2, kLazy, 2, kTree, false, true, false, false, false, false, false,
+                                              true>(p, h.stream());
+                          }});
   }
   if constexpr (kD == 64)
     variants.push_back({"persistent_3c_n96_no_pingpong",
@@ -702,6 +719,16 @@ int main(int argc, char** argv) {
                                           "persistent_nomask_lag4_s6", "persistent_nomask_lag5_s6"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+  } else if (mode == "--lag2") {  // a lag of one block on two stages: d 64 at 1k, d 128 at 512..1k (without turns)
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_nomask", "persistent_no_pingpong_lag1",
+                                          "persistent_nomask_no_pingpong_lag1"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_nomask", "persistent_no_pingpong",
+                                           "persistent_no_pingpong_lag1", "persistent_nomask_no_pingpong",
+                                           "persistent_nomask_no_pingpong_lag1"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -712,7 +739,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2)\n",
                  mode.c_str());
     return 2;
   }
