@@ -61,8 +61,12 @@
 // behind the first (*_lagN, kLag) on K/V rings of 3 and 4 stages (_s3, _s4), with and without its
 // mask code, 512..1k, causal and not. --lag2: a lag of one block on two stages without pingpong turns
 // (*_no_pingpong_lag1), d 64 at 1k and d 128 at 512..1k, causal and not.
+// --tail-keys: d 256's persistent kernel (peeled) with each warpgroup's last block cut to its first
+// 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
+// causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2]
+//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --tail-keys]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -336,6 +340,15 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       add("persistent_nomask_lag4_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 4>);
       add("persistent_nomask_lag5_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 5>);
     }
+  }
+  // ... at d 256 (80-key blocks) with each warpgroup's last block cut to its first 32 / 48 / 64 keys
+  // where its rows see no more of it (kHalfLast with kTailKeys; 512 keys end 32 keys into the 7th
+  // block, 1k 64 into the 13th), peeled as the library's.
+  if constexpr (kD == 256) {
+    using B = __nv_bfloat16;
+    variants.push_back({"persistent_peel_tail32", [&] { detail::launch_attn_hopper_persistent_half<B, kD, false, 2, 0, true, 32>(p, DType::kBF16, h.stream()); }});
+    variants.push_back({"persistent_peel_tail48", [&] { detail::launch_attn_hopper_persistent_half<B, kD, false, 2, 0, true, 48>(p, DType::kBF16, h.stream()); }});
+    variants.push_back({"persistent_peel_tail64", [&] { detail::launch_attn_hopper_persistent_half<B, kD, false, 2, 0, true, 64>(p, DType::kBF16, h.stream()); }});
   }
   // ... the kSplitTail kernel never splitting (what its parts' code costs the other tiles).
   variants.push_back({"persistent_tail_kernel_unsplit",
@@ -729,6 +742,11 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--tail-keys") {  // d 256: the last block cut to the keys its rows see
+    const std::vector<std::string> d256 = {"rung4_library", "persistent_peel", "persistent_peel_tail32", "persistent_peel_tail48",
+                                           "persistent_peel_tail64"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
@@ -739,7 +757,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

@@ -89,15 +89,15 @@ __device__ __forceinline__ NoMaskRange no_mask_range(int wg_row0, int n_begin, i
 
 // kHalfLast's blocks of a warpgroup whose first row is wg_row0, out of its tile's n_blocks from
 // block n_begin: the first n of them hold a key one of its rows sees (n_blocks where they see none:
-// the tile's own handling of rows with no key); of the last of those, only the first kN / 2 keys
-// are seen (half; never where kN / 2 is not a whole number of k16 steps). For the causal diagonal
+// the tile's own handling of rows with no key); of the last of those, only the first kPart keys
+// are seen (half; kPart < kN, a whole number of k16 steps: kN / 2 or the kernel's kTailKeys). For the causal diagonal
 // of a tile of 128 rows on 128-key blocks, the first warpgroup's last block is half; with three
 // warpgroups on 96-key blocks, the first's last block is not seen at all.
 struct WgBlocks {
   int n;
   bool half;
 };
-template <int kN>
+template <int kN, int kPart>
 __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_blocks, int sk, const AttnScoreMod& mod) {
   int64_t right = sk;  // keys from this index on are masked for every row of the warpgroup
   if (mod.window_right >= 0) {
@@ -107,7 +107,7 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
   const int64_t seen = right - static_cast<int64_t>(n_begin) * kN;  // from the tile's first key
   if (seen <= 0) return {n_blocks, false};
   const int64_t n = (seen + kN - 1) / kN < n_blocks ? (seen + kN - 1) / kN : n_blocks;
-  return {static_cast<int>(n), kN % 32 == 0 && seen - (n - 1) * kN <= kN / 2};
+  return {static_cast<int>(n), kPart < kN && seen - (n - 1) * kN <= kPart};
 }
 
 // Grid: min(tiles, SMs) CTAs (1-D), Tr::kThreads threads, Tr::kSmemBytes dynamic shared memory;
@@ -154,8 +154,9 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // kHalfLast: each consumer warpgroup runs only its own blocks of the tile (wg_blocks): the blocks
 // after them, which hold no key its rows see, are waited for and given back without math (an
 // empty pingpong turn each), and where only the first half of its last block is seen, that block's
-// softmax and P V take its first kN / 2 keys (its Q K^T the whole block). Same outputs (the skipped
-// products add exact zeros).
+// softmax and P V take its first kN / 2 keys (its Q K^T the whole block); kTailKeys > 0: the first
+// kTailKeys keys instead, where its rows see no more of it (e.g. 32 of 80 at 512 keys, head dim 256).
+// Same outputs (the skipped products add exact zeros).
 
 // kLag > 0 (two consumer warpgroups without pingpong turns; kLag < kStages): the second warpgroup
 // starts its walk once the first has issued the products of the walk's block kLag (or begun its
@@ -172,7 +173,8 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
-          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0>
+          bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0,
+          int kTailKeys = 0>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -413,7 +415,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // 64-column boxes kN rows apart.
     // keys: a std::integral_constant, the block's keys taken (Full; kHalfLast: Half, its first half).
     using Full = std::integral_constant<int, kN>;
-    using Half = std::integral_constant<int, kN % 32 == 0 ? kN / 2 : kN>;
+    constexpr int kPart = kTailKeys > 0 ? kTailKeys : kN % 32 == 0 ? kN / 2 : kN;  // keys of a part block
+    static_assert(kPart % 16 == 0 && kPart <= kN, "a part block of whole k16 steps");
+    using Half = std::integral_constant<int, kPart>;
     // (Q K^T: always the whole block, hopper_attn_gemm_qk's note.)
     const auto gemm_qk = [&](int stage, auto) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
     const auto gemm_pv = [&](int stage, auto keys) {
@@ -453,7 +457,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       int n_wg = n_blocks;
       bool half = false;
       if constexpr (kHalfLast) {
-        const WgBlocks wb = wg_blocks<kN>(wg_row0, n_begin, n_blocks, sb.sk, mod);
+        const WgBlocks wb = wg_blocks<kN, kPart>(wg_row0, n_begin, n_blocks, sb.sk, mod);
         n_wg = wb.n, half = wb.half;
       }
       // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
