@@ -43,6 +43,12 @@ constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at
 // runs each; docs/ladder/attention.md).
 constexpr int kAttnHopperDeepRingUpTo = 512;
 constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHopperDeepRingStagesCausal = 3;
+// Head dim 256 causal (the persistent kernel, 80-key blocks, up to 1k keys): each consumer warpgroup
+// on its own blocks, its last one cut to its first 32 keys where its rows see no more of it
+// (kHalfLast with kTailKeys): +1.3..+1.6% at 512 keys, +2.4..+3.0% at 1k; without a mask +0.2..+0.6%
+// at 512 and 0.8% slower at 1k, not taken there (H100, 2026-11-27, 70d598a, two runs;
+// docs/ladder/attention.md).
+constexpr int kAttnHopperTailKeys256 = 32;
 
 
 // Keys (seqlen_k, varlen: the longest) up to which causal FP8 without softcap / ALiBi keeps the

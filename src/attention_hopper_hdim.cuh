@@ -412,7 +412,13 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
           // blocks (kPeelMask, kAttnHopperPeelFrom).
           if constexpr (kHeadDim == 128 && !kScoreMod)
             if (p.seqlen_k >= kAttnHopperPeelFrom) return launch_attn_hopper_persistent_peel<T, 128, false>(p, dtype, stream);
-          if constexpr (kHeadDim == 256) return launch_attn_hopper_persistent_peel<T, 256, false>(p, dtype, stream);
+          // Head dim 256 causal: also each warpgroup on its own blocks, its last cut to the first
+          // kAttnHopperTailKeys256 keys where its rows see no more of it (kHalfLast with kTailKeys).
+          if constexpr (kHeadDim == 256) {
+            if (p.window_right == 0 && p.window_left < 0)
+              return launch_attn_hopper_persistent_half<T, 256, false, 2, 0, true, kAttnHopperTailKeys256>(p, dtype, stream);
+            return launch_attn_hopper_persistent_peel<T, 256, false>(p, dtype, stream);
+          }
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
         }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as

@@ -49,11 +49,13 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
   ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
   if (persistent && (form == Form::kHalf || form == Form::kPeelHalf)) {
-    ASSERT_NE(p.headdim, 256);  // 80-key blocks: no half of whole k16 steps
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
       BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
         BOOL_SWITCH(form == Form::kPeelHalf, kPeel, [&] {
-          if (three) {
+          if (p.headdim == 256) {  // 80-key blocks: the last cut to kAttnHopperTailKeys256 keys (no softcap / ALiBi)
+            if constexpr (!kScoreMod)
+              detail::launch_attn_hopper_persistent_half<T, 256, false, 2, 0, kPeel, detail::kAttnHopperTailKeys256>(p, q.dtype, nullptr);
+          } else if (three) {
             if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_half<T, 64, false, 3, 96, kPeel>(p, q.dtype, nullptr);
           } else if (p.headdim == 64) {
             detail::launch_attn_hopper_persistent_half<T, 64, kScoreMod, 2, 0, kPeel>(p, q.dtype, nullptr);
@@ -304,7 +306,8 @@ TEST(AttentionPersistent, PeelMaskSameAsRung4) {
 // keys ending in a block's first half without a mask (320 = 2.5 x 128), a right window that hides a
 // warpgroup's last blocks, and at d 64 three consumer warpgroups on 96-key blocks (whose first one
 // skips the tile's last block on the causal diagonal, and whose second takes its last block half),
-// bit for bit as the one-CTA kernel.
+// bit for bit as the one-CTA kernel; and head dim 256's plain cases with each warpgroup's last block
+// cut to its first 32 keys (kTailKeys).
 TEST(AttentionPersistent, HalfLastSameAsRung4) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
@@ -320,6 +323,8 @@ TEST(AttentionPersistent, HalfLastSameAsRung4) {
         check_same_as_rung4(dt, wr, rng, false, form);
         if (d == 64) check_plain_cases(dt, d, 1536, rng, true, form);
       }
+  // Head dim 256 (80-key blocks, the last cut to 32 keys; the library's causal kernel there).
+  for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng, false, Form::kPeelHalf);
 }
 
 // Head dim 64's deeper K/V rings (the library's up to kAttnHopperDeepRingUpTo keys): without a mask
