@@ -1,6 +1,6 @@
 // Rung 4 with a persistent, dynamic tile scheduler: the library's rung 4 for short and medium key
 // sequences at head dims 64, 128 and 256 (src/attention_hopper_hdim.cuh: up to 1k keys at d 64, 2k
-// causal; up to 4k at d 128, causal too; at d 256 without softcap / ALiBi up to 512, 1k causal).
+// causal; up to 4k at d 128, causal too; at d 256 without softcap / ALiBi up to 1k, causal too).
 // Measured against the one-CTA-per-tile kernels by
 // bench/experiments/attention_hopper_ablation.cu --sweep / --sweep64 (H100, 2026-11-26, cafac17: d
 // 128 +22% / +10% / +4.8% / +1.4% at 512 / 1k / 2k / 4k keys without a mask, causal +26% / +18% /
