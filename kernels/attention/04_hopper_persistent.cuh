@@ -88,10 +88,11 @@ __device__ __forceinline__ NoMaskRange no_mask_range(int wg_row0, int n_begin, i
 }
 
 // kHalfLast's blocks of a warpgroup whose first row is wg_row0, out of its tile's n_blocks from
-// block n_begin: the first n of them hold a key one of its rows sees (n_blocks where they see none:
-// the tile's own handling of rows with no key); of the last of those, only the first kPart keys
-// are seen (half; kPart < kN, a whole number of k16 steps: kN / 2 or the kernel's kTailKeys). For the causal diagonal
-// of a tile of 128 rows on 128-key blocks, the first warpgroup's last block is half; with three
+// block n_begin: the first n of them may hold a key one of its rows sees, the rest hold none
+// (n = n_blocks where its rows see no key at all: the tile's own handling of rows with no key); of
+// the last of those, only the first kPart keys are seen (half; kPart < kN, a whole number of k16
+// steps: kN / 2 or the kernel's kTailKeys). For the causal diagonal of a tile of 128 rows on 128-key
+// blocks, the first warpgroup's last block is half; with three
 // warpgroups on 96-key blocks, the first's last block is not seen at all.
 struct WgBlocks {
   int n;
@@ -154,8 +155,9 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // kHalfLast: each consumer warpgroup runs only its own blocks of the tile (wg_blocks): the blocks
 // after them, which hold no key its rows see, are waited for and given back without math (an
 // empty pingpong turn each), and where only the first half of its last block is seen, that block's
-// softmax and P V take its first kN / 2 keys (its Q K^T the whole block); kTailKeys > 0: the first
-// kTailKeys keys instead, where its rows see no more of it (e.g. 32 of 80 at 512 keys, head dim 256).
+// softmax and P V take its first kN / 2 keys (its Q K^T the whole block; kN / 2 a whole number of
+// k16 steps, else no part block); kTailKeys > 0: the first kTailKeys keys instead, where its rows see
+// no more of it (e.g. 32 of 80 at 512 keys, head dim 256).
 // Same outputs (the skipped products add exact zeros).
 
 // kLag > 0 (two consumer warpgroups without pingpong turns; kLag < kStages): the second warpgroup
@@ -195,8 +197,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
   static_assert(!kHalfLast || (!kEarlyQ && !kSplitTail && !kNoMask && (kCarryTurns || !kPingpong)),
                 "a warpgroup's own blocks: the library's epilogue, the turns carried across tiles");
-  static_assert(kLag == 0 || (kConsumers == 2 && !kPingpong && !kStageO && kLag < kStagesArg),
-                "a lag between two consumer warpgroups without turns, within the K/V ring");
+  static_assert(kLag == 0 || (kConsumers == 2 && !kPingpong && !kStageO && !kHalfLast && kLag < kStagesArg),
+                "a lag between two consumer warpgroups without turns, within the K/V ring (kHalfLast's skipped blocks "
+                "would wait for the second warpgroup's releases before the first lets it start)");
   constexpr int kLagBar = 3 + 2 * kConsumers;  // after kStageO's named barriers
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -381,7 +384,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const int qs = qt % kQStages;
     if constexpr (kLag > 0) {
       if (cw == 1 && qt == 0) named_barrier_sync(kLagBar, 256);
-      if (qt == 1) lag_release();  // the first warpgroup's second tile (or the end of its walk)
+      if (qt == 1) lag_release();  // the first warpgroup's second tile (or the end of a one-tile walk)
     }
     mbarrier_wait(&q_full[qs], (qt / kQStages) & 1);
     ++qt;
@@ -390,6 +393,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
       if constexpr (kPingpong && kCarryTurns)
         if (cw == 0) named_barrier_sync(1, 256);
+      lag_release();  // kLag: a walk without a tile (varlen: every tile drawn past its batch's rows)
       break;
     }
     Tile w;
@@ -506,7 +510,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       // The whole blocks 1 .. n_end - 1 (kHalfLast: a half last block after them).
       const int n_end = kHalfLast && half ? n_wg - 1 : n_wg;
       if constexpr (kPeelMask) {
-        // Blocks [lo, hi) (of 1 .. n_blocks - 1) need no mask for this warpgroup's rows (the test of
+        // Blocks [lo, hi) (of 1 .. n_end - 1) need no mask for this warpgroup's rows (the test of
         // hopper_attn_softmax_max solved for the block index; warp-uniform): their own loop,
         // without the mask code; the masked blocks before and after it in loops of their own.
         const NoMaskRange r = no_mask_range<kN>(wg_row0, n_begin, n_blocks, sb.sk, mod);

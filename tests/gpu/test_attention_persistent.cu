@@ -240,7 +240,8 @@ TEST(AttentionPersistent, SameAsRung4) {
       Case vl = ragged_varlen(d);  // ALiBi with (batch, nheads) slopes on varlen
       vl.alibi = 2, vl.causal = false;
       check_same_as_rung4(dt, vl, rng);
-      // d 64: three consumer warpgroups, 96-key blocks (no softcap / ALiBi).
+      // d 64: three consumer warpgroups, 96-key blocks (no softcap / ALiBi; the library's, with
+      // kHalfLast and kPeelMask).
       if (d == 64) check_plain_cases(dt, d, 1536, rng, true);
     }
 }
@@ -342,6 +343,8 @@ TEST(AttentionPersistent, DeepRingSameAsRung4) {
     check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, 64), rng, false, Form::kLag);
     check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, 64), rng, false, Form::kLag);  // one key block
     check_same_as_rung4(dt, fixed(1, 100, 256, 1, 1, 64), rng, false, Form::kLag);  // one tile: one CTA
+    // Tiles of two blocks, several a CTA: the first warpgroup lets the second start at its second tile.
+    check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, Form::kLag);
     check_plain_cases(dt, 64, 512, rng, false, Form::kStages3);
   }
 }
