@@ -370,7 +370,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // ... with three consumer warpgroups (192-row tiles; 152 registers each: 128-key blocks spilled
   // 48 bytes, 96 and 112 do not).
   if constexpr (kD == 64) {
-    // (the library's for causal 1k-2k keys with its warpgroups on their own blocks: _half below)
+    // (the library's for causal 1k-2k keys, with its warpgroups on their own blocks and its masked
+    // blocks peeled off: persistent_3c_n96_peel_half)
     variants.push_back({"persistent_3c_n96", [&] {
                           detail::launch_attn_hopper_persistent_as<__nv_bfloat16, 64, false, 3, 96>(p, DType::kBF16, h.stream());
                         }});
