@@ -38,9 +38,9 @@ constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
 constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
 // Keys (seqlen_k, varlen: the longest) up to which head dim 64's two-warpgroup persistent kernel
 // (no softcap / ALiBi) takes a deeper K/V ring: without a mask four stages with its second consumer
-// warpgroup three blocks behind the first (kLag), +4.6..+5.1% at 512 keys and 0.9-1.8% slower at 1k;
-// causal three stages, +2.7..+3.2% at 512, level at 1k (H100, 2026-11-27, d9df084 and 8c57e39, two
-// runs each; docs/ladder/attention.md).
+// warpgroup three blocks behind the first (kLag), +4.6..+5.2% at 512 keys and 0.9-1.8% slower at 1k;
+// causal three stages, +2.7..+3.2% at 512, level at 1k (H100, 2026-11-27, d9df084, 8c57e39 and
+// 9f9694a, two runs each; docs/ladder/attention.md).
 constexpr int kAttnHopperDeepRingUpTo = 512;
 constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHopperDeepRingStagesCausal = 3;
 // Head dim 256 causal (the persistent kernel, 80-key blocks, up to 1k keys): each consumer warpgroup

@@ -266,14 +266,15 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 }
 
 // The persistent kernel with the library's choices for every switch but these: kConsumers consumer
-// warpgroups on kBlockN-key blocks, and the loop / tail forms kSplitTail, kNoMask, kPeelMask, kHalfLast.
+// warpgroups on kBlockN-key blocks, the loop / tail forms kSplitTail, kNoMask, kPeelMask, kHalfLast
+// (kTailKeys), and a K/V ring of kStages with a lag of kLag blocks.
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0, bool kSplitTail = false, bool kNoMask = false,
-          bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0>
+          bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0, int kStages = 2, int kLag = 0>
 void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
-  launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), 2,
+  launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), kStages,
                                 kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers, kernels::kAttnTreeReduceDefault<T, kHeadDim>,
                                 kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, true, false, false, false, false, kSplitTail,
-                                kNoMask, kPeelMask, kHalfLast, 0, kTailKeys>(p, dtype, stream, split_min_saving);
+                                kNoMask, kPeelMask, kHalfLast, kLag, kTailKeys>(p, dtype, stream, split_min_saving);
 }
 
 // Each consumer warpgroup on its own blocks of the tile, a half last block where its rows see only
@@ -309,9 +310,7 @@ void launch_attn_hopper_persistent_peel(const AttnFwdParams& p, DType dtype, cud
 // warpgroup kLag blocks behind the first (kLag; 0: none); kNoMask as launch_attn_hopper_persistent_nomask.
 template <typename T, bool kNoMask, int kStages, int kLag>
 void launch_attn_hopper_persistent_lag(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent<T, 64, false, 0, true, true, kStages, kernels::kAttnLazyRescaleDefault<T, 64>, 2,
-                                kernels::kAttnTreeReduceDefault<T, 64>, kernels::kAttnPersistentPingpongDefault<64, 2>, true, false, false,
-                                false, false, false, kNoMask, false, false, kLag>(p, dtype, stream);
+  launch_attn_hopper_persistent_as<T, 64, false, 2, 0, false, kNoMask, false, false, 0, kStages, kLag>(p, dtype, stream);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks), each

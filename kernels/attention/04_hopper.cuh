@@ -297,7 +297,8 @@ __device__ __forceinline__ void hopper_attn_gemm_qk(float (&s)[Tr::kBlockN / 2],
 // 8-row tile of e4m3 ones at ones_base, hopper_attn_fill_ones; 16-bit: m64n8k16, ones of T): each
 // row's sum of this block's P as rounded to T (FP8 shifted: kAttnFp8PShiftLog2), replacing the
 // softmax's kBlockN / 2 FADDs per thread. (Eight more columns of O against rows of ones after V^T's chunks measured the same.)
-// kKeys < kBlockN (16-bit): the block's first kKeys keys only (hopper_attn_gemm_qk's).
+// kKeys < kBlockN (16-bit): the block's first kKeys keys only (P's first kKeys / 16 k-steps; the
+// persistent kernel's part blocks, kHalfLast).
 template <typename T, typename Tr, bool kDescAdvance = true, int kKeys = Tr::kBlockN>
 __device__ __forceinline__ void hopper_attn_gemm_pv(float (&o)[Tr::kHeadDim / 2], uint32_t (&pa)[Tr::kPvSteps][4],
                                                     uint32_t v_base, uint32_t v_step_bytes, uint32_t v_lbo,
@@ -397,7 +398,7 @@ __device__ __forceinline__ float hopper_attn_tree(const float (&x)[kN], Op op) {
 // its exponents subtract (off, log2 units) and the factor for O and l (rescale). kNoMask: the
 // caller knows no block needs a mask (no causal / window, keys a multiple of kBlockN): no mask
 // test, no mask pass in the code. kKeys < kBlockN: the block's first kKeys keys only (s[0 ..
-// kKeys / 2), hopper_attn_gemm_qk's).
+// kKeys / 2); the persistent kernel's part blocks, kHalfLast).
 template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false, int kKeys = Tr::kBlockN>
 __device__ __forceinline__ void hopper_attn_softmax_max(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&off)[2],
                                                         float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k,

@@ -61,20 +61,27 @@ struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlock
 template <int kHeadDim, int kConsumers>
 constexpr bool kAttnPersistentPingpongDefault = !(kHeadDim == 64 && kConsumers == 2);
 
+// The right mask edge of query row `row`: the keys it sees lie below min(sk, row + diag +
+// window_right + 1).
+__device__ __forceinline__ int64_t attn_right_edge(int64_t row, int sk, const AttnScoreMod& mod) {
+  int64_t right = sk;
+  if (mod.window_right >= 0) {
+    const int64_t diag_right = row + mod.diag + mod.window_right + 1;
+    if (diag_right < right) right = diag_right;
+  }
+  return right;
+}
+
 // kPeelMask's range: blocks i in [lo, hi) (lo >= 1, lo <= hi; n_begin + i absolute) of a warpgroup
 // whose first row is wg_row0 need no mask of hopper_attn_softmax_max's test: key block n needs the
-// right one when (n + 1) kN > min(sk, wg_row0 + diag + window_right + 1), the left one when n kN <
-// wg_row0 + 63 + diag - window_left.
+// right one when (n + 1) kN > the first row's right edge, the left one when n kN < wg_row0 + 63 +
+// diag - window_left.
 struct NoMaskRange {
   int lo, hi;
 };
 template <int kN>
 __device__ __forceinline__ NoMaskRange no_mask_range(int wg_row0, int n_begin, int n_blocks, int sk, const AttnScoreMod& mod) {
-  int64_t right = sk;  // keys below this index are unmasked on the right
-  if (mod.window_right >= 0) {
-    const int64_t diag_right = static_cast<int64_t>(wg_row0) + mod.diag + mod.window_right + 1;
-    if (diag_right < right) right = diag_right;
-  }
+  const int64_t right = attn_right_edge(wg_row0, sk, mod);  // keys below this index are unmasked on the right
   const int64_t n_right = right > 0 ? right / kN : 0;  // blocks n < n_right need no right mask
   int64_t n_left = 0;                                  // blocks n >= n_left need no left mask
   if (mod.window_left >= 0) {
@@ -100,11 +107,8 @@ struct WgBlocks {
 };
 template <int kN, int kPart>
 __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_blocks, int sk, const AttnScoreMod& mod) {
-  int64_t right = sk;  // keys from this index on are masked for every row of the warpgroup
-  if (mod.window_right >= 0) {
-    const int64_t diag_right = static_cast<int64_t>(wg_row0) + 63 + mod.diag + mod.window_right + 1;
-    if (diag_right < right) right = diag_right;
-  }
+  // Keys from the last row's right edge on are masked for every row of the warpgroup.
+  const int64_t right = attn_right_edge(static_cast<int64_t>(wg_row0) + 63, sk, mod);
   const int64_t seen = right - static_cast<int64_t>(n_begin) * kN;  // from the tile's first key
   if (seen <= 0) return {n_blocks, false};
   const int64_t n = (seen + kN - 1) / kN < n_blocks ? (seen + kN - 1) / kN : n_blocks;
@@ -423,7 +427,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     static_assert(kPart % 16 == 0 && kPart <= kN, "a part block of whole k16 steps");
     using Half = std::integral_constant<int, kPart>;
     // (Q K^T: always the whole block, hopper_attn_gemm_qk's note.)
-    const auto gemm_qk = [&](int stage, auto) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
+    const auto gemm_qk = [&](int stage) { hopper_attn_gemm_qk<T, Tr>(s, q_base, smem_u32(sk + stage * Tr::kKBytes)); };
     const auto gemm_pv = [&](int stage, auto keys) {
       hopper_attn_gemm_pv<T, Tr, true, decltype(keys)::value>(o, pa, smem_u32(sv + stage * Tr::kVBytes), 16 * 128, kN * 128, lsum,
                                                              smem_u32(ones));
@@ -464,11 +468,17 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         const WgBlocks wb = wg_blocks<kN, kPart>(wg_row0, n_begin, n_blocks, sb.sk, mod);
         n_wg = wb.n, half = wb.half;
       }
+      // f(Half{}) for a part block (kHalfLast only), else f(Full{}).
+      const auto with_keys = [&](bool part, auto&& f) {
+        if constexpr (kHalfLast)
+          if (part) return f(Half{});
+        f(Full{});
+      };
       // Block 0: S only (the library kernel's kOverlap schedule; K/V stage of block i: it + i).
       const auto first = [&](auto keys) {
         mbarrier_wait(&k_full[it % kStages], (it / kStages) & 1);
         turn_begin();
-        gemm_qk(it % kStages, keys);
+        gemm_qk(it % kStages);
         turn_end(false);
         wgmma_wait<0>();
         wgmma_fence_operands(s);
@@ -476,12 +486,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         softmax(n_begin, rescale, std::false_type{}, keys);
         convert_p(keys);
       };
-      if constexpr (kHalfLast) {
-        if (half && n_wg == 1) first(Half{});
-        else first(Full{});
-      } else {
-        first(Full{});
-      }
+      with_keys(half && n_wg == 1, first);
       // Block i >= 1: S_i and P_{i-1} V_{i-1} issued together, the softmax of S_i under the latter.
       const auto step = [&](int i, auto no_mask, auto keys) {
         const int cur = it + i, prv = it + i - 1;
@@ -489,7 +494,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         mbarrier_wait(&k_full[st], (cur / kStages) & 1);
         mbarrier_wait(&v_full[prev], (prv / kStages) & 1);
         turn_begin();
-        gemm_qk(st, keys);      // S_i = Q K_i^T
+        gemm_qk(st);            // S_i = Q K_i^T
         gemm_pv(prev, Full{});  // O += P_{i-1} V_{i-1}
         turn_end(false);
         if constexpr (kLag > 0)
@@ -513,11 +518,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         // Blocks [lo, hi) (of 1 .. n_end - 1) need no mask for this warpgroup's rows (the test of
         // hopper_attn_softmax_max solved for the block index; warp-uniform): their own loop,
         // without the mask code; the masked blocks before and after it in loops of their own.
-        const NoMaskRange r = no_mask_range<kN>(wg_row0, n_begin, n_blocks, sb.sk, mod);
-        const int lo = kHalfLast ? min(r.lo, n_end) : r.lo, hi = kHalfLast ? min(r.hi, n_end) : r.hi;
+        const NoMaskRange r = no_mask_range<kN>(wg_row0, n_begin, n_end, sb.sk, mod);
         int i = 1;
-        for (; i < lo; ++i) step(i, std::false_type{}, Full{});
-        for (; i < hi; ++i) step(i, std::true_type{}, Full{});
+        for (; i < r.lo; ++i) step(i, std::false_type{}, Full{});
+        for (; i < r.hi; ++i) step(i, std::true_type{}, Full{});
         for (; i < n_end; ++i) step(i, std::false_type{}, Full{});
       } else {
         for (int i = 1; i < n_end; ++i) step(i, std::false_type{}, Full{});
@@ -527,12 +531,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       const int lst = it + n_wg - 1;
       mbarrier_wait(&v_full[lst % kStages], (lst / kStages) & 1);
       turn_begin();
-      if constexpr (kHalfLast) {
-        if (half) gemm_pv(lst % kStages, Half{});
-        else gemm_pv(lst % kStages, Full{});
-      } else {
-        gemm_pv(lst % kStages, Full{});
-      }
+      with_keys(half, [&](auto keys) { gemm_pv(lst % kStages, keys); });
       turn_end(true);
       wgmma_wait<0>();
       wgmma_fence_operands(o);

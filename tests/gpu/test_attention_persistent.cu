@@ -28,12 +28,6 @@ namespace {
 
 using namespace flashlab::testing;
 
-// attention_fwd's parameters for these views (its validation), then the persistent kernel, or
-// the one-CTA-per-tile kernel of rung 4 (two consumer warpgroups, 128-key blocks: the per-tile
-// math of the persistent kernel). attention_fwd itself takes the persistent kernel for short key
-// sequences, so the reference is launched directly.
-// three: both kernels with three consumer warpgroups on 96-key blocks (head dim 64, no softcap /
-// ALiBi: the library's persistent kernel for causal 1k-2k keys there).
 // The persistent kernel's loop forms (its launcher's switches): kNoMask, without its mask code
 // (fixed lengths, no causal / window, no softcap / ALiBi, whole key blocks; the library's at head
 // dim 64); kPeel, its block loop split around the masked blocks (kPeelMask); kHalf, each consumer
@@ -43,28 +37,44 @@ using namespace flashlab::testing;
 // K/V stages (the library's for causal up to kAttnHopperDeepRingUpTo).
 enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3 };
 
+// The persistent kernel with its masked blocks peeled off (kPeel) and / or each warpgroup on its
+// own blocks (kHalf: kHalfLast; at head dim 256 the last block cut to kAttnHopperTailKeys256 keys);
+// three: three consumer warpgroups on 96-key blocks (head dim 64, no softcap / ALiBi).
+template <bool kPeel, bool kHalf>
+void run_persistent_loop_form(const AttnFwdParams& p, DType dt, bool three) {
+  HALF_DTYPE_SWITCH(dt, T, [&] {
+    BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+      if (p.headdim == 256) {  // 80-key blocks (no softcap / ALiBi: the library's reach)
+        constexpr int kTail = kHalf ? detail::kAttnHopperTailKeys256 : 0;
+        if constexpr (!kScoreMod)
+          detail::launch_attn_hopper_persistent_as<T, 256, false, 2, 0, false, false, kPeel, kHalf, kTail>(p, dt, nullptr);
+      } else if (three) {
+        if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_as<T, 64, false, 3, 96, false, false, kPeel, kHalf>(p, dt, nullptr);
+      } else if (p.headdim == 64) {
+        detail::launch_attn_hopper_persistent_as<T, 64, kScoreMod, 2, 0, false, false, kPeel, kHalf>(p, dt, nullptr);
+      } else {
+        detail::launch_attn_hopper_persistent_as<T, 128, kScoreMod, 2, 0, false, false, kPeel, kHalf>(p, dt, nullptr);
+      }
+    });
+  });
+}
+
+// attention_fwd's parameters for these views (its validation), then the persistent kernel, or
+// the one-CTA-per-tile kernel of rung 4 (two consumer warpgroups, 128-key blocks: the per-tile
+// math of the persistent kernel). attention_fwd itself takes the persistent kernel for short key
+// sequences, so the reference is launched directly.
+// three: both kernels with three consumer warpgroups on 96-key blocks (head dim 64, no softcap /
+// ALiBi: the library's persistent kernel for causal 1k-2k keys there). form: the persistent kernel's
+// loop form (Form).
 void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const AttnFwdOptions& opt, bool persistent, bool three = false, Form form = Form::kDefault) {
   const AttnFwdParams p = detail::attention_validated_params("attention_fwd", q, k, v, out, 4, opt, nullptr);
   ASSERT_GT(p.total_q, 0);  // attention_fwd sends empty packed tensors to rung 3
   ASSERT_GT(p.total_k, 0);
-  if (persistent && (form == Form::kHalf || form == Form::kPeelHalf)) {
-    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
-      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
-        BOOL_SWITCH(form == Form::kPeelHalf, kPeel, [&] {
-          if (p.headdim == 256) {  // 80-key blocks: the last cut to kAttnHopperTailKeys256 keys (no softcap / ALiBi)
-            if constexpr (!kScoreMod)
-              detail::launch_attn_hopper_persistent_half<T, 256, false, 2, 0, kPeel, detail::kAttnHopperTailKeys256>(p, q.dtype, nullptr);
-          } else if (three) {
-            if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_half<T, 64, false, 3, 96, kPeel>(p, q.dtype, nullptr);
-          } else if (p.headdim == 64) {
-            detail::launch_attn_hopper_persistent_half<T, 64, kScoreMod, 2, 0, kPeel>(p, q.dtype, nullptr);
-          } else {
-            detail::launch_attn_hopper_persistent_half<T, 128, kScoreMod, 2, 0, kPeel>(p, q.dtype, nullptr);
-          }
-        });
-      });
-    });
+  if (persistent && (form == Form::kPeel || form == Form::kHalf || form == Form::kPeelHalf)) {
+    if (form == Form::kPeel) run_persistent_loop_form<true, false>(p, q.dtype, three);
+    else if (form == Form::kHalf) run_persistent_loop_form<false, true>(p, q.dtype, three);
+    else run_persistent_loop_form<true, true>(p, q.dtype, three);
     return;
   }
   if (persistent && (form == Form::kLag || form == Form::kStages3)) {
@@ -79,28 +89,11 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     });
     return;
   }
-  const bool no_mask = form == Form::kNoMask, peel = form == Form::kPeel;
-  if (no_mask && persistent) {
+  if (persistent && form == Form::kNoMask) {
     ASSERT_TRUE(detail::attn_hopper_no_mask(p, 128));
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
       if (p.headdim == 64) detail::launch_attn_hopper_persistent_nomask<T, 64>(p, q.dtype, nullptr);
       else detail::launch_attn_hopper_persistent_nomask<T, 128>(p, q.dtype, nullptr);
-    });
-    return;
-  }
-  if (peel && persistent) {
-    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
-      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
-        if (three) {
-          if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_peel<T, 64, false, 3, 96>(p, q.dtype, nullptr);
-        } else if (p.headdim == 64) {
-          detail::launch_attn_hopper_persistent_peel<T, 64, kScoreMod>(p, q.dtype, nullptr);
-        } else if (p.headdim == 256) {
-          if constexpr (!kScoreMod) detail::launch_attn_hopper_persistent_peel<T, 256, false>(p, q.dtype, nullptr);
-        } else {
-          detail::launch_attn_hopper_persistent_peel<T, 128, kScoreMod>(p, q.dtype, nullptr);
-        }
-      });
     });
     return;
   }
