@@ -61,15 +61,12 @@
 // behind the first (*_lagN, kLag) on K/V rings of 3 and 4 stages (_s3, _s4), with and without its
 // mask code, 512..1k, causal and not. --lag2: a lag of one block on two stages without pingpong turns
 // (*_no_pingpong_lag1), d 64 at 1k and d 128 at 512..1k, causal and not.
-// --next-first: d 64's two-warpgroup persistent kernel with each tile's last P V issued with the
-// next tile's first Q K^T and the next tile's first softmax under it (*_next, kNextFirst), on two to
-// four K/V stages, with the mask code and without, 512..2k, causal and not.
 // --tail-keys: d 256's persistent kernel (peeled) with each warpgroup's last block cut to its first
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
-//        | --tail-keys | --next-first]
+//        | --tail-keys]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -342,15 +339,6 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       add("persistent_nomask_lag4_s5", detail::launch_attn_hopper_persistent_lag<B, true, 5, 4>);
       add("persistent_nomask_lag4_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 4>);
       add("persistent_nomask_lag5_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 5>);
-    }
-    // ... with each tile's last P V issued with the next tile's first Q K^T (kNextFirst, _next).
-    add("persistent_next", detail::launch_attn_hopper_persistent_lag<B, false, 2, 0, true>);
-    add("persistent_next_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 0, true>);
-    if (!c.causal) {
-      add("persistent_nomask_next", detail::launch_attn_hopper_persistent_lag<B, true, 2, 0, true>);
-      add("persistent_nomask_next_s3", detail::launch_attn_hopper_persistent_lag<B, true, 3, 0, true>);
-      add("persistent_nomask_next_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 0, true>);
-      add("persistent_nomask_next_lag3_s4", detail::launch_attn_hopper_persistent_lag<B, true, 4, 3, true>);
     }
   }
   // ... at d 256 (80-key blocks) with each warpgroup's last block cut to its first 32 / 48 / 64 keys
@@ -745,12 +733,6 @@ int main(int argc, char** argv) {
                                           "persistent_nomask_lag4_s6", "persistent_nomask_lag5_s6"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
-  } else if (mode == "--next-first") {  // d 64: the next tile's first block under this tile's last P V
-    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_s3", "persistent_next", "persistent_next_s3",
-                                          "persistent_nomask", "persistent_nomask_lag3_s4", "persistent_nomask_next",
-                                          "persistent_nomask_next_s3", "persistent_nomask_next_s4", "persistent_nomask_next_lag3_s4"};
-    for (bool causal : {false, true})
-      for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
   } else if (mode == "--lag2") {  // a lag of one block on two stages: d 64 at 1k, d 128 at 512..1k (without turns)
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_nomask", "persistent_no_pingpong_lag1",
                                           "persistent_nomask_no_pingpong_lag1"};
@@ -776,7 +758,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys, --next-first)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

@@ -180,7 +180,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
           bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0,
-          int kTailKeys = 0, bool kNextFirst = false>
+          int kTailKeys = 0>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -204,12 +204,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   static_assert(kLag == 0 || (kConsumers == 2 && !kPingpong && !kStageO && !kHalfLast && kLag < kStagesArg),
                 "a lag between two consumer warpgroups without turns, within the K/V ring (kHalfLast's skipped blocks "
                 "would wait for the second warpgroup's releases before the first lets it start)");
-  // kNextFirst: a tile's last P V issued with the next tile's first Q K^T, and the next tile's first
-  // softmax run under that P V (the block steps' schedule across the tile boundary), the epilogue
-  // after both; no pingpong turns (a turn per block), the library's epilogue.
-  static_assert(!kNextFirst || (!kPingpong && kSharedTile && !kEarlyQ && !kSplitTail && !kHalfLast && !kSumByMma),
-                "the next tile's first block under this tile's last P V: no turns, the tile in shared memory, the library's "
-                "epilogue, whole blocks, the sums in registers");
   constexpr int kLagBar = 3 + 2 * kConsumers;  // after kStageO's named barriers
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -382,8 +376,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   };
 
   int qt = 0, it = 0;  // tiles and K/V blocks consumed so far
-  // kNextFirst: this tile's first block (S, softmax, P) was run at the last tile's end.
-  bool joined = false;
   bool lag_pending = kLag > 0 && cw == 0;  // kLag: the first warpgroup has not let the second start yet
   const auto lag_release = [&] {
     if constexpr (kLag > 0)
@@ -446,24 +438,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
           s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
     };
     const auto convert_p = [&](auto keys) { hopper_attn_convert_p<T, Tr, decltype(keys)::value>(s, pa); };
-    if (!kNextFirst || !joined) {
 #pragma unroll
-      for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
-      row_max[0] = row_max[1] = -INFINITY;
-      row_sum[0] = row_sum[1] = 0.f;
-    }
-    // kNextFirst: the library's epilogue (below) of this tile with its rows' sums and maxima, run at
-    // the end of its block loop.
-    const auto epilogue = [&](const float (&sums)[2], const float (&maxs)[2]) {
-      const Tile et = tile_info[qs];
-      T* rows = static_cast<T*>(p.o) + attn_offset(p, et.b, et.sb.q_row0, 0, et.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-      hopper_attn_normalize_o<Tr, T>(o, sums, maxs, 1.f, sq, rows, p, et.b, et.h, et.sb, cw, warp, g, t, row0);
-      fence_proxy_async_smem();
-      named_barrier_sync(1 + kConsumers + cw, 128);
-      if (wg_row0 < et.sb.sq)
-        hopper_attn_store_o<Tr, T, kStoreWait>(&args.o, sq, rows, p.o_row_stride, varlen, wg_row0, et.sb.sq, et.h, et.b, cw, t128);
-      mbarrier_arrive(&q_empty[qs]);
-    };
+    for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
 
     // kEarlyQ: the epilogue's tile, read before the Q buffer (and its tile entries) goes back.
     Tile e;
@@ -508,8 +486,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         softmax(n_begin, rescale, std::false_type{}, keys);
         convert_p(keys);
       };
-      if (!kNextFirst || !joined) with_keys(half && n_wg == 1, first);
-      joined = false;
+      with_keys(half && n_wg == 1, first);
       // Block i >= 1: S_i and P_{i-1} V_{i-1} issued together, the softmax of S_i under the latter.
       const auto step = [&](int i, auto no_mask, auto keys) {
         const int cur = it + i, prv = it + i - 1;
@@ -551,50 +528,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
       if constexpr (kHalfLast)
         if (half && n_wg > 1) step(n_wg - 1, std::false_type{}, Half{});
-      if constexpr (kNextFirst) {
-        // The next tile, if it has keys: its first Q K^T issued with this tile's last P V, its first
-        // softmax under that P V (a block step across the boundary), then this tile's epilogue. Its
-        // Q buffer is waited for here and again (passing at once) at the loop's top.
-        lag_release();
-        const int qs2 = qt % kQStages;
-        mbarrier_wait(&q_full[qs2], (qt / kQStages) & 1);
-        Tile w2;
-        w2.n_blocks = 0;
-        if (*static_cast<volatile int*>(&tile_of[qs2]) >= 0) w2 = tile_info[qs2];
-        if (__shfl_sync(0xffffffffu, w2.n_blocks, 0) > 0) {
-          const int cur = it + n_blocks, lst = cur - 1;  // the next tile's first block, this tile's last
-          const int st = cur % kStages, prev = lst % kStages;
-          w2.sb.sk = __shfl_sync(0xffffffffu, w2.sb.sk, 0);
-          w2.mod.diag = __shfl_sync(0xffffffffu, w2.mod.diag, 0);
-          w2.mod.window_left = p.window_left, w2.mod.window_right = p.window_right;
-          const int n_begin2 = __shfl_sync(0xffffffffu, w2.n_begin, 0);
-          const int wg_row02 = __shfl_sync(0xffffffffu, w2.m0 + 64 * cw, 0);
-          const uint32_t q_base2 = __shfl_sync(0xffffffffu, smem_u32(sq_all + qs2 * Tr::kQBytes) + cw * 64 * 128, 0);
-          mbarrier_wait(&k_full[st], (cur / kStages) & 1);
-          mbarrier_wait(&v_full[prev], (lst / kStages) & 1);
-          hopper_attn_gemm_qk<T, Tr>(s, q_base2, smem_u32(sk + st * Tr::kKBytes));  // the next tile's S_0
-          gemm_pv(prev, Full{});                                                     // O += P V, this tile's last
-          wgmma_wait<1>();
-          wgmma_fence_operands(s);
-          release(&k_empty[st]);
-          const float sums[2] = {row_sum[0], row_sum[1]}, maxs[2] = {row_max[0], row_max[1]};
-          row_max[0] = row_max[1] = -INFINITY;
-          row_sum[0] = row_sum[1] = 0.f;
-          hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask, kN>(s, row_max, row_sum, rescale, n_begin2, w2.mod, w2.sb.sk,
-                                                                            wg_row02, wg_row02 + warp * 16 + g, t,
-                                                                            w2.mod.scale * kLog2e, w2.mod.slope * kLog2e);
-          wgmma_wait<0>();
-          wgmma_fence_operands(o);
-          release(&v_empty[prev]);
-          epilogue(sums, maxs);
-#pragma unroll
-          for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
-          convert_p(Full{});
-          it = cur;
-          joined = true;
-          continue;
-        }
-      }
       const int lst = it + n_wg - 1;
       mbarrier_wait(&v_full[lst % kStages], (lst / kStages) & 1);
       turn_begin();

@@ -34,10 +34,8 @@ using namespace flashlab::testing;
 // warpgroup on its own blocks of the tile with a half last block (kHalfLast); kPeelHalf, both;
 // kLag, head dim 64 without its mask code on the library's deeper K/V ring with the second consumer
 // warpgroup started blocks behind the first (kLag); kStages3, head dim 64 with its mask code on three
-// K/V stages (the library's for causal up to kAttnHopperDeepRingUpTo); kNext, head dim 64 with its
-// mask code, each tile's last P V issued with the next tile's first Q K^T (kNextFirst); kNextLag,
-// kLag's kernel with kNextFirst.
-enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3, kNext, kNextLag };
+// K/V stages (the library's for causal up to kAttnHopperDeepRingUpTo).
+enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3 };
 
 // The persistent kernel with its masked blocks peeled off (kPeel) and / or each warpgroup on its
 // own blocks (kHalf: kHalfLast; at head dim 256 the last block cut to kAttnHopperTailKeys256 keys);
@@ -79,15 +77,15 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     else run_persistent_loop_form<true, true>(p, q.dtype, three);
     return;
   }
-  if (persistent && (form == Form::kLag || form == Form::kStages3 || form == Form::kNext || form == Form::kNextLag)) {
+  if (persistent && (form == Form::kLag || form == Form::kStages3)) {
     ASSERT_EQ(p.headdim, 64);
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
-      constexpr int kStages = detail::kAttnHopperDeepRingStages, kLag = detail::kAttnHopperDeepRingLag;
-      if (form == Form::kLag) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag>(p, q.dtype, nullptr);
-      else if (form == Form::kNextLag) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag, true>(p, q.dtype, nullptr);
-      else if (form == Form::kNext) detail::launch_attn_hopper_persistent_lag<T, false, 2, 0, true>(p, q.dtype, nullptr);
-      else detail::launch_attn_hopper_persistent_lag<T, false, detail::kAttnHopperDeepRingStagesCausal, 0>(p, q.dtype, nullptr);
+      if (form == Form::kLag)
+        detail::launch_attn_hopper_persistent_lag<T, true, detail::kAttnHopperDeepRingStages, detail::kAttnHopperDeepRingLag>(p, q.dtype,
+                                                                                                                   nullptr);
+      else
+        detail::launch_attn_hopper_persistent_lag<T, false, detail::kAttnHopperDeepRingStagesCausal, 0>(p, q.dtype, nullptr);
     });
     return;
   }
@@ -133,8 +131,7 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
 void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, Form form = Form::kDefault) {
   static const char* const kForm[] = {")", ", without masks)", ", masked blocks peeled)", ", half last blocks)",
                                       ", masked blocks peeled, half last blocks)", ", without masks, lagging warpgroup)",
-                                      ", three K/V stages)", ", next tile's first block joined)",
-                                      ", without masks, lagging warpgroup, next tile's first block joined)"};
+                                      ", three K/V stages)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
                                                      << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
@@ -342,27 +339,6 @@ TEST(AttentionPersistent, DeepRingSameAsRung4) {
     // Tiles of two blocks, several a CTA: the first warpgroup lets the second start at its second tile.
     check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, Form::kLag);
     check_plain_cases(dt, 64, 512, rng, false, Form::kStages3);
-  }
-}
-
-// Head dim 64 with each tile's last P V issued with the next tile's first Q K^T and the next tile's
-// first softmax under it (kNextFirst): every plain case (causal, seqlen_q > seqlen_k: tiles with no
-// key between tiles with keys, windows, ragged keys, varlen), tiles of one to eight blocks, and with
-// kLag's ring and lag without a mask (one tile a CTA, one block a tile, two); bit for bit as the
-// one-CTA kernel.
-TEST(AttentionPersistent, NextFirstSameAsRung4) {
-  SKIP_WITHOUT_GPU();
-  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
-  std::mt19937_64 rng(2032);
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    check_plain_cases(dt, 64, 512, rng, false, Form::kNext);
-    check_plain_cases(dt, 64, 1024, rng, false, Form::kNext);
-    check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, 64), rng, false, Form::kNext);  // one key block
-    check_same_as_rung4(dt, fixed(8, 512, 512, 8, 8, 64), rng, false, Form::kNextLag);
-    check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, 64), rng, false, Form::kNextLag);
-    check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, 64), rng, false, Form::kNextLag);
-    check_same_as_rung4(dt, fixed(1, 100, 256, 1, 1, 64), rng, false, Form::kNextLag);
-    check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, Form::kNextLag);
   }
 }
 
