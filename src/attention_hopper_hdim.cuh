@@ -268,7 +268,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 // The persistent kernel with the library's choices for every switch but these: kConsumers consumer
 // warpgroups on kBlockN-key blocks, the loop / tail forms kSplitTail, kNoMask, kPeelMask, kHalfLast
 // (kTailKeys), a K/V ring of kStages with a lag of kLag blocks, and the next tile's Q and first
-// kPrefetchL2 K/V blocks fetched into L2 a tile ahead (0: not).
+// kPrefetchL2 - 1 K/V blocks fetched into L2 a tile ahead (0: nothing).
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0, bool kSplitTail = false, bool kNoMask = false,
           bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0, int kStages = 2, int kLag = 0, int kPrefetchL2 = 0>
 void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {

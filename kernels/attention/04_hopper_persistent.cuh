@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         mbarrier_arrive(&q_full[qs]);  // no key: the consumers write O = 0 without reading Q
       }
       if constexpr (kPrefetchL2 > 0) {
-        // The next tile drawn now, its Q and first kPrefetchL2 K/V blocks fetched into L2 under
+        // The next tile drawn now, its Q and first kPrefetchL2 - 1 K/V blocks fetched into L2 under
         // this tile (its loads then read L2, not device memory).
         Tile wn;
         next = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 #pragma unroll
           for (int x = 0; x < Tr::kBoxes; ++x)
             tma_prefetch_l2_4d(&args.q, x * Tr::kBoxCols, static_cast<int>(wn.sb.q_row0) + wn.m0, wn.h, nb);
-          const int n_pf = wn.n_blocks < kPrefetchL2 ? wn.n_blocks : kPrefetchL2;
+          const int n_pf = wn.n_blocks < kPrefetchL2 - 1 ? wn.n_blocks : kPrefetchL2 - 1;
           for (int i = 0; i < n_pf; ++i) {
             const int row = static_cast<int>(wn.sb.k_row0) + (wn.n_begin + i) * kN;
 #pragma unroll
