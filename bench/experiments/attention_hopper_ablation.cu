@@ -61,16 +61,12 @@
 // behind the first (*_lagN, kLag) on K/V rings of 3 and 4 stages (_s3, _s4), with and without its
 // mask code, 512..1k, causal and not. --lag2: a lag of one block on two stages without pingpong turns
 // (*_no_pingpong_lag1), d 64 at 1k and d 128 at 512..1k, causal and not.
-// --prefetch: the persistent kernels in the library's forms with the next tile's Q and first 4 or 8
-// K/V blocks fetched into L2 a tile ahead (*_pf4, *_pf8; kPrefetchL2 5, 9), d 64 / 256 512..2k, d 128
-// 512..4k, causal and not. --prefetch-q: its Q alone (*_pf0, kPrefetchL2 1), d 256 512..1k, d 64 / 128
-// at 512.
 // --tail-keys: d 256's persistent kernel (peeled) with each warpgroup's last block cut to its first
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
-//        | --tail-keys | --prefetch | --prefetch-q]
+//        | --tail-keys]
 //        [out.json]
 #include <cmath>
 #include <cstdint>
@@ -343,39 +339,6 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       add("persistent_nomask_lag4_s5", detail::launch_attn_hopper_persistent_lag<B, true, 5, 4>);
       add("persistent_nomask_lag4_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 4>);
       add("persistent_nomask_lag5_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 5>);
-    }
-  }
-  // ... with the next tile's Q and first N K/V blocks fetched into L2 a tile ahead (kPrefetchL2 N,
-  // *_pfN), in the library's forms: d 64 without a mask (lag 3 on four stages up to 512 keys, two
-  // stages above), causal on three stages, three consumers peeled with half last blocks; d 128
-  // plain and peeled; d 256 peeled, causal with its last block cut to 32 keys.
-  {
-    using B = __nv_bfloat16;
-    const auto add = [&](const char* name, auto launch) {
-      variants.push_back({name, [&, launch] { launch(p, DType::kBF16, h.stream(), 0.01); }});
-    };
-    if constexpr (kD == 64) {
-      if (!c.causal) {
-        add("persistent_nomask_lag3_s4_pf4", detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 3, 5>);
-        add("persistent_nomask_lag3_s4_pf0", detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 3, 1>);
-        add("persistent_nomask_pf4", detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 2, 0, 5>);
-        add("persistent_nomask_pf8", detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 2, 0, 9>);
-      }
-      add("persistent_s3_pf4", detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, 5>);
-      add("persistent_3c_n96_peel_half_pf4", detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, 5>);
-    }
-    if constexpr (kD == 128) {
-      add("persistent_pf0", detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, false, false, 0, 2, 0, 1>);
-      add("persistent_pf4", detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, false, false, 0, 2, 0, 5>);
-      add("persistent_pf8", detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, false, false, 0, 2, 0, 9>);
-      add("persistent_peel_pf4", detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, true, false, 0, 2, 0, 5>);
-    }
-    if constexpr (kD == 256) {
-      add("persistent_peel_pf4", detail::launch_attn_hopper_persistent_as<B, 256, false, 2, 0, false, false, true, false, 0, 2, 0, 5>);
-      add("persistent_peel_pf8", detail::launch_attn_hopper_persistent_as<B, 256, false, 2, 0, false, false, true, false, 0, 2, 0, 9>);
-      add("persistent_peel_pf0", detail::launch_attn_hopper_persistent_as<B, 256, false, 2, 0, false, false, true, false, 0, 2, 0, 1>);
-      add("persistent_peel_tail32_pf0", detail::launch_attn_hopper_persistent_as<B, 256, false, 2, 0, false, false, true, true, 32, 2, 0, 1>);
-      add("persistent_peel_tail32_pf4", detail::launch_attn_hopper_persistent_as<B, 256, false, 2, 0, false, false, true, true, 32, 2, 0, 5>);
     }
   }
   // ... at d 256 (80-key blocks) with each warpgroup's last block cut to its first 32 / 48 / 64 keys
@@ -770,29 +733,6 @@ int main(int argc, char** argv) {
                                           "persistent_nomask_lag4_s6", "persistent_nomask_lag5_s6"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
-  } else if (mode == "--prefetch") {  // the next tile's Q and first K/V blocks into L2 a tile ahead
-    const std::vector<std::string> d64 = {"rung4_library", "persistent_nomask", "persistent_nomask_pf4", "persistent_nomask_pf8",
-                                          "persistent_nomask_lag3_s4", "persistent_nomask_lag3_s4_pf4", "persistent_s3", "persistent_s3_pf4",
-                                          "persistent_3c_n96_peel_half", "persistent_3c_n96_peel_half_pf4"};
-    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_pf4", "persistent_pf8", "persistent_peel",
-                                           "persistent_peel_pf4"};
-    const std::vector<std::string> d256 = {"rung4_library", "persistent_peel", "persistent_peel_pf4", "persistent_peel_pf8",
-                                           "persistent_peel_tail32", "persistent_peel_tail32_pf4"};
-    for (bool causal : {false, true}) {
-      for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
-      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
-      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
-    }
-  } else if (mode == "--prefetch-q") {  // the next tile's Q alone into L2 a tile ahead (d 256's one Q buffer)
-    const std::vector<std::string> d64 = {"rung4_library", "persistent_nomask_lag3_s4", "persistent_nomask_lag3_s4_pf0"};
-    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_pf0"};
-    const std::vector<std::string> d256 = {"rung4_library", "persistent_peel", "persistent_peel_pf0", "persistent_peel_pf4",
-                                           "persistent_peel_tail32", "persistent_peel_tail32_pf0"};
-    for (bool causal : {false, true}) {
-      if (!causal) run_config<64>(h, {512, 64, causal}, all_ok, d64);
-      run_config<128>(h, {512, 128, causal}, all_ok, d128);
-      for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, causal}, all_ok, d256);
-    }
   } else if (mode == "--lag2") {  // a lag of one block on two stages: d 64 at 1k, d 128 at 512..1k (without turns)
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_nomask", "persistent_no_pingpong_lag1",
                                           "persistent_nomask_no_pingpong_lag1"};
@@ -818,7 +758,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys, --prefetch, --prefetch-q)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

@@ -180,7 +180,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
           bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0,
-          int kTailKeys = 0, int kPrefetchL2 = 0>
+          int kTailKeys = 0>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -275,8 +275,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // the consumers the rest: 40 x 128 + 232 x 256 = 64,512, 48 (56) x 128 + 224 x 256 = 63,488
   // (64,512), three consumers 152 each, of the 65,536-register file.
   // kSplitTail's work items spilled 12 bytes in the producer at 48 (d 128): 56, beside the same 224.
-  // kPrefetchL2: the next tile's record beside this one's, 8 more.
-  constexpr int kProducerRegs = (kHeadDim == 256 || kSplitTail ? 56 : kSharedTile ? 48 : 40) + (kPrefetchL2 > 0 ? 8 : 0);
+  constexpr int kProducerRegs = kHeadDim == 256 || kSplitTail ? 56 : kSharedTile ? 48 : 40;
   constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kSharedTile || kHeadDim == 256 ? 224 : 232;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
   const int wg = threadIdx.x / 128;
@@ -288,14 +287,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     prefetch_tensor_map(&args.v);
     int qt = 0, it = 0;  // tiles handed out, K/V blocks loaded
     int tile = static_cast<int>(blockIdx.x);
-    int next = 0;  // kPrefetchL2: the next tile, drawn when this one's Q is loaded (its record found again)
     while (true) {
       Tile w;
-      if (kPrefetchL2 > 0 && qt > 0) {
-        tile = next;
-        if (tile < tiles) tile_at(tile, w);
-      } else
-        while (tile < tiles && !tile_at(tile, w)) tile = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
+      while (tile < tiles && !tile_at(tile, w)) tile = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
       const int qs = qt % kQStages;
       mbarrier_wait(&q_empty[qs], ((qt / kQStages) & 1) ^ 1);  // a fresh barrier passes parity 1
       ++qt;
@@ -325,28 +319,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       } else {
         mbarrier_arrive(&q_full[qs]);  // no key: the consumers write O = 0 without reading Q
       }
-      if constexpr (kPrefetchL2 > 0) {
-        // The next tile drawn now, its Q and first kPrefetchL2 - 1 K/V blocks fetched into L2 under
-        // this tile (its loads then read L2, not device memory).
-        Tile wn;
-        next = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
-        while (next < tiles && !tile_at(next, wn)) next = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
-        if (next < tiles && wn.n_blocks > 0) {
-          const int nb = varlen ? 0 : wn.b;
-#pragma unroll
-          for (int x = 0; x < Tr::kBoxes; ++x)
-            tma_prefetch_l2_4d(&args.q, x * Tr::kBoxCols, static_cast<int>(wn.sb.q_row0) + wn.m0, wn.h, nb);
-          const int n_pf = wn.n_blocks < kPrefetchL2 - 1 ? wn.n_blocks : kPrefetchL2 - 1;
-          for (int i = 0; i < n_pf; ++i) {
-            const int row = static_cast<int>(wn.sb.k_row0) + (wn.n_begin + i) * kN;
-#pragma unroll
-            for (int x = 0; x < Tr::kBoxes; ++x) {
-              tma_prefetch_l2_4d(&args.k, x * Tr::kBoxCols, row, wn.hk, nb);
-              tma_prefetch_l2_4d(&args.v, x * Tr::kBoxCols, row, wn.hk, nb);
-            }
-          }
-        }
-      }
       const int k_row = static_cast<int>(w.sb.k_row0);
       for (int i = 0; i < w.n_blocks; ++i, ++it) {
         const int s = it % kStages;
@@ -363,7 +335,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         for (int x = 0; x < Tr::kBoxes; ++x)
           tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, w.hk, qb, &v_full[s]);
       }
-      if constexpr (kPrefetchL2 == 0) tile = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
+      tile = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
     }
     return;
   }
