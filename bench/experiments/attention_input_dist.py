@@ -1,0 +1,60 @@
+"""Probe: do the kernels' times depend on the inputs' values? bench/experiments/attention_hopper_ablation.cu
+fills q, k, v uniformly in [-1, 1) (bench/harness.cu fill_random; logits of standard deviation ~0.33 at
+head dim 64), bench/experiments/attention_vs_sdpa.py with standard normals (logits of deviation 1),
+and the library's d 64 kernel at 512 keys measured 382-385 TFLOP/s in the first and 351.9 in the
+second. Here flash_attn_func and SDPA's cuDNN backend run on both kinds of inputs (and normals
+scaled by 4: wider logits) of the same shapes, all timed round-robin in one process as
+attention_vs_sdpa.py times them (L2 flush, ~0.5 ms GPU sleep, CUDA events; median of ROUNDS).
+
+Usage (GPU machine; flashlab's Python package importable, FLASHLAB_LIB_DIR set):
+    python3 bench/experiments/attention_input_dist.py
+"""
+import os
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_vs_sdpa import time_round_robin  # noqa: E402
+
+from flashlab import flash_attn_func  # noqa: E402
+
+ROUNDS = int(os.environ.get("ROUNDS", "30"))
+
+
+def inputs(kind: str, shape, gen):
+    if kind == "uniform":
+        return [(torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16) for _ in range(3)]
+    scale = 4.0 if kind == "normal x4" else 1.0
+    return [(torch.randn(shape, generator=gen, device="cuda") * scale).to(torch.bfloat16) for _ in range(3)]
+
+
+def main():
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(2026)
+    for s, d, causal in ((512, 64, False), (512, 64, True), (1024, 64, False), (512, 128, False), (4096, 128, False),
+                         (512, 256, False)):
+        b, h = 16384 // s, 2048 // d
+        fns = {}
+        for kind in ("uniform", "normal", "normal x4"):
+            q, k, v = inputs(kind, (b, s, h, d), gen)
+            qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+            fns[f"flashlab {kind}"] = lambda q=q, k=k, v=v: flash_attn_func(q, k, v, causal=causal)
+
+            def cudnn(qt=qt, kt=kt, vt=vt):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return sdpa(qt, kt, vt, is_causal=causal)
+            fns[f"cudnn {kind}"] = cudnn
+        ms = time_round_robin(fns, ROUNDS)
+        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        line = [f"d {d:3d} seqlen {s:5d} causal {int(causal)}"]
+        for kind in ("uniform", "normal", "normal x4"):
+            ours, theirs = ms[f"flashlab {kind}"], ms[f"cudnn {kind}"]
+            line.append(f"{kind}: flashlab {flops / ours / 1e9:6.1f} cudnn {flops / theirs / 1e9:6.1f} ratio {theirs / ours:.3f}")
+        print("  ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
