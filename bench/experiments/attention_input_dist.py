@@ -6,8 +6,12 @@ second. Here flash_attn_func and SDPA's cuDNN backend run on both kinds of input
 scaled by 4: wider logits) of the same shapes, all timed round-robin in one process as
 attention_vs_sdpa.py times them (L2 flush, ~0.5 ms GPU sleep, CUDA events; median of ROUNDS).
 
+--paths: instead, on normal inputs, the call paths: flash_attn_func (the custom op; it always writes
+softmax_lse, for the backward), flashlab.attention_fwd into a given out without softmax_lse and with
+it, attention_fwd with rung=4, and cuDNN.
+
 Usage (GPU machine; flashlab's Python package importable, FLASHLAB_LIB_DIR set):
-    python3 bench/experiments/attention_input_dist.py
+    python3 bench/experiments/attention_input_dist.py [--paths]
 """
 import os
 import sys
@@ -19,7 +23,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attention_vs_sdpa import time_round_robin  # noqa: E402
 
-from flashlab import flash_attn_func  # noqa: E402
+from flashlab import attention_fwd, flash_attn_func  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "30"))
 
@@ -56,5 +60,30 @@ def main():
         print("  ".join(line), flush=True)
 
 
+def paths():
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(2027)
+    for s, d, causal in ((512, 64, False), (512, 64, True), (1024, 64, False), (512, 128, False), (512, 256, False),
+                         (4096, 128, False)):
+        b, h = 16384 // s, 2048 // d
+        q, k, v = inputs("normal", (b, s, h, d), gen)
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        out = torch.empty_like(q)
+        lse = torch.empty((b, h, s), dtype=torch.float32, device="cuda")
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return sdpa(qt, kt, vt, is_causal=causal)
+        fns = {"flash_attn_func": lambda: flash_attn_func(q, k, v, causal=causal),
+               "attention_fwd": lambda: attention_fwd(q, k, v, out, causal=causal),
+               "attention_fwd+lse": lambda: attention_fwd(q, k, v, out, softmax_lse=lse, causal=causal),
+               "attention_fwd rung 4": lambda: attention_fwd(q, k, v, out, causal=causal, rung=4),
+               "cudnn": cudnn}
+        ms = time_round_robin(fns, ROUNDS)
+        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        print(f"d {d:3d} seqlen {s:5d} causal {int(causal)}  " +
+              "  ".join(f"{name} {flops / t / 1e9:6.1f}" for name, t in ms.items()), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    paths() if "--paths" in sys.argv[1:] else main()
