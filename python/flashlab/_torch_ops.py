@@ -6,10 +6,12 @@ loaded; flashlab never imports torch itself), and importing it registers, in nam
 
 * ``torch.ops.flashlab.attention_fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, q_descale,
   k_descale, v_descale, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
-  softcap, return_attn_probs, deterministic, rung, dropout_p=0.0, dropout_seed=None) -> (out,
-  softmax_lse, attn_probs)``: the C++ ``attention_fwd``. softmax_lse is always written (the backward
-  needs it); attn_probs is a 0-element tensor unless ``return_attn_probs``. ``deterministic`` is the
-  backward's choice, kept for it.
+  softcap, return_attn_probs, deterministic, rung, dropout_p=0.0, dropout_seed=None, need_lse=True) ->
+  (out, softmax_lse, attn_probs)``: the C++ ``attention_fwd``. softmax_lse is written when
+  ``need_lse`` (16-bit inputs: the backward reads it) or ``return_attn_probs``, else left unwritten
+  (its contents undefined; the kernels run without the LSE stores); :func:`forward` asks for it only
+  where autograd will need it. attn_probs is a 0-element tensor unless ``return_attn_probs``.
+  ``deterministic`` is the backward's choice, kept for it.
 * ``torch.ops.flashlab.attention_bwd(q, k, v, out, dout, softmax_lse, alibi_slopes, cu_seqlens_q,
   cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
   deterministic, rung, dropout_p=0.0, dropout_seed=None) -> (dq, dk, dv)``: the C++ ``attention_bwd``.
@@ -28,7 +30,6 @@ softmax_lse and attn_probs are not differentiable. Needs torch >= 2.4 (``torch.l
 Varlen is told from cu_seqlens: either given means varlen (C++ then insists on both).
 """
 
-import math
 import operator
 from typing import Any, Optional
 
@@ -60,14 +61,14 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor
                   v_descale: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float],
                   causal: bool, window_left: int, window_right: int, softcap: float, return_attn_probs: bool,
                   deterministic: bool, rung: int, dropout_p: float = 0.0,
-                  dropout_seed: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+                  dropout_seed: Optional[Tensor] = None, need_lse: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     out, lse, probs = _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
-    # FP8 has no backward (and no attn_probs: return_attn_probs is rejected below, as before), so
-    # its lse is not asked for: the kernel that sums P by the tensor cores runs (faster;
-    # src/attention_hopper_hdim.cuh), and the unused lse is NaN.
-    want_lse = return_attn_probs or q.dtype != torch.float8_e4m3fn
-    if not want_lse:
-        lse.fill_(math.nan)
+    # The LSE only where it is read. Without it the kernels skip its stores: on an H100 (2026-11-27,
+    # bench/experiments/attention_input_dist.py --paths) 7% of the call at head dim 64 and 512 keys,
+    # 2% at 128 / 256 and 512, 0.6% at 128 and 4k. FP8 has no backward (and no attn_probs:
+    # return_attn_probs is rejected below, as before), so its lse is never needed: there the kernel
+    # that sums P by the tensor cores runs (faster; src/attention_hopper_hdim.cuh).
+    want_lse = return_attn_probs or (need_lse and q.dtype != torch.float8_e4m3fn)
     _fa.attention_fwd(q, k, v, out, softmax_lse=lse if want_lse else None, attn_probs=probs if return_attn_probs else None,
                       alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
@@ -85,7 +86,7 @@ def _seed(dropout_seed: Optional[Tensor]) -> int:
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
                         max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-                        return_attn_probs, deterministic, rung, dropout_p=0.0, dropout_seed=None):
+                        return_attn_probs, deterministic, rung, dropout_p=0.0, dropout_seed=None, need_lse=True):
     return _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
 
 
@@ -119,7 +120,7 @@ def _attention_bwd_fake(q, k, v, out, dout, softmax_lse, alibi_slopes, cu_seqlen
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor, Tensor]) -> None:
     (q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, _q_descale, _k_descale, _v_descale, max_seqlen_q, max_seqlen_k,
      softmax_scale, causal, window_left, window_right, softcap, _return_attn_probs, deterministic, _rung, dropout_p,
-     dropout_seed) = inputs  # defaults filled in by torch
+     dropout_seed, _need_lse) = inputs  # defaults filled in by torch
     out, lse, probs = output
     # The seed tensor and dropout_p too: the backward regenerates the forward's dropout mask.
     ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, dropout_seed)
@@ -138,7 +139,7 @@ def _backward(ctx: Any, dout: Tensor, _dlse: Any, _dprobs: Any) -> tuple[Optiona
     dq, dk, dv = torch.ops.flashlab.attention_bwd.default(q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
                                                           cu_seqlens_k, rung=_fa._RUNG_AUTO, dropout_seed=dropout_seed,
                                                           **ctx.options)
-    return (dq, dk, dv) + (None,) * 18  # nothing for the forward's other 18 arguments
+    return (dq, dk, dv) + (None,) * 19  # nothing for the forward's other 19 arguments
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -163,9 +164,11 @@ def forward(q: Tensor, k: Tensor, v: Tensor, *, return_attn_probs: bool, alibi_s
     dropout, a fresh seed from torch's default CPU generator (torch.manual_seed reproduces it)."""
     dropout_p = float(dropout_p)
     seed = torch.randint(0, _SEED_END, (1,), dtype=torch.int64, device="cpu") if dropout_p != 0 else None
+    # The LSE is read by the backward only: written where autograd will run it.
+    need_lse = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     return torch.ops.flashlab.attention_fwd.default(
         q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *descales, _int(max_seqlen_q), _int(max_seqlen_k),
         None if softmax_scale is None else float(softmax_scale), bool(causal), int(window_left), int(window_right),
         float(softcap), bool(return_attn_probs), bool(deterministic), _fa._RUNG_AUTO if rung is None else _int(rung),
-        dropout_p, seed)
+        dropout_p, seed, need_lse)
 
