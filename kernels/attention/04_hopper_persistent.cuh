@@ -277,7 +277,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // kSplitTail's work items spilled 12 bytes in the producer at 48 (d 128): 56, beside the same 224.
   constexpr int kProducerRegs = kHeadDim == 256 || kSplitTail ? 56 : kSharedTile ? 48 : 40;
   constexpr int kConsumerRegs = kConsumers == 3 ? 152 : kSharedTile || kHeadDim == 256 ? 224 : 232;
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
+  // setmaxnreg moves registers between the warpgroups of the CTA's launch allocation (the launch
+  // bound's registers a thread, a multiple of 8: 168 x 384 = 64,512 with two consumers) and cannot
+  // take more: a split of all 65,536 with two consumers (a producer at 64 beside 224, 5b9635a) hung
+  // in the consumers' setmaxnreg.inc.
+  constexpr int kThreadsAll = 128 * (kConsumers + 1);
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= (65536 / kThreadsAll / 8 * 8) * kThreadsAll,
+                "the registers of the launch");
   const int wg = threadIdx.x / 128;
   if (wg == 0) {  // producer: one thread hands out tiles and loads their Q, K and V
     setmaxnreg_dec<kProducerRegs>();
