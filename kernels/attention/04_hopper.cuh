@@ -597,10 +597,8 @@ __device__ __forceinline__ void hopper_attn_store_part(const float (&o)[Tr::kHea
 
 // kDirectStore (16-bit; FP8 always): O's rows straight from registers to out_rows (rows past sb.sq
 // skipped) instead of into the staging tile sq. kOwnStage: sq is this warpgroup's own staging tile
-// of 64 rows (boxes 64 rows apart) instead of the CTA's tile of kBlockM. kStoreLse false: the LSE
-// is left to hopper_attn_store_lse, after the staging tile's fence (below).
-template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false, bool kOwnStage = false,
-          bool kStoreLse = true>
+// of 64 rows (boxes 64 rows apart) instead of the CTA's tile of kBlockM.
+template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false, bool kOwnStage = false>
 __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
@@ -620,25 +618,8 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
         *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kOwnStage ? 64 : Tr::kBlockM)) = pair;
       }
     }
-    if (kStoreLse && t == 0 && p.lse != nullptr && i < sb.sq)
+    if (t == 0 && p.lse != nullptr && i < sb.sq)
       p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] = hopper_attn_lse_log2<Tr>(row_max[r], l) * 0.6931471805599453f;
-  }
-}
-
-// The rows' LSEs (natural log) to p.lse, one thread a row: stored after the epilogue's proxy fence
-// and barrier (and the O store's issue), whose memory barrier otherwise waits for these global
-// stores to complete, a round trip to L2 in every tile (7% of the call at head dim 64, 512 keys, on
-// an H100: bench/experiments/attention_input_dist.py --paths, 2026-11-27).
-template <typename Tr, bool kLseRowStride = false>
-__device__ __forceinline__ void hopper_attn_store_lse(const float (&row_sum)[2], const float (&row_max)[2], const AttnFwdParams& p,
-                                                      int b, int h, const AttnBatch& sb, int t, int row0) {
-  if (t != 0 || p.lse == nullptr) return;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = row0 + 8 * r;
-    if (i < sb.sq)
-      p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] =
-          hopper_attn_lse_log2<Tr>(row_max[r], hopper_attn_row_l<Tr>(row_sum[r])) * 0.6931471805599453f;
   }
 }
 
@@ -1096,14 +1077,12 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
   if constexpr (kSplitTail)
     if (split) return hopper_attn_store_part<Tr>(o, row_sum, row_max, v_descale, args.part_o, args.part_lse, unit, cw, warp, g, t);
   To* out_rows = static_cast<To*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  hopper_attn_normalize_o<Tr, To, kPaged, false, false, kFp8>(o, row_sum, row_max, v_descale, sq, out_rows, p, b, h, sb, cw, warp, g,
-                                                             t, row0);
+  hopper_attn_normalize_o<Tr, To, kPaged>(o, row_sum, row_max, v_descale, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
   if constexpr (kFp8) return;
   fence_proxy_async_smem();  // the writes above before the TMA engine reads them
   named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
   if (wg_row0 >= sb.sq) return;
   hopper_attn_store_o<Tr>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, sb.sq, h, b, cw, t128);
-  hopper_attn_store_lse<Tr, kPaged>(row_sum, row_max, p, b, h, sb, t, row0);
 #endif
 }
 

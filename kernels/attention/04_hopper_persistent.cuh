@@ -606,12 +606,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         continue;
       }
     }
-    // kLateLse: the LSE after the O store's issue and the buffer's release (hopper_attn_store_lse).
-    // Not at d 256, with three consumers or with softcap / ALiBi, where the registers it keeps
-    // spilled 4-32 bytes in the block loop.
-    constexpr bool kLateLse = !kDirectO && kConsumers == 2 && kHeadDim <= 128 && !kScoreMod;
-    hopper_attn_normalize_o<Tr, T, false, kDirectO, false, !kLateLse>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp,
-                                                                      g, t, row0);
+    hopper_attn_normalize_o<Tr, T, false, kDirectO>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
     if constexpr (kDirectO) {
       if (n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
       continue;
@@ -625,7 +620,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // producer's next writes by the arrive itself (a single arrive after a named barrier orders
     // them too, but compute-sanitizer's racecheck reported the tile entries' reuse as hazards).
     if (!kEarlyQProbe || n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
-    if constexpr (kLateLse) hopper_attn_store_lse<Tr>(row_sum, row_max, p, e.b, e.h, e.sb, t, row0);
   }
   if (!kStoreWait && t128 == 0) tma_store_wait_all<true>();  // (the probe) shared memory outlives the stores' reads
 #endif
