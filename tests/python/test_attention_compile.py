@@ -218,6 +218,23 @@ def test_opcheck():
                                 True, -1, -1, 0.0, True, -1))
 
 
+@gpu
+def test_lse_only_where_needed():
+    # The op skips the LSE's stores with need_lse=False (what flash_attn_func asks for when no input
+    # requires grad and there is no return_attn_probs): out must not change by a bit, with or
+    # without a mask (a ragged shape: the masked kernel; 1k keys without causal: the no-mask one).
+    fwd = _ops().attention_fwd.default
+    for sq, sk in ((300, 333), (1024, 1024)):
+        b, h, hkv, d = 2, 4, 2, 64
+        q = _randn((b, sq, h, d), "bfloat16", 11)
+        k, v = (_randn((b, sk, hkv, d), "bfloat16", s) for s in (12, 13))
+        for causal in (False, True):
+            out_lse, _, _ = fwd(*_fwd_args(q, k, v, causal=causal), 0.0, None, True)
+            out_none, _, _ = fwd(*_fwd_args(q, k, v, causal=causal), 0.0, None, False)
+            assert torch.equal(out_lse, out_none)
+            assert torch.equal(flashlab.flash_attn_func(q, k, v, causal=causal), out_lse)
+
+
 def _loss_fn(attend):
     """attention -> a projection -> a sum of squares: (attention output, loss) of (q, k, v, w)."""
     def fn(q, k, v, w):
