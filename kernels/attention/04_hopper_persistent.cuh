@@ -281,8 +281,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // bound's registers a thread, a multiple of 8: 168 x 384 = 64,512 with two consumers) and cannot
   // take more: a split of all 65,536 with two consumers (a producer at 64 beside 224, 5b9635a) hung
   // in the consumers' setmaxnreg.inc.
-  constexpr int kThreadsAll = 128 * (kConsumers + 1);
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= (65536 / kThreadsAll / 8 * 8) * kThreadsAll,
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= (65536 / Tr::kThreads / 8 * 8) * Tr::kThreads,
                 "the registers of the launch");
   const int wg = threadIdx.x / 128;
   if (wg == 0) {  // producer: one thread hands out tiles and loads their Q, K and V
