@@ -2,8 +2,8 @@
 // Nsight Compute to profile (`ncu -k regex:attn_hopper_kernel --launch-skip 1 --launch-count 1`).
 // bf16, (batch, seqlen, heads, d) contiguous, 16k tokens and model dim 2048 as the benchmark.
 // fp8: the forward on e4m3 q, k, v in [-4, 4] (no descale factors), bf16 out.
-// Usage: experiment_attention_profile_one fwd|bwd|bwd2|fp8 HEADDIM SEQLEN CAUSAL(0|1) [LAUNCHES=3]
-// (bwd: the automatic backward rung; bwd2: backward rung 2)
+// Usage: experiment_attention_profile_one fwd|fwd-nolse|bwd|bwd2|fp8 HEADDIM SEQLEN CAUSAL(0|1) [LAUNCHES=3]
+// (fwd-nolse: the forward without its LSE; bwd: the automatic backward rung; bwd2: backward rung 2)
 // Prints the median of the launches' CUDA-event times (no L2 flush: a profiling aid, not a
 // benchmark figure).
 #include <algorithm>
@@ -23,14 +23,14 @@ using namespace flashlab;
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s fwd|bwd|bwd2|fp8 HEADDIM SEQLEN CAUSAL(0|1) [LAUNCHES=3]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s fwd|fwd-nolse|bwd|bwd2|fp8 HEADDIM SEQLEN CAUSAL(0|1) [LAUNCHES=3]\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   const bench::attention_experiment::Config c{std::atoll(argv[3]), std::atoll(argv[2]), std::atoi(argv[4]) != 0};
   const int launches = argc > 5 ? std::atoi(argv[5]) : 3;
-  if ((dir != "fwd" && dir != "bwd" && dir != "bwd2" && dir != "fp8") || c.seqlen < 1 || 16384 % c.seqlen != 0 || 2048 % c.headdim != 0 || launches < 1) {
-    std::fprintf(stderr, "bad arguments: direction fwd|bwd|bwd2|fp8, seqlen dividing 16384, head dim dividing 2048, launches >= 1\n");
+  if ((dir != "fwd" && dir != "fwd-nolse" && dir != "bwd" && dir != "bwd2" && dir != "fp8") || c.seqlen < 1 || 16384 % c.seqlen != 0 || 2048 % c.headdim != 0 || launches < 1) {
+    std::fprintf(stderr, "bad arguments: direction fwd|fwd-nolse|bwd|bwd2|fp8, seqlen dividing 16384, head dim dividing 2048, launches >= 1\n");
     return 2;
   }
   const int64_t n = c.elements(), batch = c.batch(), heads = c.heads();
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   const TensorView lse_view = bench::view(lse.p, DType::kF32, {batch, heads, c.seqlen});
   AttnBwdOptions opt;
   opt.causal = c.causal;
-  opt.softmax_lse = &lse_view;
+  opt.softmax_lse = dir == "fwd-nolse" ? nullptr : &lse_view;  // fwd-nolse: the forward without its LSE
   const bool bwd = dir == "bwd" || dir == "bwd2";
   if (bwd) attention_fwd(bf16(q.p), bf16(k.p), bf16(v.p), bf16(o.p), nullptr, kAttnFwdRungAuto, opt);  // o, lse
   cudaEvent_t e0, e1;
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     FLASHLAB_CUDA_CHECK(cudaEventRecord(e0));
     if (dir == "fp8")
       attention_fwd(e4m3(q.p), e4m3(k.p), e4m3(v.p), bf16(o.p), nullptr, kAttnFwdRungAuto, opt);
-    else if (dir == "fwd")
+    else if (dir == "fwd" || dir == "fwd-nolse")
       attention_fwd(bf16(q.p), bf16(k.p), bf16(v.p), bf16(o.p), nullptr, kAttnFwdRungAuto, opt);
     else
       attention_bwd(bf16(q.p), bf16(k.p), bf16(v.p), bf16(o.p), bf16(dout.p), bf16(dq.p), bf16(dk.p), bf16(dv.p),

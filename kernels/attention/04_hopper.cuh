@@ -574,7 +574,9 @@ __device__ __forceinline__ float hopper_attn_row_l(float row_sum) {
 // FP8 subtracts P's shift (kAttnFp8PShiftLog2).
 template <typename Tr>
 __device__ __forceinline__ float hopper_attn_lse_log2(float row_max, float l) {
-  return l > 0.f ? row_max + log2f(l) - (Tr::kFp8 ? kAttnFp8PShiftLog2 : 0.f) : -INFINITY;
+  // __log2f: one MUFU.LG2 (absolute error under 2^-21 for l in [0.5, 2], 2 ulp elsewhere) where
+  // log2f's exact sequence (range reduction, a polynomial) is on the epilogue's path.
+  return l > 0.f ? row_max + __log2f(l) - (Tr::kFp8 ? kAttnFp8PShiftLog2 : 0.f) : -INFINITY;
 }
 
 // A split CTA's epilogue (kSplitTail): O / l times o_scale in fp32 and the LSE in log2 units
@@ -603,9 +605,10 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
                                                         const AttnBatch& sb, int cw, int warp, int g, int t, int row0) {
+  float ls[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = hopper_attn_row_l<Tr>(row_sum[r]);
+    const float l = ls[r] = hopper_attn_row_l<Tr>(row_sum[r]);
     const float inv = l > 0.f ? o_scale / l : 0.f;  // a row that saw no key: O = 0
     const int row = (kOwnStage ? 0 : 64 * cw) + warp * 16 + g + 8 * r;  // in the staging tile
     const int i = row0 + 8 * r;
@@ -618,8 +621,16 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
         *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kOwnStage ? 64 : Tr::kBlockM)) = pair;
       }
     }
-    if (t == 0 && p.lse != nullptr && i < sb.sq)
-      p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] = hopper_attn_lse_log2<Tr>(row_max[r], l) * 0.6931471805599453f;
+  }
+  // The LSEs (natural log) of the quad's two rows: lane t = r stores row g + 8 r, so that the warp
+  // issues one logarithm, one offset and one store instead of lane 0's two of each (every lane
+  // issues every instruction; with two, the LSE cost 7-10% of the kernel at head dim 64, 512 keys:
+  // Nsight Compute, H100, 2026-11-27).
+  if (p.lse != nullptr && t < 2) {
+    const int i = row0 + 8 * t;
+    if (i < sb.sq)
+      p.lse[attn_lse_offset<kLseRowStride>(p, b, h, sb, i)] =
+          hopper_attn_lse_log2<Tr>(t == 0 ? row_max[0] : row_max[1], t == 0 ? ls[0] : ls[1]) * 0.6931471805599453f;
   }
 }
 
