@@ -609,7 +609,10 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = ls[r] = hopper_attn_row_l<Tr>(row_sum[r]);
-    const float inv = l > 0.f ? o_scale / l : 0.f;  // a row that saw no key: O = 0
+    // A row that saw no key: O = 0. __fdividef: MUFU.RCP and a multiply (2 ulp; l is a sum of at
+    // most 2^margin-scaled exponentials a key, far below 2^126), where IEEE division adds a Newton
+    // step, a range test and a branch to a slow path on the epilogue's path.
+    const float inv = l > 0.f ? __fdividef(o_scale, l) : 0.f;
     const int row = (kOwnStage ? 0 : 64 * cw) + warp * 16 + g + 8 * r;  // in the staging tile
     const int i = row0 + 8 * r;
 #pragma unroll
