@@ -605,24 +605,46 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
                                                         const AttnBatch& sb, int cw, int warp, int g, int t, int row0) {
-  float ls[2];
+  float ls[2], inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = ls[r] = hopper_attn_row_l<Tr>(row_sum[r]);
     // A row that saw no key: O = 0. __fdividef: MUFU.RCP and a multiply (2 ulp; l is a sum of at
     // most 2^margin-scaled exponentials a key, far below 2^126), where IEEE division adds a Newton
     // step, a range test and a branch to a slow path on the epilogue's path.
-    const float inv = l > 0.f ? __fdividef(o_scale, l) : 0.f;
-    const int row = (kOwnStage ? 0 : 64 * cw) + warp * 16 + g + 8 * r;  // in the staging tile
-    const int i = row0 + 8 * r;
+    inv[r] = l > 0.f ? __fdividef(o_scale, l) : 0.f;
+  }
+  if constexpr (Tr::kFp8 || kDirectStore) {
 #pragma unroll
-    for (int j = 0; j < Tr::kHeadDim / 8; ++j) {
-      const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      if constexpr (Tr::kFp8 || kDirectStore) {
+    for (int r = 0; r < 2; ++r) {
+      const int i = row0 + 8 * r;
+#pragma unroll
+      for (int j = 0; j < Tr::kHeadDim / 8; ++j) {
+        const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
         if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
-      } else {
-        *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kOwnStage ? 64 : Tr::kBlockM)) = pair;
       }
+    }
+  } else {
+    // By stmatrix: the accumulator's pairs (row g + 8 r, columns 8 j + 2 t) are, for each r and j,
+    // an 8 x 8 matrix in stmatrix's layout, so one .x4 stores the warp's 16 rows x 16 columns
+    // (matrix k: rows + 8 (k % 2), columns 8 (2 jp + k / 2)) where 4-byte stores took 8 and an
+    // address each. Lane l gives row 8 (q % 2) + l % 8 of matrix q = l / 8; a matrix row is one
+    // 16-byte chunk, at chunk c ^ (row % 8) of its 128-byte row. The lane's row address has bits
+    // 4-6 clear (the tile is 1024-byte aligned), so each store's address is it ORed with the
+    // lane's part of the XOR (16 ((q / 2) ^ (l % 8))), XORed with 16 (2 jp % 8), plus the box.
+    constexpr int kRows = kOwnStage ? 64 : Tr::kBlockM;
+    const int lane = 4 * g + t, q = lane / 8, m = lane % 8;
+    const int row = (kOwnStage ? 0 : 64 * cw) + warp * 16 + 8 * (q % 2) + m;  // in the staging tile
+    const uint32_t lane_addr = (smem_u32(sq) + row * 128) | static_cast<uint32_t>(((q / 2) ^ m) * 16);
+#pragma unroll
+    for (int jp = 0; jp < Tr::kHeadDim / 16; ++jp) {
+      uint32_t r4[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int j = 2 * jp + k / 2, r = k % 2;
+        r4[k] = pack2<To>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+      }
+      stmatrix_x4(r4, (lane_addr ^ static_cast<uint32_t>((2 * jp % 8) * 16)) + (2 * jp / 8) * kRows * 128);
     }
   }
   // The LSEs (natural log) of the quad's two rows: lane t = r stores row g + 8 r, so that the warp
