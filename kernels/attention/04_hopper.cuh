@@ -599,29 +599,36 @@ __device__ __forceinline__ void hopper_attn_store_part(const float (&o)[Tr::kHea
 
 // kDirectStore (16-bit; FP8 always): O's rows straight from registers to out_rows (rows past sb.sq
 // skipped) instead of into the staging tile sq. kOwnStage: sq is this warpgroup's own staging tile
-// of 64 rows (boxes 64 rows apart) instead of the CTA's tile of kBlockM.
-template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false, bool kOwnStage = false>
+// of 64 rows (boxes 64 rows apart) instead of the CTA's tile of kBlockM. kStmatrix: the staging
+// tile written by stmatrix (below) rather than by 4-byte stores: the one-CTA kernel's (d 256 2k
+// 378.3 -> 366.8 us, against cuDNN 1.046 -> 1.078x; d 64 2k 1.029 -> 1.043x); in the persistent
+// kernel d 64 1k fell from 0.990 to 0.962x cuDNN (H100, 2026-11-27, 661c618; docs/ladder/attention.md).
+template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false, bool kOwnStage = false,
+          bool kStmatrix = false>
 __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
                                                         const float (&row_max)[2], float o_scale, unsigned char* sq,
                                                         To* out_rows, const AttnFwdParams& p, int b, int h,
                                                         const AttnBatch& sb, int cw, int warp, int g, int t, int row0) {
-  float ls[2], inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = ls[r] = hopper_attn_row_l<Tr>(row_sum[r]);
-    // A row that saw no key: O = 0. __fdividef: MUFU.RCP and a multiply (2 ulp; l is a sum of at
-    // most 2^margin-scaled exponentials a key, far below 2^126), where IEEE division adds a Newton
-    // step, a range test and a branch to a slow path on the epilogue's path.
-    inv[r] = l > 0.f ? __fdividef(o_scale, l) : 0.f;
-  }
-  if constexpr (Tr::kFp8 || kDirectStore) {
+  float ls[2];
+  // A row that saw no key: O = 0. __fdividef: MUFU.RCP and a multiply (2 ulp; l is a sum of at most
+  // 2^margin-scaled exponentials a key, far below 2^126), where IEEE division adds a Newton step, a
+  // range test and a branch to a slow path on the epilogue's path.
+  const auto inv_of = [o_scale](float l) { return l > 0.f ? __fdividef(o_scale, l) : 0.f; };
+  if constexpr (Tr::kFp8 || kDirectStore || !kStmatrix) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      const float l = ls[r] = hopper_attn_row_l<Tr>(row_sum[r]);
+      const float inv = inv_of(l);
+      const int row = (kOwnStage ? 0 : 64 * cw) + warp * 16 + g + 8 * r;  // in the staging tile
       const int i = row0 + 8 * r;
 #pragma unroll
       for (int j = 0; j < Tr::kHeadDim / 8; ++j) {
-        const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
-        if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
+        const uint32_t pair = pack2<To>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        if constexpr (Tr::kFp8 || kDirectStore) {
+          if (i < sb.sq) *reinterpret_cast<uint32_t*>(out_rows + static_cast<int64_t>(i) * p.o_row_stride + 8 * j + 2 * t) = pair;
+        } else {
+          *reinterpret_cast<uint32_t*>(sq + hopper_attn_swizzle(row, 8 * j + 2 * t, kOwnStage ? 64 : Tr::kBlockM)) = pair;
+        }
       }
     }
   } else {
@@ -632,6 +639,9 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
     // 16-byte chunk, at chunk c ^ (row % 8) of its 128-byte row. The lane's row address has bits
     // 4-6 clear (the tile is 1024-byte aligned), so each store's address is it ORed with the
     // lane's part of the XOR (16 ((q / 2) ^ (l % 8))), XORed with 16 (2 jp % 8), plus the box.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) inv[r] = inv_of(ls[r] = hopper_attn_row_l<Tr>(row_sum[r]));
     constexpr int kRows = kOwnStage ? 64 : Tr::kBlockM;
     const int lane = 4 * g + t, q = lane / 8, m = lane % 8;
     const int row = (kOwnStage ? 0 : 64 * cw) + warp * 16 + 8 * (q % 2) + m;  // in the staging tile
@@ -1113,7 +1123,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
   if constexpr (kSplitTail)
     if (split) return hopper_attn_store_part<Tr>(o, row_sum, row_max, v_descale, args.part_o, args.part_lse, unit, cw, warp, g, t);
   To* out_rows = static_cast<To*>(p.o) + attn_offset(p, b, sb.q_row0, 0, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  hopper_attn_normalize_o<Tr, To, kPaged>(o, row_sum, row_max, v_descale, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
+  hopper_attn_normalize_o<Tr, To, kPaged, false, false, true>(o, row_sum, row_max, v_descale, sq, out_rows, p, b, h, sb, cw, warp, g, t, row0);
   if constexpr (kFp8) return;
   fence_proxy_async_smem();  // the writes above before the TMA engine reads them
   named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
