@@ -605,7 +605,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         continue;
       }
     }
-    hopper_attn_normalize_o<Tr, T, false, kDirectO>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
+    // The staging tile by stmatrix only in the lagging form (d 64 512 without a mask: 177.3 -> 174.5 us,
+    // 0.995 -> 1.005x cuDNN; d 64 1k, two stages, fell 0.990 -> 0.962x with it: H100, 2026-11-27, 661c618).
+    hopper_attn_normalize_o<Tr, T, false, kDirectO, false, (kLag > 0)>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw,
+                                                                       warp, g, t, row0);
     if constexpr (kDirectO) {
       if (n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
       continue;
