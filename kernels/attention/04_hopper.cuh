@@ -601,8 +601,9 @@ __device__ __forceinline__ void hopper_attn_store_part(const float (&o)[Tr::kHea
 // skipped) instead of into the staging tile sq. kOwnStage: sq is this warpgroup's own staging tile
 // of 64 rows (boxes 64 rows apart) instead of the CTA's tile of kBlockM. kStmatrix: the staging
 // tile written by stmatrix (below) rather than by 4-byte stores: the one-CTA kernel's (d 256 2k
-// 378.3 -> 366.8 us, against cuDNN 1.046 -> 1.078x; d 64 2k 1.029 -> 1.043x); in the persistent
-// kernel d 64 1k fell from 0.990 to 0.962x cuDNN (H100, 2026-11-27, 661c618; docs/ladder/attention.md).
+// 378.3 -> 366.8 us, against cuDNN 1.046 -> 1.078x; d 64 2k 1.029 -> 1.043x) and the persistent
+// kernel's lagging form (d 64 512); in its other forms d 64 1k fell from 0.990 to 0.962x cuDNN
+// (H100, 2026-11-27, 661c618; docs/ladder/attention.md).
 template <typename Tr, typename To, bool kLseRowStride = false, bool kDirectStore = false, bool kOwnStage = false,
           bool kStmatrix = false>
 __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHeadDim / 2], const float (&row_sum)[2],
