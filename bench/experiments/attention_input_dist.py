@@ -6,9 +6,9 @@ second. Here flash_attn_func and SDPA's cuDNN backend run on both kinds of input
 scaled by 4: wider logits) of the same shapes, all timed round-robin in one process as
 attention_vs_sdpa.py times them (L2 flush, ~0.5 ms GPU sleep, CUDA events; median of ROUNDS).
 
---paths: instead, on normal inputs, the call paths: flash_attn_func (the custom op; it always writes
-softmax_lse, for the backward), flashlab.attention_fwd into a given out without softmax_lse and with
-it, attention_fwd with rung=4, and cuDNN.
+--paths: instead, on normal inputs, the call paths: flash_attn_func (the custom op; since 9830929 it
+writes softmax_lse only where autograd will read it, so not here), flashlab.attention_fwd into a given
+out without softmax_lse and with it, attention_fwd with rung=4, and cuDNN.
 
 Usage (GPU machine; flashlab's Python package importable, FLASHLAB_LIB_DIR set):
     python3 bench/experiments/attention_input_dist.py [--paths]

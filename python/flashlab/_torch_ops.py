@@ -63,9 +63,10 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor
                   deterministic: bool, rung: int, dropout_p: float = 0.0,
                   dropout_seed: Optional[Tensor] = None, need_lse: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     out, lse, probs = _fwd_outputs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, return_attn_probs)
-    # The LSE only where it is read. Without it the kernels skip its stores: on an H100 (2026-11-27,
-    # bench/experiments/attention_input_dist.py --paths) 7% of the call at head dim 64 and 512 keys,
-    # 2% at 128 / 256 and 512, 0.6% at 128 and 4k. FP8 has no backward (and no attn_probs:
+    # The LSE only where it is read. Without it the kernels skip its computation and stores: on an
+    # H100 (2026-11-27, bench/experiments/attention_input_dist.py --paths) 1.9% of the call at head
+    # dim 64 and 512 keys, 0.4-1.1% at 128 / 256 and 512 (5.9% and 2% before 5e4604a made the LSE
+    # cheaper in the kernels). FP8 has no backward (and no attn_probs:
     # return_attn_probs is rejected below, as before), so its lse is never needed: there the kernel
     # that sums P by the tensor cores runs (faster; src/attention_hopper_hdim.cuh).
     want_lse = return_attn_probs or (need_lse and q.dtype != torch.float8_e4m3fn)
