@@ -40,6 +40,8 @@
 // the probe of it (probe_persistent_early_q), and at d 256 narrower key blocks with two Q buffers
 // (persistent_n48, _n32, _n32_3stages), against the library's; d 256 512..4k, d 64 / 128 512..1k.
 // --sum: the rows' sums of P by the tensor cores (*_sum, kSumByMma) at d 64 and 128.
+// --own-o: d 256's persistent kernel on 64-key blocks with O staged in a tile of its own and Q given
+// back after the tile's last Q K^T (kOwnO), with and without the peeled loop, 512..2k.
 // --one-stage: d 256's persistent kernel with one K/V stage and two Q buffers (persistent_n80_1stage).
 // --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
@@ -65,7 +67,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --direct-o | --own-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -412,6 +414,32 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     // One K/V stage instead of two, so that two Q buffers fit beside it (2 x 64 + 80 KB): the next
     // tile's Q loads under this one, each K / V block after both consumers' use of the last.
     variants.push_back({"persistent_n80_1stage", [&] { launch_persistent<kD, 80, true, true, 1>(p, h.stream()); }});
+    // 64-key blocks leave room for a staging tile of O's own (one warpgroup's 64 rows, 32 KB, the
+    // two warpgroups in turn; kOwnO): the Q buffer goes back after the tile's last Q K^T. With the
+    // library's loop split around the masked blocks (*_peel) and without.
+    constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>, kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
+    variants.push_back({"persistent_n64_peel", [&] {
+                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
+                                            true>(p, h.stream());
+                        }});
+    variants.push_back({"persistent_n64_own_o", [&] {
+                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
+                                            false, false, 0, 0, true>(p, h.stream());
+                        }});
+    variants.push_back({"persistent_n64_peel_own_o", [&] {
+                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
+                                            true, false, 0, 0, true>(p, h.stream());
+                        }});
+    // ... and with each warpgroup on its own blocks (kHalfLast: on the causal diagonal the first skips
+    // the tile's last 64-key block), the library's causal form at d 256.
+    variants.push_back({"persistent_n64_peel_half", [&] {
+                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
+                                            true, true>(p, h.stream());
+                        }});
+    variants.push_back({"persistent_n64_peel_half_own_o", [&] {
+                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
+                                            true, true, 0, 0, true>(p, h.stream());
+                        }});
   }
   // The persistent kernel giving its Q buffer back after the tile's last Q K^T, O stored from
   // registers (kDirectO; the next tile's Q loads under this tile's last block and epilogue).
@@ -507,7 +535,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name == "persistent_176" || name == "persistent_n64" || name.rfind("persistent_n48", 0) == 0 ||
+        name == "persistent_176" || name.rfind("persistent_n64", 0) == 0 || name.rfind("persistent_n48", 0) == 0 ||
         name.rfind("persistent_n32", 0) == 0 || name.rfind("2ctas_n", 0) == 0 || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
@@ -683,6 +711,15 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--own-o") {  // d 256: O's own staging tile beside 64-key blocks, Q given back early
+    const std::vector<std::string> d256 = {"rung4_library",       "persistent_n80",       "persistent_n64",
+                                           "persistent_n64_peel", "persistent_n64_own_o", "persistent_n64_peel_own_o",
+                                           "probe_persistent_early_q"};
+    const std::vector<std::string> d256_causal = {"rung4_library", "persistent_n64_peel", "persistent_n64_peel_own_o",
+                                                  "persistent_n64_peel_half", "persistent_n64_peel_half_own_o",
+                                                  "probe_persistent_early_q"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, causal ? d256_causal : d256);
   } else if (mode == "--one-stage") {  // d 256: one K/V stage and two Q buffers
     const std::vector<std::string> d256 = {"rung4_library", "persistent_n80", "persistent_n80_1stage", "probe_persistent_early_q"};
     for (bool causal : {false, true})
@@ -758,7 +795,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --own-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

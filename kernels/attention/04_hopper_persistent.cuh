@@ -44,13 +44,18 @@ namespace flashlab::kernels {
 
 // kStages_: K/V buffers in the ring (the library kernel's 2 by default). kConsumers_: consumer
 // warpgroups, 2 or 3 (HopperAttnTraits; three get 152 registers each here, the producer 40-48).
-template <int kHeadDim, bool kScoreMod, int kBlockN = 0, int kStages_ = 2, int kConsumers_ = 2, bool kSumByMma_ = false>
+// kOwnO_: a staging tile for O of its own, one warpgroup's 64 rows (attn_hopper_persistent_kernel's
+// kOwnO), after the K/V ring.
+template <int kHeadDim, bool kScoreMod, int kBlockN = 0, int kStages_ = 2, int kConsumers_ = 2, bool kSumByMma_ = false,
+          bool kOwnO_ = false>
 struct HopperAttnPersistentTraits : HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_, kSumByMma_> {
   using Base = HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, 2, kConsumers_, kSumByMma_>;
   static constexpr int kStages = kStages_;
-  // Q buffers: two where they fit next to the K/V ring, else one.
-  static constexpr int kQStages = 2 * Base::kQBytes + kStages * (Base::kKBytes + Base::kVBytes) + 1024 <= 227 * 1024 ? 2 : 1;
-  static constexpr int kSmemBytes = kQStages * Base::kQBytes + kStages * (Base::kKBytes + Base::kVBytes) + 1024;
+  static constexpr int kOBytes = kOwnO_ ? Base::kBoxes * 64 * 128 : 0;
+  static constexpr int kRingBytes = kStages * (Base::kKBytes + Base::kVBytes) + kOBytes;
+  // Q buffers: two where they fit next to the K/V ring (and O's tile), else one.
+  static constexpr int kQStages = 2 * Base::kQBytes + kRingBytes + 1024 <= 227 * 1024 ? 2 : 1;
+  static constexpr int kSmemBytes = kQStages * Base::kQBytes + kRingBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one block on sm_90");
 };
 
@@ -169,6 +174,13 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // second tile), so that one's tile boundary (first block without overlap, epilogue) falls under the
 // other's block loop rather than both at once; nothing holds the offset afterwards but the K/V ring.
 
+// kOwnO (two consumer warpgroups, one Q buffer: head dim 256): each consumer thread gives the tile's
+// Q buffer back once its last Q K^T product is done (as kDirectO), so that the next tile's Q loads
+// under this tile's last block and epilogue, and O is staged for its TMA store in a tile of its own
+// (Tr::kOBytes: one warpgroup's 64 rows, after the K/V ring) that the two warpgroups take in turn,
+// warpgroup 0's rows, then 1's, in every tile (named barriers kOFree0 / kOFree1: the other's store
+// has read it). Room for it: 64-key blocks at head dim 256 (64 + 2 x 64 + 32 KB).
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -180,7 +192,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
           bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0,
-          int kTailKeys = 0>
+          int kTailKeys = 0, bool kOwnO = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -190,7 +202,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   // Head dim 256: one Q buffer (two do not fit beside the K/V ring), the producer at 56 registers
   // (kProducerRegs).
   static_assert(kHeadDim <= 128 || kHeadDim == 256, "head dims up to 128, and 256");
-  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers, kSumByMma>;
+  using Tr = HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockNArg, kStagesArg, kConsumers, kSumByMma, kOwnO>;
   static_assert(!kStageO || (kConsumers == 2 && kPingpong && kStoreWait && !kDirectO && !kEarlyQProbe && Tr::kBlockN >= 64),
                 "O staged in a K/V stage: two consumer warpgroups taking turns, each's 64 rows within a K or V buffer");
   // kStageO's named barriers (after the pingpong turns' 1 .. kConsumers and the epilogues'): K of the
@@ -198,13 +210,16 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   constexpr int kLastKRead = 1 + 2 * kConsumers, kLastVRead = 2 + 2 * kConsumers;
   static_assert(!kSplitTail || (kSharedTile && !kDirectO && !kEarlyQProbe && !kStageO),
                 "split tail parts: the tile published in shared memory, the library's epilogue");
-  constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO;  // Q given back after the last Q K^T
-  static_assert(!kHalfLast || (!kEarlyQ && !kSplitTail && !kNoMask && (kCarryTurns || !kPingpong)),
-                "a warpgroup's own blocks: the library's epilogue, the turns carried across tiles");
+  static_assert(!kOwnO || (kConsumers == 2 && kStoreWait && !kDirectO && !kEarlyQProbe && !kStageO && !kSplitTail),
+                "O's own staging tile: two consumer warpgroups, the TMA store waited for");
+  constexpr bool kEarlyQ = kDirectO || kEarlyQProbe || kStageO || kOwnO;  // Q given back after the last Q K^T
+  static_assert(!kHalfLast || ((!kEarlyQ || kOwnO) && !kSplitTail && !kNoMask && (kCarryTurns || !kPingpong)),
+                "a warpgroup's own blocks: the library's epilogue or kOwnO's, the turns carried across tiles");
   static_assert(kLag == 0 || (kConsumers == 2 && !kPingpong && !kStageO && !kHalfLast && kLag < kStagesArg),
                 "a lag between two consumer warpgroups without turns, within the K/V ring (kHalfLast's skipped blocks "
                 "would wait for the second warpgroup's releases before the first lets it start)");
   constexpr int kLagBar = 3 + 2 * kConsumers;  // after kStageO's named barriers
+  constexpr int kOFree0 = 4 + 2 * kConsumers, kOFree1 = 5 + 2 * kConsumers;  // kOwnO: O's tile free for warpgroup 0 / 1
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
@@ -214,6 +229,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   unsigned char* sq_all = smem;                        // (kQStages, kBoxes x 128 rows): Q, later O
   unsigned char* sk = sq_all + kQStages * Tr::kQBytes; // (kStages, kBoxes x kN rows)
   unsigned char* sv = sk + kStages * Tr::kKBytes;      // (kStages, kBoxes x kN rows)
+  unsigned char* so = sv + kStages * Tr::kVBytes;      // kOwnO: (kBoxes x 64 rows), a warpgroup's O
   const AttnFwdParams& p = args.p;
   const bool varlen = !kNoMask && p.cu_seqlens_q != nullptr;  // kNoMask: fixed lengths
 
@@ -376,6 +392,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   };
   if constexpr (kPingpong && kCarryTurns)
     if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+  if constexpr (kOwnO)
+    if (cw == 1) named_barrier_arrive(kOFree0, 256);  // O's tile is free for warpgroup 0's first epilogue
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
@@ -402,6 +420,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
       if constexpr (kPingpong && kCarryTurns)
         if (cw == 0) named_barrier_sync(1, 256);
+      if constexpr (kOwnO)
+        if (cw == 0) named_barrier_sync(kOFree0, 256);  // warpgroup 1's last "free", unmatched otherwise
       lag_release();  // kLag: a walk without a tile (varlen: every tile drawn past its batch's rows)
       break;
     }
@@ -455,7 +475,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       else tile_at(tile, e);
       mbarrier_arrive(&q_empty[qs]);
     };
-    // A Q K^T product of K/V stage `stage` done (`last`: the tile's last): its K buffer goes back
+    // A Q K^T product of K/V stage `stage` done (`last`: the warpgroup's last of the tile; kHalfLast: of
+    // its own blocks, the tile's last otherwise): its K buffer goes back
     // (kStageO: warpgroup 0's last one only after its O store, warpgroup 1 tells 0 it has read it),
     // and with kEarlyQ the Q buffer after the last.
     const auto qk_done = [&](int stage, bool last) {
@@ -487,7 +508,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         turn_end(false);
         wgmma_wait<0>();
         wgmma_fence_operands(s);
-        qk_done(it % kStages, n_blocks == 1);
+        qk_done(it % kStages, n_wg == 1);
         softmax(n_begin, rescale, std::false_type{}, keys);
         convert_p(keys);
       };
@@ -506,7 +527,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
           if (cur >= kLag) lag_release();
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
-        qk_done(st, i == n_blocks - 1);
+        qk_done(st, i == n_wg - 1);
         softmax(n_begin + i, rescale, no_mask, keys);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
@@ -604,6 +625,19 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         release(cw == 0 ? &k_empty[sl] : &v_empty[sl]);
         continue;
       }
+    }
+    if constexpr (kOwnO) {
+      // O's tile: once the other warpgroup's store has read it; then given to the other (every
+      // thread's arrive after its own reads: thread 0 waited for the TMA store's).
+      named_barrier_sync(cw == 0 ? kOFree0 : kOFree1, 256);
+      hopper_attn_normalize_o<Tr, T, false, false, true>(o, row_sum, row_max, 1.f, so, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
+      fence_proxy_async_smem();  // the writes above before the TMA engine reads them
+      named_barrier_sync(1 + kConsumers + cw, 128);
+      if (wg_row0 < e.sb.sq)
+        hopper_attn_store_o<Tr, T, true, true>(&args.o, so, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
+      named_barrier_arrive(cw == 0 ? kOFree1 : kOFree0, 256);
+      if (n_blocks == 0) mbarrier_arrive(&q_empty[qs]);  // no Q K^T gave it back
+      continue;
     }
     // The staging tile by stmatrix only in the lagging form (d 64 512 without a mask: 177.3 -> 174.5 us,
     // 0.995 -> 1.005x cuDNN; d 64 1k, two stages, fell 0.990 -> 0.962x with it: H100, 2026-11-27, 661c618).
