@@ -49,6 +49,13 @@ constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHo
 // at 512 and 0.8% slower at 1k, not taken there (H100, 2026-11-27, 70d598a, two runs;
 // docs/ladder/attention.md).
 constexpr int kAttnHopperTailKeys256 = 32;
+// Head dim 256 without softcap / ALiBi (the persistent kernel): 64-key blocks with O staged in a tile
+// of its own and the Q buffer given back after each warpgroup's last Q K^T of the tile (kOwnO), so
+// that the next tile's Q loads under this tile's last block and epilogue, up to 512 keys, and with
+// window_right 0 (causal; plain causal also with each warpgroup on its own blocks) up to 1k: +6.3%
+// at 512 keys, causal +5.2% / +3.0% at 512 / 1k; without a mask 1.6% slower at 1k (H100,
+// 2026-11-28, 2dc37c7; docs/ladder/attention.md).
+constexpr int kAttnHopperOwnOUpTo256 = 512, kAttnHopperOwnOUpToCausal256 = 1024;
 
 
 // Keys (seqlen_k, varlen: the longest) up to which causal FP8 without softcap / ALiBi keeps the
@@ -114,6 +121,7 @@ constexpr int attn_hopper_key_block(int headdim, bool score_mod, bool causal, in
     return kAttnHopperPersistentThreeBlockN;
   if (headdim == 128 && !score_mod && seqlen_k >= kAttnHopperWideBlocksFrom) return 176;  // above the persistent kernel's range
   if (headdim == 256 && score_mod && seqlen_k <= kAttnHopperNarrowBlocksUpTo) return 64;
+  if (headdim == 256 && !score_mod && seqlen_k <= (causal ? kAttnHopperOwnOUpToCausal256 : kAttnHopperOwnOUpTo256)) return 64;
   return attn_hopper_default_key_block(headdim);  // kernels/attention/params.h
 }
 
