@@ -178,8 +178,10 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // Q buffer back once its last Q K^T product is done (as kDirectO), so that the next tile's Q loads
 // under this tile's last block and epilogue, and O is staged for its TMA store in a tile of its own
 // (Tr::kOBytes: one warpgroup's 64 rows, after the K/V ring) that the two warpgroups take in turn,
-// warpgroup 0's rows, then 1's, in every tile (named barriers kOFree0 / kOFree1: the other's store
-// has read it). Room for it: 64-key blocks at head dim 256 (64 + 2 x 64 + 32 KB).
+// warpgroup 0's rows, then 1's, in every tile (o_free[c]: an arrive per thread of the other
+// warpgroup once its store has read the tile; mbarriers rather than named barriers, whose
+// bar.arrive orders the reads too but which compute-sanitizer's racecheck reports as hazards).
+// Room for it: 64-key blocks at head dim 256 (64 + 2 x 64 + 32 KB).
 
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
@@ -219,12 +221,12 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
                 "a lag between two consumer warpgroups without turns, within the K/V ring (kHalfLast's skipped blocks "
                 "would wait for the second warpgroup's releases before the first lets it start)");
   constexpr int kLagBar = 3 + 2 * kConsumers;  // after kStageO's named barriers
-  constexpr int kOFree0 = 4 + 2 * kConsumers, kOFree1 = 5 + 2 * kConsumers;  // kOwnO: O's tile free for warpgroup 0 / 1
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t q_full[kQStages], q_empty[kQStages], k_full[kStages], k_empty[kStages], v_full[kStages],
       v_empty[kStages];
+  __shared__ uint64_t o_free[2];  // kOwnO: O's staging tile free for warpgroup 0 / 1
   unsigned char* smem = align_smem<1024>(smem_raw);
   unsigned char* sq_all = smem;                        // (kQStages, kBoxes x 128 rows): Q, later O
   unsigned char* sk = sq_all + kQStages * Tr::kQBytes; // (kStages, kBoxes x kN rows)
@@ -280,6 +282,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       mbarrier_init(&k_empty[s], 4 * kConsumers);  // one arrive per consumer warp
       mbarrier_init(&v_empty[s], 4 * kConsumers);
     }
+    if constexpr (kOwnO)
+      for (int c = 0; c < 2; ++c) mbarrier_init(&o_free[c], 128);  // every thread of the other warpgroup
     fence_barrier_init();
   }
   __shared__ alignas(256) uint32_t ones[kSumByMma ? 64 : 1];  // kSumByMma: hopper_attn_fill_ones
@@ -392,8 +396,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   };
   if constexpr (kPingpong && kCarryTurns)
     if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
-  if constexpr (kOwnO)
-    if (cw == 1) named_barrier_arrive(kOFree0, 256);  // O's tile is free for warpgroup 0's first epilogue
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
@@ -420,8 +422,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
       if constexpr (kPingpong && kCarryTurns)
         if (cw == 0) named_barrier_sync(1, 256);
-      if constexpr (kOwnO)
-        if (cw == 0) named_barrier_sync(kOFree0, 256);  // warpgroup 1's last "free", unmatched otherwise
       lag_release();  // kLag: a walk without a tile (varlen: every tile drawn past its batch's rows)
       break;
     }
@@ -627,15 +627,18 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
     }
     if constexpr (kOwnO) {
-      // O's tile: once the other warpgroup's store has read it; then given to the other (every
-      // thread's arrive after its own reads: thread 0 waited for the TMA store's).
-      named_barrier_sync(cw == 0 ? kOFree0 : kOFree1, 256);
+      // O's tile: once the other warpgroup's store has read it (the walk's tile j = qt - 1: warpgroup
+      // 0 waits for 1's store of tile j - 1, a fresh barrier passing parity 1 at j = 0; 1 for 0's
+      // of tile j); then given to the other (every thread's arrive after its own reads: thread 0
+      // waited for the TMA store's).
+      const uint32_t j = static_cast<uint32_t>(qt - 1);
+      mbarrier_wait(&o_free[cw], cw == 0 ? (j & 1) ^ 1 : j & 1);
       hopper_attn_normalize_o<Tr, T, false, false, true>(o, row_sum, row_max, 1.f, so, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
       fence_proxy_async_smem();  // the writes above before the TMA engine reads them
       named_barrier_sync(1 + kConsumers + cw, 128);
       if (wg_row0 < e.sb.sq)
         hopper_attn_store_o<Tr, T, true, true>(&args.o, so, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
-      named_barrier_arrive(cw == 0 ? kOFree1 : kOFree0, 256);
+      mbarrier_arrive(&o_free[cw ^ 1]);
       if (n_blocks == 0) mbarrier_arrive(&q_empty[qs]);  // no Q K^T gave it back
       continue;
     }
