@@ -42,6 +42,8 @@
 // --sum: the rows' sums of P by the tensor cores (*_sum, kSumByMma) at d 64 and 128.
 // --own-o: d 256's persistent kernel on 64-key blocks with O staged in a tile of its own and Q given
 // back after the tile's last Q K^T (kOwnO), with and without the peeled loop, 512..2k.
+// --stage-o3: d 128's persistent kernel on three K/V stages (one Q buffer) with O staged in the
+// last block's stage (kStageO) and the early-Q probe on three stages, 512..2k.
 // --one-stage: d 256's persistent kernel with one K/V stage and two Q buffers (persistent_n80_1stage).
 // --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
@@ -67,7 +69,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --own-o | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -455,6 +457,15 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     if constexpr (kD == 128 || kD == 256)
       variants.push_back({"persistent_stage_o",
                           [&] { launch_persistent<kD, kN, true, true, 2, kLazy, 2, kTree, kPp, true, false, false, true>(p, h.stream()); }});
+    // At d 128 on three K/V stages (then one Q buffer): O staged in the last block's stage, so that
+    // the next tile's Q loads after the last Q K^T and its first blocks into the two other stages;
+    // and the probe of the early Q alone on three stages.
+    if constexpr (kD == 128) {
+      variants.push_back({"persistent_3stages_stage_o",
+                          [&] { launch_persistent<kD, 0, true, true, 3, kLazy, 2, kTree, kPp, true, false, false, true>(p, h.stream()); }});
+      variants.push_back({"probe_persistent_3stages_early_q",
+                          [&] { launch_persistent<kD, 0, true, true, 3, kLazy, 2, kTree, kPp, true, false, true>(p, h.stream()); }});
+    }
     // The rows' sums of P by the tensor cores (kSumByMma, the library's FP8 form: an m64n8k16 wgmma
   // per k-step of P V against ones; l then sums P as rounded to bf16) in the kernels the library
   // takes at d 64 (persistent, three consumer warpgroups) and d 128 (persistent, one-CTA).
@@ -711,6 +722,13 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--stage-o3") {  // d 128: three K/V stages, O staged in the last one
+    const std::vector<std::string> d128 = {"rung4_library",       "persistent",
+                                           "persistent_3stages",  "persistent_stage_o",
+                                           "persistent_3stages_stage_o", "probe_persistent_3stages_early_q",
+                                           "probe_persistent_early_q"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({512, 1024, 2048})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
   } else if (mode == "--own-o") {  // d 256: O's own staging tile beside 64-key blocks, Q given back early
     const std::vector<std::string> d256 = {"rung4_library",       "persistent_n80",       "persistent_n64",
                                            "persistent_n64_peel", "persistent_n64_own_o", "persistent_n64_peel_own_o",
@@ -795,7 +813,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --own-o, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }
