@@ -221,7 +221,8 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, bool kStoreWait = true,
           bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false,
-          bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0, int kTailKeys = 0, bool kOwnO = false>
+          bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0, int kTailKeys = 0, bool kOwnO = false,
+          bool kStmatrix = (kLag > 0)>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma, kOwnO>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
@@ -241,7 +242,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
     if (split.splits == 1 && split_min_saving >= 0)
       return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
                                            kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
-                                           kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO>(p, dtype, stream);
+                                           kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix>(p, dtype, stream);
   }
   const int64_t units = split_tiles() * split.splits;
   void* parts = nullptr;
@@ -259,7 +260,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
                                                               kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask, kPeelMask,
-                                                              kHalfLast, kLag, kTailKeys, kOwnO>;
+                                                              kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
@@ -287,12 +288,13 @@ void launch_attn_hopper_persistent_half(const AttnFwdParams& p, DType dtype, cud
 
 // Head dim 256 (no softcap / ALiBi) on 64-key blocks with O staged in a tile of its own and the Q
 // buffer given back after each warpgroup's last Q K^T of the tile (kOwnO), the block loop split
-// around the masked blocks (kPeelMask) or not, each warpgroup on its own blocks (kHalfLast) or not.
-template <typename T, bool kPeelMask, bool kHalfLast = false>
+// around the masked blocks (kPeelMask) or not, each warpgroup on its own blocks (kHalfLast) or not, O
+// written to its tile by stmatrix (kStmatrix) or by 4-byte stores.
+template <typename T, bool kPeelMask, bool kHalfLast = false, bool kStmatrix = false>
 void launch_attn_hopper_persistent_own_o(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   launch_attn_hopper_persistent<T, 256, false, 64, true, true, 2, kernels::kAttnLazyRescaleDefault<T, 256>, 2,
                                 kernels::kAttnTreeReduceDefault<T, 256>, kernels::kAttnPersistentPingpongDefault<256, 2>, true, false,
-                                false, false, false, false, false, kPeelMask, kHalfLast, 0, 0, true>(p, dtype, stream);
+                                false, false, false, false, false, kPeelMask, kHalfLast, 0, 0, true, kStmatrix>(p, dtype, stream);
 }
 
 // Its last tiles split (kSplitTail; no mask, fixed lengths): measured slower than without the

@@ -41,7 +41,8 @@
 // (persistent_n48, _n32, _n32_3stages), against the library's; d 256 512..4k, d 64 / 128 512..1k.
 // --sum: the rows' sums of P by the tensor cores (*_sum, kSumByMma) at d 64 and 128.
 // --own-o: d 256's persistent kernel on 64-key blocks with O staged in a tile of its own and Q given
-// back after the tile's last Q K^T (kOwnO), with and without the peeled loop, 512..2k.
+// back after the tile's last Q K^T (kOwnO), with and without the peeled loop, O written to its tile by
+// stmatrix or 4-byte stores, 512..2k.
 // --stage-o3: d 128's persistent kernel on three K/V stages (one Q buffer) with O staged in the
 // last block's stage (kStageO) and the early-Q probe on three stages, 512..2k.
 // --one-stage: d 256's persistent kernel with one K/V stage and two Q buffers (persistent_n80_1stage).
@@ -442,6 +443,15 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                           launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
                                             true, true, 0, 0, true>(p, h.stream());
                         }});
+    // ... with O written to its tile by stmatrix (*_stsm).
+    variants.push_back({"persistent_n64_peel_own_o_stsm", [&] {
+                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
+                                            true, false, 0, 0, true, true>(p, h.stream());
+                        }});
+    variants.push_back({"persistent_n64_peel_half_own_o_stsm", [&] {
+                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
+                                            true, true, 0, 0, true, true>(p, h.stream());
+                        }});
   }
   // The persistent kernel giving its Q buffer back after the tile's last Q K^T, O stored from
   // registers (kDirectO; the next tile's Q loads under this tile's last block and epilogue).
@@ -732,10 +742,10 @@ int main(int argc, char** argv) {
   } else if (mode == "--own-o") {  // d 256: O's own staging tile beside 64-key blocks, Q given back early
     const std::vector<std::string> d256 = {"rung4_library",       "persistent_n80",       "persistent_n64",
                                            "persistent_n64_peel", "persistent_n64_own_o", "persistent_n64_peel_own_o",
-                                           "probe_persistent_early_q"};
+                                           "persistent_n64_peel_own_o_stsm", "probe_persistent_early_q"};
     const std::vector<std::string> d256_causal = {"rung4_library", "persistent_n64_peel", "persistent_n64_peel_own_o",
                                                   "persistent_n64_peel_half", "persistent_n64_peel_half_own_o",
-                                                  "probe_persistent_early_q"};
+                                                  "persistent_n64_peel_half_own_o_stsm", "probe_persistent_early_q"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048})) run_config<256>(h, {s, 256, causal}, all_ok, causal ? d256_causal : d256);
   } else if (mode == "--one-stage") {  // d 256: one K/V stage and two Q buffers

@@ -183,6 +183,9 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // bar.arrive orders the reads too but which compute-sanitizer's racecheck reports as hazards).
 // Room for it: 64-key blocks at head dim 256 (64 + 2 x 64 + 32 KB).
 
+// kStmatrix: the epilogue writes O to its staging tile by stmatrix (hopper_attn_normalize_o); by default
+// only in the lagging form (kLag > 0).
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -194,7 +197,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
           bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0,
-          int kTailKeys = 0, bool kOwnO = false>
+          int kTailKeys = 0, bool kOwnO = false, bool kStmatrix = (kLag > 0)>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -633,7 +636,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       // waited for the TMA store's).
       const uint32_t j = static_cast<uint32_t>(qt - 1);
       mbarrier_wait(&o_free[cw], cw == 0 ? (j & 1) ^ 1 : j & 1);
-      hopper_attn_normalize_o<Tr, T, false, false, true>(o, row_sum, row_max, 1.f, so, out_rows, p, e.b, e.h, e.sb, cw, warp, g, t, row0);
+      hopper_attn_normalize_o<Tr, T, false, false, true, kStmatrix>(o, row_sum, row_max, 1.f, so, out_rows, p, e.b, e.h, e.sb, cw, warp, g,
+                                                                  t, row0);
       fence_proxy_async_smem();  // the writes above before the TMA engine reads them
       named_barrier_sync(1 + kConsumers + cw, 128);
       if (wg_row0 < e.sb.sq)
@@ -644,7 +648,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     }
     // The staging tile by stmatrix only in the lagging form (d 64 512 without a mask: 177.3 -> 174.5 us,
     // 0.995 -> 1.005x cuDNN; d 64 1k, two stages, fell 0.990 -> 0.962x with it: H100, 2026-11-27, 661c618).
-    hopper_attn_normalize_o<Tr, T, false, kDirectO, false, (kLag > 0)>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw,
+    hopper_attn_normalize_o<Tr, T, false, kDirectO, false, kStmatrix>(o, row_sum, row_max, 1.f, sq, out_rows, p, e.b, e.h, e.sb, cw,
                                                                        warp, g, t, row0);
     if constexpr (kDirectO) {
       if (n_blocks == 0) mbarrier_arrive(&q_empty[qs]);

@@ -38,8 +38,13 @@ using namespace flashlab::testing;
 // 256 on 64-key blocks with O staged in a tile of its own and Q given back after each warpgroup's
 // last Q K^T of the tile (kOwnO), without and with the masked blocks peeled off, and with each
 // warpgroup on its own blocks too (kPeelHalfOwnO; the reference: the one-CTA kernel on 64-key
-// blocks).
-enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3, kOwnO, kPeelOwnO, kPeelHalfOwnO };
+// blocks); *Stsm: O written to its tile by stmatrix.
+enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3, kOwnO, kPeelOwnO, kPeelHalfOwnO, kPeelOwnOStsm,
+                  kPeelHalfOwnOStsm };
+bool own_o(Form form) {
+  return form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO || form == Form::kPeelOwnOStsm ||
+         form == Form::kPeelHalfOwnOStsm;
+}
 
 // The persistent kernel with its masked blocks peeled off (kPeel) and / or each warpgroup on its
 // own blocks (kHalf: kHalfLast; at head dim 256 the last block cut to kAttnHopperTailKeys256 keys);
@@ -93,14 +98,16 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     });
     return;
   }
-  if (form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO) {
+  if (own_o(form)) {
     ASSERT_EQ(p.headdim, 256);
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
       if (!persistent) detail::launch_attn_hopper_variant<T, 256, false, true, true, 64>(p, q.dtype, nullptr);
       else if (form == Form::kOwnO) detail::launch_attn_hopper_persistent_own_o<T, false>(p, q.dtype, nullptr);
       else if (form == Form::kPeelOwnO) detail::launch_attn_hopper_persistent_own_o<T, true>(p, q.dtype, nullptr);
-      else detail::launch_attn_hopper_persistent_own_o<T, true, true>(p, q.dtype, nullptr);
+      else if (form == Form::kPeelHalfOwnO) detail::launch_attn_hopper_persistent_own_o<T, true, true>(p, q.dtype, nullptr);
+      else if (form == Form::kPeelOwnOStsm) detail::launch_attn_hopper_persistent_own_o<T, true, false, true>(p, q.dtype, nullptr);
+      else detail::launch_attn_hopper_persistent_own_o<T, true, true, true>(p, q.dtype, nullptr);
     });
     return;
   }
@@ -147,7 +154,9 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
   static const char* const kForm[] = {")", ", without masks)", ", masked blocks peeled)", ", half last blocks)",
                                       ", masked blocks peeled, half last blocks)", ", without masks, lagging warpgroup)",
                                       ", three K/V stages)", ", O's own staging tile)", ", masked blocks peeled, O's own staging tile)",
-                                      ", masked blocks peeled, half last blocks, O's own staging tile)"};
+                                      ", masked blocks peeled, half last blocks, O's own staging tile)",
+                                      ", masked blocks peeled, O's own staging tile by stmatrix)",
+                                      ", masked blocks peeled, half last blocks, O's own staging tile by stmatrix)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
                                                      << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
@@ -178,7 +187,7 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
   AttnFwdOptions opt;
   set_case_options(opt, c, cuq_v, cuk_v, slopes_v, lse4_v, max_sq, max_sk);
   run_rung4(qv, kv, vv, TensorView(out4.ptr, dt, lq.shape, lq.strides, gpu), opt, false, three,
-            form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO ? form : Form::kDefault);
+            own_o(form) ? form : Form::kDefault);
   opt.softmax_lse = &lsep_v;
   run_rung4(qv, kv, vv, TensorView(outp.ptr, dt, lq.shape, lq.strides, gpu), opt, true, three, form);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -373,13 +382,13 @@ TEST(AttentionPersistent, SameAsRung4HeadDim256) {
 // (kHalfLast: on the causal diagonal the first warpgroup skips the tile's last block): every plain
 // case (many tiles per CTA, causal, seqlen_q > seqlen_k with tiles of no key, windows, ragged keys,
 // varlen) and a right window that hides a warpgroup's last blocks, bit for bit as the one-CTA kernel
-// on 64-key blocks.
+// on 64-key blocks; the peeled forms also with O written to its tile by stmatrix.
 TEST(AttentionPersistent, OwnOSameAsRung4) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
   std::mt19937_64 rng(2032);
   for (DType dt : {DType::kBF16, DType::kF16})
-    for (Form form : {Form::kOwnO, Form::kPeelOwnO, Form::kPeelHalfOwnO}) {
+    for (Form form : {Form::kOwnO, Form::kPeelOwnO, Form::kPeelHalfOwnO, Form::kPeelOwnOStsm, Form::kPeelHalfOwnOStsm}) {
       check_plain_cases(dt, 256, 512, rng, false, form);
       Case wr = fixed(2, 600, 600, 4, 2, 256);  // a right window only
       wr.wr = 40;
