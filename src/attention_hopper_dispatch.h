@@ -47,14 +47,16 @@ constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHo
 // on its own blocks, its last one cut to its first 32 keys where its rows see no more of it
 // (kHalfLast with kTailKeys): +1.3..+1.6% at 512 keys, +2.4..+3.0% at 1k; without a mask +0.2..+0.6%
 // at 512 and 0.8% slower at 1k, not taken there (H100, 2026-11-27, 70d598a, two runs;
-// docs/ladder/attention.md).
+// docs/ladder/attention.md). The library's until 2026-11-28, when kOwnO (below) replaced it; the
+// form stays for the ablation and the tests.
 constexpr int kAttnHopperTailKeys256 = 32;
 // Head dim 256 without softcap / ALiBi (the persistent kernel): 64-key blocks with O staged in a tile
 // of its own and the Q buffer given back after each warpgroup's last Q K^T of the tile (kOwnO), so
 // that the next tile's Q loads under this tile's last block and epilogue, up to 512 keys, and with
 // window_right 0 (causal; plain causal also with each warpgroup on its own blocks) up to 1k: +6.3%
 // at 512 keys, causal +5.2% / +3.0% at 512 / 1k; without a mask 1.6% slower at 1k (H100,
-// 2026-11-28, 2dc37c7; docs/ladder/attention.md).
+// 2026-11-28, 2dc37c7 and f3b20e0; docs/ladder/attention.md). The causal bound is the persistent
+// kernel's own at head dim 256 (kAttnHopperPersistentUpToCausal).
 constexpr int kAttnHopperOwnOUpTo256 = 512, kAttnHopperOwnOUpToCausal256 = 1024;
 
 

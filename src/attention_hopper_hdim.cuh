@@ -423,18 +423,16 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
           // blocks (kPeelMask, kAttnHopperPeelFrom).
           if constexpr (kHeadDim == 128 && !kScoreMod)
             if (p.seqlen_k >= kAttnHopperPeelFrom) return launch_attn_hopper_persistent_peel<T, 128, false>(p, dtype, stream);
-          // Head dim 256 causal: also each warpgroup on its own blocks, its last cut to the first
-          // kAttnHopperTailKeys256 keys where its rows see no more of it (kHalfLast with kTailKeys).
-          // Over short keys: 64-key blocks and O's own staging tile, the Q buffer given back early
-          // (kOwnO; kAttnHopperOwnOUpTo256, kAttnHopperOwnOUpToCausal256).
+          // Head dim 256: 64-key blocks and O's own staging tile, the Q buffer given back early
+          // (kOwnO) up to kAttnHopperOwnOUpTo256 keys, with window_right 0 over the whole causal reach
+          // of the persistent kernel (kAttnHopperOwnOUpToCausal256), plain causal also with each
+          // warpgroup on its own blocks (kHalfLast); above, without a mask, 80-key blocks.
           if constexpr (kHeadDim == 256) {
-            const bool causal = p.window_right == 0, plain_causal = causal && p.window_left < 0;
+            const bool causal = p.window_right == 0;
             if (p.seqlen_k <= (causal ? kAttnHopperOwnOUpToCausal256 : kAttnHopperOwnOUpTo256)) {
-              if (plain_causal) return launch_attn_hopper_persistent_own_o<T, true, true>(p, dtype, stream);
+              if (causal && p.window_left < 0) return launch_attn_hopper_persistent_own_o<T, true, true>(p, dtype, stream);
               return launch_attn_hopper_persistent_own_o<T, true>(p, dtype, stream);
             }
-            if (plain_causal)
-              return launch_attn_hopper_persistent_half<T, 256, false, 2, 0, true, kAttnHopperTailKeys256>(p, dtype, stream);
             return launch_attn_hopper_persistent_peel<T, 256, false>(p, dtype, stream);
           }
           return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);

@@ -343,7 +343,8 @@ TEST(AttentionPersistent, HalfLastSameAsRung4) {
         check_same_as_rung4(dt, wr, rng, false, form);
         if (d == 64) check_plain_cases(dt, d, 1536, rng, true, form);
       }
-  // Head dim 256 (80-key blocks, the last cut to 32 keys; the library's causal kernel there).
+  // Head dim 256 (80-key blocks, the last cut to 32 keys; the library's causal kernel there until
+  // kOwnO replaced it, OwnOSameAsRung4).
   for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng, false, Form::kPeelHalf);
 }
 
