@@ -56,8 +56,8 @@ constexpr int kAttnHopperTailKeys256 = 32;
 // window_right 0 (causal; plain causal also with each warpgroup on its own blocks) up to 1k: +6.3%
 // at 512 keys, causal +5.2% / +3.0% at 512 / 1k; without a mask 1.6% slower at 1k (H100,
 // 2026-11-28, 2dc37c7 and f3b20e0; docs/ladder/attention.md). The causal bound is the persistent
-// kernel's own at head dim 256 (kAttnHopperPersistentUpToCausal).
-constexpr int kAttnHopperOwnOUpTo256 = 512, kAttnHopperOwnOUpToCausal256 = 1024;
+// kernel's own at head dim 256.
+constexpr int kAttnHopperOwnOUpTo256 = 512, kAttnHopperOwnOUpToCausal256 = kAttnHopperPersistentUpToCausal<256>;
 
 
 // Keys (seqlen_k, varlen: the longest) up to which causal FP8 without softcap / ALiBi keeps the

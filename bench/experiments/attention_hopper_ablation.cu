@@ -420,38 +420,25 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     // 64-key blocks leave room for a staging tile of O's own (one warpgroup's 64 rows, 32 KB, the
     // two warpgroups in turn; kOwnO): the Q buffer goes back after the tile's last Q K^T. With the
     // library's loop split around the masked blocks (*_peel) and without.
-    constexpr bool kLazy = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>, kTree = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>;
-    variants.push_back({"persistent_n64_peel", [&] {
-                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
-                                            true>(p, h.stream());
-                        }});
-    variants.push_back({"persistent_n64_own_o", [&] {
-                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
-                                            false, false, 0, 0, true>(p, h.stream());
-                        }});
-    variants.push_back({"persistent_n64_peel_own_o", [&] {
-                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
-                                            true, false, 0, 0, true>(p, h.stream());
-                        }});
+    // Through the library's launchers of these forms (src/attention_hopper_hdim.cuh).
+    using T = __nv_bfloat16;
+    const auto bf16 = DType::kBF16;
+    variants.push_back({"persistent_n64_peel",
+                        [&] { detail::launch_attn_hopper_persistent_as<T, kD, false, 2, 64, false, false, true>(p, bf16, h.stream()); }});
+    variants.push_back({"persistent_n64_own_o", [&] { detail::launch_attn_hopper_persistent_own_o<T, false>(p, bf16, h.stream()); }});
+    variants.push_back({"persistent_n64_peel_own_o", [&] { detail::launch_attn_hopper_persistent_own_o<T, true>(p, bf16, h.stream()); }});
     // ... and with each warpgroup on its own blocks (kHalfLast: on the causal diagonal the first skips
     // the tile's last 64-key block), the library's causal form at d 256.
     variants.push_back({"persistent_n64_peel_half", [&] {
-                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
-                                            true, true>(p, h.stream());
+                          detail::launch_attn_hopper_persistent_as<T, kD, false, 2, 64, false, false, true, true>(p, bf16, h.stream());
                         }});
-    variants.push_back({"persistent_n64_peel_half_own_o", [&] {
-                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
-                                            true, true, 0, 0, true>(p, h.stream());
-                        }});
+    variants.push_back({"persistent_n64_peel_half_own_o",
+                        [&] { detail::launch_attn_hopper_persistent_own_o<T, true, true>(p, bf16, h.stream()); }});
     // ... with O written to its tile by stmatrix (*_stsm).
-    variants.push_back({"persistent_n64_peel_own_o_stsm", [&] {
-                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
-                                            true, false, 0, 0, true, true>(p, h.stream());
-                        }});
-    variants.push_back({"persistent_n64_peel_half_own_o_stsm", [&] {
-                          launch_persistent<kD, 64, true, true, 2, kLazy, 2, kTree, true, true, false, false, false, false, false, false,
-                                            true, true, 0, 0, true, true>(p, h.stream());
-                        }});
+    variants.push_back({"persistent_n64_peel_own_o_stsm",
+                        [&] { detail::launch_attn_hopper_persistent_own_o<T, true, false, true>(p, bf16, h.stream()); }});
+    variants.push_back({"persistent_n64_peel_half_own_o_stsm",
+                        [&] { detail::launch_attn_hopper_persistent_own_o<T, true, true, true>(p, bf16, h.stream()); }});
   }
   // The persistent kernel giving its Q buffer back after the tile's last Q K^T, O stored from
   // registers (kDirectO; the next tile's Q loads under this tile's last block and epilogue).
