@@ -49,6 +49,8 @@
 // --two-ctas: one consumer warpgroup on 64-row tiles, two CTAs an SM (2ctas*), at d 64 and 128.
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
+// --late-wait: the library's persistent forms at d 64 (512..2k) and 128 (512..4k) with that wait after
+// the next tile's first Q K^T (*_late, kStoreWaitLate), causal and not.
 // --tail: the persistent kernels without a mask with and without their last tiles split along the
 // keys (persistent_tail*, kSplitTail), and the split's kernel never splitting
 // (persistent_tail_kernel_unsplit), d 64 512..1k, d 128 512..4k, d 256 512.
@@ -70,7 +72,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --late-wait | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -344,6 +346,26 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       add("persistent_nomask_lag4_s5", detail::launch_attn_hopper_persistent_lag<B, true, 5, 4>);
       add("persistent_nomask_lag4_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 4>);
       add("persistent_nomask_lag5_s6", detail::launch_attn_hopper_persistent_lag<B, true, 6, 5>);
+    }
+  }
+  // ... with the O store's wait for its reads of the Q buffer after the next tile's first Q K^T
+  // (kStoreWaitLate, *_late): the library's forms at d 64 (up to 512 keys on a deeper ring, without a
+  // mask with a lag; at 1k without the mask code, or with it causal; three consumer warpgroups, causal
+  // 2k) and d 128 (peeled from 2k keys).
+  if constexpr (kD <= 128) {
+    using B = __nv_bfloat16;
+    const auto add = [&](const char* name, auto launch) { variants.push_back({name, [&, launch] { launch(p, DType::kBF16, h.stream()); }}); };
+    add("persistent_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, false, false, 0, 2, 0, true>(a...); });
+    add("persistent_peel_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, true>(a...); });
+    if (!c.causal)
+      add("persistent_nomask_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, true, false, false, 0, 2, 0, true>(a...); });
+    if constexpr (kD == 64) {
+      add("persistent_s3_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true>(a...); });
+      if (!c.causal)
+        add("persistent_nomask_lag3_s4_late",
+            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 3, true>(a...); });
+      add("persistent_3c_n96_peel_half_late",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, true>(a...); });
     }
   }
   // ... at d 256 (80-key blocks) with each warpgroup's last block cut to its first 32 / 48 / 64 keys
@@ -701,6 +723,16 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--late-wait") {  // the O store's wait after the next tile's first Q K^T, in the library's forms
+    const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_late", "persistent_nomask",
+                                          "persistent_nomask_late", "persistent_nomask_lag3_s4", "persistent_nomask_lag3_s4_late",
+                                          "persistent_s3", "persistent_s3_late", "persistent_3c_n96_peel_half",
+                                          "persistent_3c_n96_peel_half_late"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_late", "persistent_peel", "persistent_peel_late"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
   } else if (mode == "--two-ctas") {  // one consumer warpgroup, two CTAs an SM, against the library
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "3_consumers", "2ctas", "2ctas_n192"};
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "pingpong+overlap", "2ctas_n64", "2ctas_n80"};
@@ -810,7 +842,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

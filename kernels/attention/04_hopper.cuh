@@ -675,7 +675,8 @@ __device__ __forceinline__ void hopper_attn_normalize_o(const float (&o)[Tr::kHe
 // copy engine; thread 0 of the warpgroup waits until the copy has read the tile) or, varlen, row
 // by row, 16 bytes at a time, up to the sequence's sq rows (the rows past it belong to the next
 // sequence). t128: the thread's index in its warpgroup.
-// kStoreWait false (a timing probe of the persistent kernel, wrong output): no wait. kOwnStage: sq is
+// kStoreWait false: no wait (the persistent kernel's kStoreWaitLate waits later; or a timing probe of
+// it, wrong output). kOwnStage: sq is
 // this warpgroup's own 64-row staging tile (hopper_attn_normalize_o).
 template <typename Tr, typename T, bool kStoreWait = true, bool kOwnStage = false>
 __device__ __forceinline__ void hopper_attn_store_o(const CUtensorMap* o_map, const unsigned char* sq, T* out_rows,

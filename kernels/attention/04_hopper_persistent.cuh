@@ -186,6 +186,13 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // kStmatrix: the epilogue writes O to its staging tile by stmatrix (hopper_attn_normalize_o); by default
 // only in the lagging form (kLag > 0).
 
+// kStoreWaitLate (two Q buffers, the library's epilogue): the thread that issues a warpgroup's TMA
+// store of O does not wait for the store to read the Q buffer before going on; it waits, and gives
+// the buffer back, once it has issued the next tile's first Q K^T (or at its next epilogue, or at
+// the walk's end), so that the wait runs under that product instead of holding the warpgroup's
+// next wgmma (whose issue needs all four warps) and, with pingpong turns, the other warpgroup's
+// turn. The producer needs the buffer only for the tile after next.
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -197,7 +204,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
           bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0,
-          int kTailKeys = 0, bool kOwnO = false, bool kStmatrix = (kLag > 0)>
+          int kTailKeys = 0, bool kOwnO = false, bool kStmatrix = (kLag > 0), bool kStoreWaitLate = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -225,6 +232,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
                 "would wait for the second warpgroup's releases before the first lets it start)");
   constexpr int kLagBar = 3 + 2 * kConsumers;  // after kStageO's named barriers
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
+  static_assert(!kStoreWaitLate || (kQStages == 2 && kStoreWait && !kEarlyQ),
+                "the O store's wait after the next tile's first Q K^T: two Q buffers, the library's epilogue");
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t q_full[kQStages], q_empty[kQStages], k_full[kStages], k_empty[kStages], v_full[kStages],
@@ -404,6 +413,16 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   };
 
   int qt = 0, it = 0;  // tiles and K/V blocks consumed so far
+  // kStoreWaitLate: the Q buffer whose O store this thread (t128 0) issued and has not waited for (-1: none).
+  int store_pending = -1;
+  const auto settle_store = [&] {
+    if constexpr (kStoreWaitLate)
+      if (store_pending >= 0) {
+        tma_store_wait_all<true>();
+        mbarrier_arrive(&q_empty[store_pending]);
+        store_pending = -1;
+      }
+  };
   bool lag_pending = kLag > 0 && cw == 0;  // kLag: the first warpgroup has not let the second start yet
   const auto lag_release = [&] {
     if constexpr (kLag > 0)
@@ -425,6 +444,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
       if constexpr (kPingpong && kCarryTurns)
         if (cw == 0) named_barrier_sync(1, 256);
+      settle_store();
       lag_release();  // kLag: a walk without a tile (varlen: every tile drawn past its batch's rows)
       break;
     }
@@ -509,6 +529,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         turn_begin();
         gemm_qk(it % kStages);
         turn_end(false);
+        settle_store();  // kStoreWaitLate: the last tile's O store, under this product
         wgmma_wait<0>();
         wgmma_fence_operands(s);
         qk_done(it % kStages, n_wg == 1);
@@ -656,13 +677,18 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     }
     fence_proxy_async_smem();  // the writes above before the TMA engine reads them
     named_barrier_sync(1 + kConsumers + cw, 128);  // (after the pingpong barriers 1 .. kConsumers)
+    settle_store();  // kStoreWaitLate: a tile without keys issued no Q K^T since the last store
+    const bool tma_store = !varlen && wg_row0 < e.sb.sq;  // (else the copy above, or nothing)
     if (wg_row0 < e.sb.sq)
-      hopper_attn_store_o<Tr, T, kStoreWait>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq, e.h, e.b, cw, t128);
-    // Every thread arrives after its own reads (the TMA store's: thread 0 waits for them), so that
-    // each access to the buffer and its tile_of / tile_info entries is ordered before the
-    // producer's next writes by the arrive itself (a single arrive after a named barrier orders
-    // them too, but compute-sanitizer's racecheck reported the tile entries' reuse as hazards).
-    if (!kEarlyQProbe || n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
+      hopper_attn_store_o<Tr, T, kStoreWait && !kStoreWaitLate>(&args.o, sq, out_rows, p.o_row_stride, varlen, wg_row0, e.sb.sq,
+                                                                 e.h, e.b, cw, t128);
+    // Every thread arrives after its own reads (the TMA store's: thread 0 waits for them; with
+    // kStoreWaitLate later, settle_store), so that each access to the buffer and its tile_of /
+    // tile_info entries is ordered before the producer's next writes by the arrive itself (a single
+    // arrive after a named barrier orders them too, but compute-sanitizer's racecheck reported the
+    // tile entries' reuse as hazards).
+    if (kStoreWaitLate && t128 == 0 && tma_store) store_pending = qs;
+    else if (!kEarlyQProbe || n_blocks == 0) mbarrier_arrive(&q_empty[qs]);
   }
   if (!kStoreWait && t128 == 0) tma_store_wait_all<true>();  // (the probe) shared memory outlives the stores' reads
 #endif
