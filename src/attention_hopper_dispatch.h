@@ -43,6 +43,17 @@ constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at
 // 9f9694a, two runs each; docs/ladder/attention.md).
 constexpr int kAttnHopperDeepRingUpTo = 512;
 constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHopperDeepRingStagesCausal = 3;
+// The persistent kernel's O store waited for after the next tile's first Q K^T (kStoreWaitLate),
+// so that the wait does not hold the warpgroup's next product: at head dim 128 without softcap /
+// ALiBi in every form (+1.8% at 512 and 1k keys, +0.8% at 2k-4k, causal +3.2% / +1.5% / +1.2% / +0.7%
+// at 512 / 1k / 2k / 4k), at head dim 64 on the deeper rings above kAttnHopperDeepRingUpTo keys up to
+// kAttnHopperDeepRingLateUpTo (without a mask four stages and the lag: +3.0% at 1k over the kernel
+// without the mask code on two stages; causal three stages, +0.7% at 512 and +1.4% at 1k over two)
+// and with three consumer warpgroups (causal 2k, +0.7%); not on the lagging ring at 512 keys
+// without a mask (-1.7%) (H200, 2026-11-28, 6017405; docs/ladder/attention.md).
+template <int kHeadDim, bool kScoreMod>
+constexpr bool kAttnHopperStoreWaitLate = kHeadDim == 128 && !kScoreMod;
+constexpr int kAttnHopperDeepRingLateUpTo = 1024;
 // Head dim 256 causal (the persistent kernel, 80-key blocks, up to 1k keys): each consumer warpgroup
 // on its own blocks, its last one cut to its first 32 keys where its rows see no more of it
 // (kHalfLast with kTailKeys): +1.3..+1.6% at 512 keys, +2.4..+3.0% at 1k; without a mask +0.2..+0.6%

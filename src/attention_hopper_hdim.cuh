@@ -268,9 +268,11 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 
 // The persistent kernel with the library's choices for every switch but these: kConsumers consumer
 // warpgroups on kBlockN-key blocks, the loop / tail forms kSplitTail, kNoMask, kPeelMask, kHalfLast
-// (kTailKeys), a K/V ring of kStages with a lag of kLag blocks, and the O store's wait kStoreWaitLate.
+// (kTailKeys), a K/V ring of kStages with a lag of kLag blocks, and the O store's wait kStoreWaitLate
+// (by default the library's at head dim 128, kAttnHopperStoreWaitLate).
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0, bool kSplitTail = false, bool kNoMask = false,
-          bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0, int kStages = 2, int kLag = 0, bool kStoreWaitLate = false>
+          bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0, int kStages = 2, int kLag = 0,
+          bool kStoreWaitLate = kAttnHopperStoreWaitLate<kHeadDim, kScoreMod>>
 void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
   launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), kStages,
                                 kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers, kernels::kAttnTreeReduceDefault<T, kHeadDim>,
@@ -320,10 +322,11 @@ void launch_attn_hopper_persistent_peel(const AttnFwdParams& p, DType dtype, cud
 }
 
 // Head dim 64 (two consumer warpgroups, no softcap / ALiBi) on a K/V ring of kStages, the second
-// warpgroup kLag blocks behind the first (kLag; 0: none); kNoMask as launch_attn_hopper_persistent_nomask.
-template <typename T, bool kNoMask, int kStages, int kLag>
+// warpgroup kLag blocks behind the first (kLag; 0: none); kNoMask as launch_attn_hopper_persistent_nomask;
+// the O store waited for after the next tile's first Q K^T (kStoreWaitLate) or not.
+template <typename T, bool kNoMask, int kStages, int kLag, bool kStoreWaitLate = false>
 void launch_attn_hopper_persistent_lag(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent_as<T, 64, false, 2, 0, false, kNoMask, false, false, 0, kStages, kLag>(p, dtype, stream);
+  launch_attn_hopper_persistent_as<T, 64, false, 2, 0, false, kNoMask, false, false, 0, kStages, kLag, kStoreWaitLate>(p, dtype, stream);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks), each
@@ -331,10 +334,11 @@ void launch_attn_hopper_persistent_lag(const AttnFwdParams& p, DType dtype, cuda
 // skips the tile's last block, the second takes it half): +1.7% at 2k keys causal, the library's
 // shape for it (H100, 2026-11-27, 7c55ecd and cffc2db; with two consumer warpgroups it loses 1-5% at
 // d 64 and 1.5-2.3% at d 128; docs/ladder/attention.md); with its masked blocks peeled off
-// (kPeelMask) +0.8..+1.0% more (cffc2db, b4bd2e8 twice).
+// (kPeelMask) +0.8..+1.0% more (cffc2db, b4bd2e8 twice); the O store waited for late (kStoreWaitLate).
 template <typename T>
 void launch_attn_hopper_persistent_three(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent_half<T, 64, false, 3, kAttnHopperPersistentThreeBlockN, true>(p, dtype, stream);
+  launch_attn_hopper_persistent_as<T, 64, false, 3, kAttnHopperPersistentThreeBlockN, false, false, true, true, 0, 2, 0, true>(p, dtype,
+                                                                                                                          stream);
 }
 
 template <int kHeadDim>
@@ -408,17 +412,20 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
             // Where no block needs a mask: the kernel without the mask code (kNoMask), +2.9..3.3% /
             // +4.8..4.9% at 512 / 1k keys (H100, 2026-11-27, ff6251f and 3674219, three runs; at d 128
             // within +-0.2%: docs/ladder/attention.md).
-            // Up to 512 keys a deeper K/V ring (kAttnHopperDeepRingUpTo): without a mask with the second
-            // consumer warpgroup started blocks behind the first (kLag), so that one's tile boundaries
-            // fall under the other's block loop; causal on three stages.
-            const bool deep = p.seqlen_k <= kAttnHopperDeepRingUpTo;
+            // A deeper K/V ring: without a mask with the second consumer warpgroup started blocks
+            // behind the first (kLag), so that one's tile boundaries fall under the other's block
+            // loop, up to kAttnHopperDeepRingUpTo keys, and above with the O store waited for late
+            // (kStoreWaitLate) up to kAttnHopperDeepRingLateUpTo; causal on three stages with it.
+            const bool deep = p.seqlen_k <= kAttnHopperDeepRingUpTo, deep_late = p.seqlen_k <= kAttnHopperDeepRingLateUpTo;
             if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN)) {
               if (deep)
                 return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag>(p, dtype, stream);
+              if (deep_late)
+                return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag, true>(p, dtype, stream);
               return launch_attn_hopper_persistent_nomask<T, 64>(p, dtype, stream);
             }
-            if (deep && p.window_right == 0 && p.window_left < 0)
-              return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0>(p, dtype, stream);
+            if (deep_late && p.window_right == 0 && p.window_left < 0)
+              return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0, true>(p, dtype, stream);
           }
           // Head dim 128 from 2k keys, and head dim 256: the block loop split around the masked
           // blocks (kPeelMask, kAttnHopperPeelFrom).
@@ -436,7 +443,7 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
             }
             return launch_attn_hopper_persistent_peel<T, 256, false>(p, dtype, stream);
           }
-          return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod>(p, dtype, stream);
+          return launch_attn_hopper_persistent_as<T, kHeadDim, kScoreMod>(p, dtype, stream);
         }
       // Head dim 128 over long key sequences (varlen: the longest): key blocks of 176 (as
       // FlashAttention-3), 1-3.5% faster at 8k-16k keys, 1-5% slower at 2k (interleaved timing,

@@ -349,21 +349,27 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     }
   }
   // ... with the O store's wait for its reads of the Q buffer after the next tile's first Q K^T
-  // (kStoreWaitLate, *_late): the library's forms at d 64 (up to 512 keys on a deeper ring, without a
-  // mask with a lag; at 1k without the mask code, or with it causal; three consumer warpgroups, causal
-  // 2k) and d 128 (peeled from 2k keys).
+  // (kStoreWaitLate, *_late; *_wait: at once) in the persistent forms at d 64 (the deeper rings, with a
+  // lag without a mask; three consumer warpgroups, causal 2k) and d 128 (peeled from 2k keys). The
+  // launchers through launch_attn_hopper_persistent_as take the library's choice
+  // (kAttnHopperStoreWaitLate: late at d 128 since 2026-11-28), launch_persistent at once.
   if constexpr (kD <= 128) {
     using B = __nv_bfloat16;
     const auto add = [&](const char* name, auto launch) { variants.push_back({name, [&, launch] { launch(p, DType::kBF16, h.stream()); }}); };
     add("persistent_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, false, false, 0, 2, 0, true>(a...); });
     add("persistent_peel_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, true>(a...); });
+    add("persistent_peel_wait", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, false>(a...); });
     if (!c.causal)
       add("persistent_nomask_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, true, false, false, 0, 2, 0, true>(a...); });
     if constexpr (kD == 64) {
       add("persistent_s3_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true>(a...); });
-      if (!c.causal)
+      add("persistent_s4_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 0, true>(a...); });
+      if (!c.causal) {
         add("persistent_nomask_lag3_s4_late",
             [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 3, true>(a...); });
+        add("persistent_nomask_lag2_s3_late",
+            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 3, 2, true>(a...); });
+      }
       add("persistent_3c_n96_peel_half_late",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, true>(a...); });
     }
@@ -726,9 +732,10 @@ int main(int argc, char** argv) {
   } else if (mode == "--late-wait") {  // the O store's wait after the next tile's first Q K^T, in the library's forms
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "persistent_late", "persistent_nomask",
                                           "persistent_nomask_late", "persistent_nomask_lag3_s4", "persistent_nomask_lag3_s4_late",
-                                          "persistent_s3", "persistent_s3_late", "persistent_3c_n96_peel_half",
-                                          "persistent_3c_n96_peel_half_late"};
-    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_late", "persistent_peel", "persistent_peel_late"};
+                                          "persistent_nomask_lag2_s3_late", "persistent_s3", "persistent_s3_late",
+                                          "persistent_s4_late", "persistent_3c_n96_peel_half", "persistent_3c_n96_peel_half_late"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_late", "persistent_peel_wait",
+                                           "persistent_peel_late"};
     for (bool causal : {false, true}) {
       for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);

@@ -38,9 +38,12 @@ using namespace flashlab::testing;
 // 256 on 64-key blocks with O staged in a tile of its own and Q given back after each warpgroup's
 // last Q K^T of the tile (kOwnO), without and with the masked blocks peeled off, and with each
 // warpgroup on its own blocks too (kPeelHalfOwnO; the reference: the one-CTA kernel on 64-key
-// blocks); *Stsm: O written to its tile by stmatrix.
+// blocks); *Stsm: O written to its tile by stmatrix; kLagLate / kStages3Late: kLag / kStages3 with the
+// O store waited for after the next tile's first Q K^T (kStoreWaitLate; the library's above 512 keys,
+// and causal). The other forms take the library's kStoreWaitLate (kAttnHopperStoreWaitLate: at head
+// dim 128 without softcap / ALiBi, and with three consumer warpgroups).
 enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3, kOwnO, kPeelOwnO, kPeelHalfOwnO, kPeelOwnOStsm,
-                  kPeelHalfOwnOStsm };
+                  kPeelHalfOwnOStsm, kLagLate, kStages3Late };
 bool own_o(Form form) {
   return form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO || form == Form::kPeelOwnOStsm ||
          form == Form::kPeelHalfOwnOStsm;
@@ -86,15 +89,16 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     else run_persistent_loop_form<true, true>(p, q.dtype, three);
     return;
   }
-  if (persistent && (form == Form::kLag || form == Form::kStages3)) {
+  if (persistent && (form == Form::kLag || form == Form::kStages3 || form == Form::kLagLate || form == Form::kStages3Late)) {
     ASSERT_EQ(p.headdim, 64);
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
+    constexpr int kStages = detail::kAttnHopperDeepRingStages, kLag = detail::kAttnHopperDeepRingLag,
+                  kStagesCausal = detail::kAttnHopperDeepRingStagesCausal;
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
-      if (form == Form::kLag)
-        detail::launch_attn_hopper_persistent_lag<T, true, detail::kAttnHopperDeepRingStages, detail::kAttnHopperDeepRingLag>(p, q.dtype,
-                                                                                                                   nullptr);
-      else
-        detail::launch_attn_hopper_persistent_lag<T, false, detail::kAttnHopperDeepRingStagesCausal, 0>(p, q.dtype, nullptr);
+      if (form == Form::kLag) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag>(p, q.dtype, nullptr);
+      else if (form == Form::kLagLate) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag, true>(p, q.dtype, nullptr);
+      else if (form == Form::kStages3) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0>(p, q.dtype, nullptr);
+      else detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true>(p, q.dtype, nullptr);
     });
     return;
   }
@@ -140,8 +144,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
       }
       ASSERT_NE(p.headdim, 256);
       if (persistent) {
-        if (p.headdim == 64) detail::launch_attn_hopper_persistent<T, 64, kScoreMod>(p, q.dtype, nullptr);
-        else detail::launch_attn_hopper_persistent<T, 128, kScoreMod>(p, q.dtype, nullptr);
+        if (p.headdim == 64) detail::launch_attn_hopper_persistent_as<T, 64, kScoreMod>(p, q.dtype, nullptr);
+        else detail::launch_attn_hopper_persistent_as<T, 128, kScoreMod>(p, q.dtype, nullptr);
       } else {
         if (p.headdim == 64) detail::launch_attn_hopper_variant<T, 64, kScoreMod, true, true>(p, q.dtype, nullptr);
         else detail::launch_attn_hopper_variant<T, 128, kScoreMod, true, true>(p, q.dtype, nullptr);
@@ -156,7 +160,9 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
                                       ", three K/V stages)", ", O's own staging tile)", ", masked blocks peeled, O's own staging tile)",
                                       ", masked blocks peeled, half last blocks, O's own staging tile)",
                                       ", masked blocks peeled, O's own staging tile by stmatrix)",
-                                      ", masked blocks peeled, half last blocks, O's own staging tile by stmatrix)"};
+                                      ", masked blocks peeled, half last blocks, O's own staging tile by stmatrix)",
+                                      ", without masks, lagging warpgroup, O store waited for late)",
+                                      ", three K/V stages, O store waited for late)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
                                                      << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
@@ -348,25 +354,29 @@ TEST(AttentionPersistent, HalfLastSameAsRung4) {
   for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng, false, Form::kPeelHalf);
 }
 
-// Head dim 64's deeper K/V rings (the library's up to kAttnHopperDeepRingUpTo keys): without a mask
-// with the second consumer warpgroup started blocks behind the first (kLag: many tiles per CTA; one
-// tile, and one key block, per CTA, where the first warpgroup lets the second start at the end of
-// its walk), and with the mask code on three stages (every plain case: causal, seqlen_q > seqlen_k,
-// windows, ragged keys, varlen); bit for bit as the one-CTA kernel.
+// Head dim 64's deeper K/V rings (the library's up to kAttnHopperDeepRingLateUpTo keys): without a
+// mask with the second consumer warpgroup started blocks behind the first (kLag: many tiles per CTA;
+// one tile, and one key block, per CTA, where the first warpgroup lets the second start at the end
+// of its walk), and with the mask code on three stages (every plain case: causal, seqlen_q >
+// seqlen_k, windows, ragged keys, varlen), each with the O store waited for at once and late
+// (kStoreWaitLate: tiles without keys between tiles with keys, varlen tiles by copy, walks of one
+// tile); bit for bit as the one-CTA kernel.
 TEST(AttentionPersistent, DeepRingSameAsRung4) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
   std::mt19937_64 rng(2031);
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    check_same_as_rung4(dt, fixed(8, 512, 512, 8, 8, 64), rng, false, Form::kLag);  // 256 tiles, 4 blocks each
-    check_same_as_rung4(dt, fixed(8, 1000, 1024, 8, 8, 64), rng, false, Form::kLag);
-    check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, 64), rng, false, Form::kLag);
-    check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, 64), rng, false, Form::kLag);  // one key block
-    check_same_as_rung4(dt, fixed(1, 100, 256, 1, 1, 64), rng, false, Form::kLag);  // one tile: one CTA
-    // Tiles of two blocks, several a CTA: the first warpgroup lets the second start at its second tile.
-    check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, Form::kLag);
-    check_plain_cases(dt, 64, 512, rng, false, Form::kStages3);
-  }
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (bool late : {false, true}) {
+      const Form lag = late ? Form::kLagLate : Form::kLag;
+      check_same_as_rung4(dt, fixed(8, 512, 512, 8, 8, 64), rng, false, lag);  // 256 tiles, 4 blocks each
+      check_same_as_rung4(dt, fixed(8, 1000, 1024, 8, 8, 64), rng, false, lag);
+      check_same_as_rung4(dt, fixed(2, 300, 384, 6, 2, 64), rng, false, lag);
+      check_same_as_rung4(dt, fixed(3, 130, 128, 4, 1, 64), rng, false, lag);  // one key block
+      check_same_as_rung4(dt, fixed(1, 100, 256, 1, 1, 64), rng, false, lag);  // one tile: one CTA
+      // Tiles of two blocks, several a CTA: the first warpgroup lets the second start at its second tile.
+      check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, lag);
+      check_plain_cases(dt, 64, 512, rng, false, late ? Form::kStages3Late : Form::kStages3);
+    }
 }
 
 // Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
