@@ -50,7 +50,9 @@
 // --store-probe: the persistent kernels at d 64 and 128 (512..2k) against probes without the
 // epilogue's wait for the TMA store's reads (timing only).
 // --late-wait: the library's persistent forms at d 64 (512..2k) and 128 (512..4k) with that wait after
-// the next tile's first Q K^T (*_late, kStoreWaitLate), causal and not.
+// the next tile's first Q K^T (*_late, kStoreWaitLate), causal and not. --late-wait2: those with O to
+// its staging tile by stmatrix (*_stsm), with pingpong turns (d 64), on four stages with a lag of one
+// block (d 64): d 64 causal 512..1k, d 128 512..1k.
 // --tail: the persistent kernels without a mask with and without their last tiles split along the
 // keys (persistent_tail*, kSplitTail), and the split's kernel never splitting
 // (persistent_tail_kernel_unsplit), d 64 512..1k, d 128 512..4k, d 256 512.
@@ -72,7 +74,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --late-wait | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --late-wait | --late-wait2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -359,6 +361,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     add("persistent_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, false, false, 0, 2, 0, true>(a...); });
     add("persistent_peel_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, true>(a...); });
     add("persistent_peel_wait", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, false>(a...); });
+    if constexpr (kD == 128)
+      variants.push_back({"persistent_late_stsm", [&] {
+                            launch_persistent<128, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<B, 128>, 2,
+                                              kernels::kAttnTreeReduceDefault<B, 128>, true, true, false, false, false, false, false, false,
+                                              false, false, 0, 0, false, true, true>(p, h.stream());
+                          }});
     if (!c.causal)
       add("persistent_nomask_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, true, false, false, 0, 2, 0, true>(a...); });
     if constexpr (kD == 64) {
@@ -370,6 +378,19 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         add("persistent_nomask_lag2_s3_late",
             [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 3, 2, true>(a...); });
       }
+      // ... and with O written to its staging tile by stmatrix (_stsm), pingpong turns (_pingpong), or
+      // on four stages with the second warpgroup a block behind (lag1_s4), causal and not.
+      variants.push_back({"persistent_s3_late_stsm", [&] {
+                            launch_persistent<64, 0, true, true, 3, kernels::kAttnLazyRescaleDefault<B, 64>, 2,
+                                              kernels::kAttnTreeReduceDefault<B, 64>, false, true, false, false, false, false, false, false,
+                                              false, false, 0, 0, false, true, true>(p, h.stream());
+                          }});
+      variants.push_back({"persistent_s3_late_pingpong", [&] {
+                            launch_persistent<64, 0, true, true, 3, kernels::kAttnLazyRescaleDefault<B, 64>, 2,
+                                              kernels::kAttnTreeReduceDefault<B, 64>, true, true, false, false, false, false, false, false,
+                                              false, false, 0, 0, false, false, true>(p, h.stream());
+                          }});
+      add("persistent_lag1_s4_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 1, true>(a...); });
       add("persistent_3c_n96_peel_half_late",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, true>(a...); });
     }
@@ -740,6 +761,15 @@ int main(int argc, char** argv) {
       for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--late-wait2") {  // the late forms with stmatrix, turns, a lag: d 64 causal, d 128 512..1k
+    const std::vector<std::string> d64 = {"rung4_library", "persistent_s3_late", "persistent_s3_late_stsm", "persistent_s3_late_pingpong",
+                                          "persistent_lag1_s4_late", "persistent_s4_late"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent", "persistent_late", "persistent_late_stsm"};
+    for (bool causal : {true, false}) {
+      if (causal)
+        for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
   } else if (mode == "--two-ctas") {  // one consumer warpgroup, two CTAs an SM, against the library
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "3_consumers", "2ctas", "2ctas_n192"};
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "pingpong+overlap", "2ctas_n64", "2ctas_n80"};
@@ -849,7 +879,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }
