@@ -45,12 +45,14 @@ constexpr int kAttnHopperDeepRingUpTo = 512;
 constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHopperDeepRingStagesCausal = 3;
 // The persistent kernel's O store waited for after the next tile's first Q K^T (kStoreWaitLate),
 // so that the wait does not hold the warpgroup's next product: at head dim 128 without softcap /
-// ALiBi in every form (+1.8% at 512 and 1k keys, +0.8% at 2k-4k, causal +3.2% / +1.5% / +1.2% / +0.7%
-// at 512 / 1k / 2k / 4k), at head dim 64 on the deeper rings above kAttnHopperDeepRingUpTo keys up to
-// kAttnHopperDeepRingLateUpTo (without a mask four stages and the lag: +3.0% at 1k over the kernel
-// without the mask code on two stages; causal three stages, +0.7% at 512 and +1.4% at 1k over two)
-// and with three consumer warpgroups (causal 2k, +0.7%); not on the lagging ring at 512 keys
-// without a mask (-1.7%) (H200, 2026-11-28, 6017405; docs/ladder/attention.md).
+// ALiBi in every form (+1.6..+2.2% at 512 and 1k keys, +0.5..+1.2% at 2k-4k, causal +1.5..+3.9% at
+// 512-1k), at head dim 64 on the deeper rings above kAttnHopperDeepRingUpTo keys up to
+// kAttnHopperDeepRingLateUpTo (without a mask four stages and the lag: +3% at 1k over the kernel
+// without the mask code on two stages) and causal from the first key (three stages: +0.4..+0.7% at
+// 512 over three without it, +1.2..+1.4% at 1k over two), and with three consumer warpgroups
+// (causal 2k, +0.7..+0.8%); not on the lagging ring at 512 keys without a mask (-1.7%) (H200,
+// 2026-11-28, 6017405 and 52f301c, three runs; d 128 again on an H100, b0056cb, two runs;
+// docs/ladder/attention.md).
 template <int kHeadDim, bool kScoreMod>
 constexpr bool kAttnHopperStoreWaitLate = kHeadDim == 128 && !kScoreMod;
 constexpr int kAttnHopperDeepRingLateUpTo = 1024;
