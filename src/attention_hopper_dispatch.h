@@ -104,6 +104,20 @@ constexpr AttnSplitTail attn_hopper_split_tail(long long tiles, int sms, int n_b
   return {static_cast<int>(tiles - left), static_cast<int>(k)};
 }
 
+// The persistent kernel's walk with a right mask edge (causal, a right window: a (batch, head) pair's
+// tiles grow with their query block): its last pairs' tiles in rounds of one query block each, from
+// the last down (HopperAttnArgs::tail_heads), so that the walk ends with short tiles instead of one
+// pair's longest. As many pairs as the CTAs, and as leave their keys and values (kv_bytes a pair) in
+// kAttnHopperTailL2Bytes of L2, where each round reads them again; 0 without a right edge.
+constexpr long long kAttnHopperTailL2Bytes = 24ll << 20;
+constexpr int attn_hopper_tail_heads(int window_right, long long kv_bytes, int ctas, long long pairs) {
+  if (window_right < 0 || kv_bytes <= 0 || ctas <= 0 || pairs <= 0) return 0;
+  long long g = kAttnHopperTailL2Bytes / kv_bytes;
+  if (g > ctas) g = ctas;
+  if (g > pairs) g = pairs;
+  return g < 1 ? 1 : static_cast<int>(g);
+}
+
 // The persistent kernel's split of its last tiles (kSplitTail, kernels/attention/
 // 04_hopper_persistent.cuh): `tiles` equal tiles of n_blocks key blocks each (no mask, fixed
 // lengths) drawn in order by `sms` CTAs; after tiles / sms full rounds (at least one) the last

@@ -214,7 +214,8 @@ constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 // min(work items, SMs) CTAs. kSplitTail (no mask, fixed lengths: the caller's choice): the last
 // tiles split along the keys where attn_hopper_persistent_split_tail (with split_min_saving >= 0) says,
 // their parts' fp32 rows in the stream's workspace; under CUDA-graph capture only into workspaces
-// that hold them already, else unsplit.
+// that hold them already, else unsplit. tail_heads: the walk's tail (HopperAttnArgs; -1: the
+// library's, attn_hopper_tail_heads).
 template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarryTurns = true,
           bool kSharedTile = (kHeadDim < 128 || !kScoreMod), int kStages = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, int kConsumers = 2,
@@ -223,7 +224,8 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false,
           bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0, int kTailKeys = 0, bool kOwnO = false,
           bool kStmatrix = (kLag > 0), bool kStoreWaitLate = false>
-void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
+void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01,
+                                   int tail_heads = -1) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma, kOwnO>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
   const int64_t tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
@@ -242,7 +244,9 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
     if (split.splits == 1 && split_min_saving >= 0)
       return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
                                            kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
-                                           kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate>(p, dtype, stream);
+                                           kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate>(p, dtype, stream,
+                                                                                                                    split_min_saving,
+                                                                                                                    tail_heads);
   }
   const int64_t units = split_tiles() * split.splits;
   void* parts = nullptr;
@@ -254,6 +258,10 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   FLASHLAB_CHECK(items <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 work items, got ", items);
   args.split_from = split.splits > 1 ? split.from : n_tiles;
   args.splits = split.splits;
+  const int64_t pairs = static_cast<int64_t>(p.nheads) * p.batch;
+  const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * kHeadDim * 2 * dtype_size(dtype);  // a pair's K and V
+  args.tail_heads = tail_heads >= 0 ? static_cast<int>(std::min<int64_t>(tail_heads, pairs))
+                                    : attn_hopper_tail_heads(p.window_right, kv_bytes, sm_count(), pairs);
   args.part_o = static_cast<float*>(parts);
   args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + units * Tr::kBlockM * kHeadDim * 4) : nullptr;
   auto* counters = static_cast<int*>(workspace(stream, counter_bytes(), Workspace::kCounters));
@@ -273,12 +281,13 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0, bool kSplitTail = false, bool kNoMask = false,
           bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0, int kStages = 2, int kLag = 0,
           bool kStoreWaitLate = kAttnHopperStoreWaitLate<kHeadDim, kScoreMod>>
-void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01) {
+void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01,
+                                      int tail_heads = -1) {
   launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), kStages,
                                 kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers, kernels::kAttnTreeReduceDefault<T, kHeadDim>,
                                 kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, true, false, false, false, false, kSplitTail,
                                 kNoMask, kPeelMask, kHalfLast, kLag, kTailKeys, false, (kLag > 0), kStoreWaitLate>(p, dtype, stream,
-                                                                                                                  split_min_saving);
+                                                                                                                  split_min_saving, tail_heads);
 }
 
 // Each consumer warpgroup on its own blocks of the tile, a half last block where its rows see only
@@ -294,10 +303,11 @@ void launch_attn_hopper_persistent_half(const AttnFwdParams& p, DType dtype, cud
 // around the masked blocks (kPeelMask) or not, each warpgroup on its own blocks (kHalfLast) or not, O
 // written to its tile by stmatrix (kStmatrix) or by 4-byte stores.
 template <typename T, bool kPeelMask, bool kHalfLast = false, bool kStmatrix = false>
-void launch_attn_hopper_persistent_own_o(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+void launch_attn_hopper_persistent_own_o(const AttnFwdParams& p, DType dtype, cudaStream_t stream, int tail_heads = -1) {
   launch_attn_hopper_persistent<T, 256, false, 64, true, true, 2, kernels::kAttnLazyRescaleDefault<T, 256>, 2,
                                 kernels::kAttnTreeReduceDefault<T, 256>, kernels::kAttnPersistentPingpongDefault<256, 2>, true, false,
-                                false, false, false, false, false, kPeelMask, kHalfLast, 0, 0, true, kStmatrix>(p, dtype, stream);
+                                false, false, false, false, false, kPeelMask, kHalfLast, 0, 0, true, kStmatrix>(p, dtype, stream, 0.01,
+                                                                                                               tail_heads);
 }
 
 // Its last tiles split (kSplitTail; no mask, fixed lengths): measured slower than without the

@@ -53,6 +53,9 @@
 // the next tile's first Q K^T (*_late, kStoreWaitLate), causal and not. --late-wait2: those with O to
 // its staging tile by stmatrix (*_stsm), with pingpong turns (d 64), on four stages with a lag of one
 // block (d 64): d 64 causal 512..1k, d 128 512..1k.
+// --tail-order: causal, the library's persistent forms with the walk's last G (batch, head) pairs in
+// rounds of one query block each (tail*, HopperAttnArgs::tail_heads), d 64 512..2k, d 128 512..4k,
+// d 256 512..1k.
 // --tail: the persistent kernels without a mask with and without their last tiles split along the
 // keys (persistent_tail*, kSplitTail), and the split's kernel never splitting
 // (persistent_tail_kernel_unsplit), d 64 512..1k, d 128 512..4k, d 256 512.
@@ -74,7 +77,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --late-wait | --late-wait2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --late-wait | --late-wait2 | --tail-order | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -394,6 +397,34 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       add("persistent_3c_n96_peel_half_late",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, true>(a...); });
     }
+  }
+  // ... the library's causal form for this shape with the walk's last G (batch, head) pairs in rounds
+  // of one query block each, from the last down (HopperAttnArgs::tail_heads; tail_lib: the library's
+  // G, attn_hopper_tail_heads; tail0: the grid's order throughout).
+  if (c.causal) {
+    using B = __nv_bfloat16;
+    const auto causal_form = [&, s = c.seqlen](int g) {
+      if constexpr (kD == 64) {
+        if (s > detail::kAttnHopperPersistentThreeAboveCausal)
+          detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, true>(p, DType::kBF16, h.stream(),
+                                                                                                                 0.01, g);
+        else
+          detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true>(p, DType::kBF16, h.stream(),
+                                                                                                                  0.01, g);
+      } else if constexpr (kD == 128) {
+        if (s >= detail::kAttnHopperPeelFrom)
+          detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, true>(p, DType::kBF16, h.stream(), 0.01, g);
+        else
+          detail::launch_attn_hopper_persistent_as<B, 128, false>(p, DType::kBF16, h.stream(), 0.01, g);
+      } else if constexpr (kD == 256) {
+        detail::launch_attn_hopper_persistent_own_o<B, true, true>(p, DType::kBF16, h.stream(), g);
+      }
+    };
+    variants.push_back({"tail_lib", [causal_form] { causal_form(-1); }});
+    variants.push_back({"tail0", [causal_form] { causal_form(0); }});
+    variants.push_back({"tail16", [causal_form] { causal_form(16); }});
+    variants.push_back({"tail32", [causal_form] { causal_form(32); }});
+    variants.push_back({"tail132", [causal_form] { causal_form(132); }});
   }
   // ... at d 256 (80-key blocks) with each warpgroup's last block cut to its first 32 / 48 / 64 keys
   // where its rows see no more of it (kHalfLast with kTailKeys; 512 keys end 32 keys into the 7th
@@ -770,6 +801,11 @@ int main(int argc, char** argv) {
         for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--tail-order") {  // causal: the walk's last pairs in rounds of one query block
+    const std::vector<std::string> names = {"rung4_library", "tail0", "tail_lib", "tail16", "tail32", "tail132"};
+    for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, names);
+    for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, names);
+    for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, true}, all_ok, names);
   } else if (mode == "--two-ctas") {  // one consumer warpgroup, two CTAs an SM, against the library
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "3_consumers", "2ctas", "2ctas_n192"};
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "pingpong+overlap", "2ctas_n64", "2ctas_n80"};
@@ -879,7 +915,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --tail-order, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

@@ -237,6 +237,9 @@ struct HopperAttnArgs {
   int split_from, splits;
   float* part_o;
   float* part_lse;
+  // The persistent kernel's walk (hopper_attn_walk_tile): its last tail_heads (batch, head) pairs in
+  // rounds of one query block each, from the last block down; 0: the grid's order throughout.
+  int tail_heads;
 };
 
 // Tile `tile` of the grid (attn_hopper_kernel's order: query blocks fastest, from the last one
@@ -247,6 +250,19 @@ struct HopperAttnTile {
 __device__ __forceinline__ HopperAttnTile hopper_attn_tile(int tile, int m_blocks, int nheads) {
   const int hb = static_cast<int>(static_cast<unsigned>(tile) / static_cast<unsigned>(m_blocks));
   return {hb % nheads, hb / nheads, m_blocks - 1 - static_cast<int>(static_cast<unsigned>(tile) % static_cast<unsigned>(m_blocks))};
+}
+
+// Tile `tile` of the persistent kernel's walk over `pairs` (batch, head) pairs: the grid's order
+// (hopper_attn_tile), but the last tail_heads pairs' tiles come in rounds of one query block each,
+// from the last block down, every pair of the tail in turn: with a mask whose rows see more keys the
+// later they lie (causal), a pair's tiles shorten as its query block falls, so the walk ends with
+// the tail's shortest tiles rather than with one pair's longest, which would leave the other SMs idle.
+__device__ __forceinline__ HopperAttnTile hopper_attn_walk_tile(int tile, int m_blocks, int nheads, int pairs, int tail_heads) {
+  const int tail_from = (pairs - tail_heads) * m_blocks;  // the tail's first tile
+  if (tail_heads <= 0 || tile < tail_from) return hopper_attn_tile(tile, m_blocks, nheads);
+  const unsigned r = static_cast<unsigned>(tile - tail_from), g = static_cast<unsigned>(tail_heads);
+  const int hb = pairs - tail_heads + static_cast<int>(r % g);
+  return {hb % nheads, hb / nheads, m_blocks - 1 - static_cast<int>(r / g)};
 }
 
 // Byte offset of element (row, col) of a k-step-major V tile (HopperAttnArgs::v_step_major): 16
@@ -1174,7 +1190,7 @@ template <int kHeadDim, int kBlockM, int kMaxSplits, int kCols, typename To>
 __device__ __forceinline__ void hopper_attn_merge_row(const HopperAttnArgs& args, int ti, int row, int c0, bool lse_too) {
   static_assert(kCols % 8 == 0, "8 columns (two float4 per part) a step");
   const AttnFwdParams& p = args.p;
-  const HopperAttnTile tc = hopper_attn_tile(args.split_from + ti, args.m_blocks, p.nheads);
+  const HopperAttnTile tc = hopper_attn_walk_tile(args.split_from + ti, args.m_blocks, p.nheads, p.nheads * p.batch, args.tail_heads);
   const int i = tc.mb * kBlockM + row;
   if (i >= p.seqlen_q) return;
   const int64_t first = static_cast<int64_t>(ti) * args.splits * kBlockM + row;  // part 0's row; part s: + s kBlockM

@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const AttnFwdParams& p = args.p;
   const bool varlen = !kNoMask && p.cu_seqlens_q != nullptr;  // kNoMask: fixed lengths
 
-  // Work item `item`: tile `item` in the library's grid order (hopper_attn_tile), or with kSplitTail
+  // Work item `item`: tile `item` of the walk (hopper_attn_walk_tile), or with kSplitTail
   // from args.split_from on a part of a tile (unit >= 0: its rows of part_o / part_lse). False for
   // a tile past its batch's rows (varlen).
   struct Tile {
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         w.unit = item - args.split_from;
         tile = args.split_from + w.unit / args.splits, part = w.unit % args.splits;
       }
-    const HopperAttnTile tc = hopper_attn_tile(tile, args.m_blocks, p.nheads);
+    const HopperAttnTile tc = hopper_attn_walk_tile(tile, args.m_blocks, p.nheads, p.nheads * p.batch, args.tail_heads);
     w.h = tc.h, w.b = tc.b, w.m0 = tc.mb * kM;
     w.sb = attn_batch(p, w.b);
     if (w.m0 >= w.sb.sq) return false;

@@ -41,9 +41,12 @@ using namespace flashlab::testing;
 // blocks); *Stsm: O written to its tile by stmatrix; kLagLate / kStages3Late: kLag / kStages3 with the
 // O store waited for after the next tile's first Q K^T (kStoreWaitLate; the library's above 512 keys,
 // and causal). The other forms take the library's kStoreWaitLate (kAttnHopperStoreWaitLate: at head
-// dim 128 without softcap / ALiBi, and with three consumer warpgroups).
+// dim 128 without softcap / ALiBi, and with three consumer warpgroups). kTail3: the default form with the
+// walk's last three (batch, head) pairs in rounds of one query block (HopperAttnArgs::tail_heads; the
+// other forms take the library's tail: with a right mask edge as many pairs as attn_hopper_tail_heads
+// gives).
 enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3, kOwnO, kPeelOwnO, kPeelHalfOwnO, kPeelOwnOStsm,
-                  kPeelHalfOwnOStsm, kLagLate, kStages3Late };
+                  kPeelHalfOwnOStsm, kLagLate, kStages3Late, kTail3 };
 bool own_o(Form form) {
   return form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO || form == Form::kPeelOwnOStsm ||
          form == Form::kPeelHalfOwnOStsm;
@@ -133,19 +136,20 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     });
     return;
   }
+  const int tail = form == Form::kTail3 ? 3 : -1;
   HALF_DTYPE_SWITCH(q.dtype, T, [&] {
     BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
       if constexpr (!kScoreMod) {  // head dim 256: without softcap / ALiBi (the library's reach)
         if (p.headdim == 256) {
-          if (persistent) detail::launch_attn_hopper_persistent<T, 256, false>(p, q.dtype, nullptr);
+          if (persistent) detail::launch_attn_hopper_persistent<T, 256, false>(p, q.dtype, nullptr, 0.01, tail);
           else detail::launch_attn_hopper_variant<T, 256, false, true, true>(p, q.dtype, nullptr);
           return;
         }
       }
       ASSERT_NE(p.headdim, 256);
       if (persistent) {
-        if (p.headdim == 64) detail::launch_attn_hopper_persistent_as<T, 64, kScoreMod>(p, q.dtype, nullptr);
-        else detail::launch_attn_hopper_persistent_as<T, 128, kScoreMod>(p, q.dtype, nullptr);
+        if (p.headdim == 64) detail::launch_attn_hopper_persistent_as<T, 64, kScoreMod>(p, q.dtype, nullptr, 0.01, tail);
+        else detail::launch_attn_hopper_persistent_as<T, 128, kScoreMod>(p, q.dtype, nullptr, 0.01, tail);
       } else {
         if (p.headdim == 64) detail::launch_attn_hopper_variant<T, 64, kScoreMod, true, true>(p, q.dtype, nullptr);
         else detail::launch_attn_hopper_variant<T, 128, kScoreMod, true, true>(p, q.dtype, nullptr);
@@ -162,7 +166,8 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
                                       ", masked blocks peeled, O's own staging tile by stmatrix)",
                                       ", masked blocks peeled, half last blocks, O's own staging tile by stmatrix)",
                                       ", without masks, lagging warpgroup, O store waited for late)",
-                                      ", three K/V stages, O store waited for late)"};
+                                      ", three K/V stages, O store waited for late)",
+                                      ", the last three (batch, head) pairs in rounds of one query block)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
                                                      << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
@@ -376,6 +381,22 @@ TEST(AttentionPersistent, DeepRingSameAsRung4) {
       // Tiles of two blocks, several a CTA: the first warpgroup lets the second start at its second tile.
       check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, lag);
       check_plain_cases(dt, 64, 512, rng, false, late ? Form::kStages3Late : Form::kStages3);
+    }
+}
+
+// The walk's tail (HopperAttnArgs::tail_heads) of three (batch, head) pairs, fewer than the walk's, so
+// that the tail begins mid-walk: every plain case (causal and not, seqlen_q > seqlen_k with tiles of no
+// key, windows, ragged keys, varlen with tiles past a sequence's rows) at head dims 64, 128 and 256,
+// and softcap / ALiBi at 64 and 128; bit for bit as the one-CTA kernel (out and lse poisoned: a tile
+// the walk skipped would leave NaN).
+TEST(AttentionPersistent, TailOrderSameAsRung4) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(2033);
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (int64_t d : {64, 128, 256}) {
+      check_plain_cases(dt, d, 512, rng, false, Form::kTail3);
+      if (d != 256) check_score_mod_cases(dt, d, rng, Form::kTail3);
     }
 }
 
