@@ -107,12 +107,18 @@ constexpr AttnSplitTail attn_hopper_split_tail(long long tiles, int sms, int n_b
 // The persistent kernel's walk with a right mask edge (causal, a right window: a (batch, head) pair's
 // tiles grow with their query block): its last pairs' tiles in rounds of one query block each, from
 // the last down (HopperAttnArgs::tail_heads), so that the walk ends with short tiles instead of one
-// pair's longest. As many pairs as the CTAs, and as leave their keys and values (kv_bytes a pair) in
-// kAttnHopperTailL2Bytes of L2, where each round reads them again; 0 without a right edge.
-constexpr long long kAttnHopperTailL2Bytes = 24ll << 20;
+// pair's longest. As many pairs as leave their keys and values (kv_bytes a pair) in
+// kAttnHopperTailL2Bytes of L2, where each round reads them again, at most kAttnHopperTailMax and the
+// CTAs; 0 without a right edge. Measured (causal, H100, 2026-11-28, 6d32805; docs/ladder/attention.md):
+// against the grid's order +1..+2% at 512 keys, +2..+4% at 1k, +3..+6% at 2k-4k with 16-32 pairs;
+// 96-132 pairs at 512-1k keys lost up to 6% (the CTAs at work then read many pairs' keys at once),
+// and footprints of 64 MB lost 9% at d 128 4k.
+constexpr long long kAttnHopperTailL2Bytes = 16ll << 20;
+constexpr int kAttnHopperTailMax = 32;
 constexpr int attn_hopper_tail_heads(int window_right, long long kv_bytes, int ctas, long long pairs) {
   if (window_right < 0 || kv_bytes <= 0 || ctas <= 0 || pairs <= 0) return 0;
   long long g = kAttnHopperTailL2Bytes / kv_bytes;
+  if (g > kAttnHopperTailMax) g = kAttnHopperTailMax;
   if (g > ctas) g = ctas;
   if (g > pairs) g = pairs;
   return g < 1 ? 1 : static_cast<int>(g);

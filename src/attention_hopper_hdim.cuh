@@ -152,7 +152,7 @@ template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverla
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
           bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
-void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true) {
+void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true, int tail_heads = -1) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
@@ -181,6 +181,15 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   args.splits = split.splits;
   args.part_o = static_cast<float*>(parts);
   args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + part_o_bytes) : nullptr;
+  // The grid's tail in rounds of one query block (HopperAttnArgs::tail_heads; -1: the library's,
+  // attn_hopper_tail_heads over the CTAs resident at once), not with kSplitTail (its split tiles are the
+  // grid's last, of equal length) or paged.
+  if (!kSplitTail && !kPaged) {
+    const int64_t pairs = static_cast<int64_t>(p.nheads) * p.batch;
+    const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * kHeadDim * 2 * dtype_size(dtype);  // a pair's K and V
+    args.tail_heads = tail_heads >= 0 ? static_cast<int>(std::min<int64_t>(tail_heads, pairs))
+                                      : attn_hopper_tail_heads(p.window_right, kv_bytes, sm_count() * Tr::kCtasPerSm, pairs);
+  }
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
                                                    kSumByMma, kSplitTail, kFp8VtPass, kNoMask>;

@@ -55,7 +55,9 @@
 // block (d 64): d 64 causal 512..1k, d 128 512..1k.
 // --tail-order: causal, the library's persistent forms with the walk's last G (batch, head) pairs in
 // rounds of one query block each (tail*, HopperAttnArgs::tail_heads), d 64 512..2k, d 128 512..4k,
-// d 256 512..1k.
+// d 256 512..1k. --tail-order2: the tails of 8 and 32 pairs and the library's, causal, in the persistent
+// forms (d 64 512..2k, d 128 512..4k, d 256 512..1k) and the one-CTA kernels above them (d 64 4k..8k,
+// d 128 8k..16k, d 256 2k..4k; onecta_tail*).
 // --tail: the persistent kernels without a mask with and without their last tiles split along the
 // keys (persistent_tail*, kSplitTail), and the split's kernel never splitting
 // (persistent_tail_kernel_unsplit), d 64 512..1k, d 128 512..4k, d 256 512.
@@ -77,7 +79,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --late-wait | --late-wait2 | --tail-order | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --late-wait | --late-wait2 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -422,9 +424,27 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     };
     variants.push_back({"tail_lib", [causal_form] { causal_form(-1); }});
     variants.push_back({"tail0", [causal_form] { causal_form(0); }});
+    variants.push_back({"tail8", [causal_form] { causal_form(8); }});
     variants.push_back({"tail16", [causal_form] { causal_form(16); }});
     variants.push_back({"tail32", [causal_form] { causal_form(32); }});
     variants.push_back({"tail132", [causal_form] { causal_form(132); }});
+    // ... and the one-CTA kernels the library takes above the persistent kernel's reach (d 64: three
+    // consumer warpgroups; d 128: 176-key blocks from 8k; d 256: 80-key blocks), the grid's last G pairs
+    // in rounds of one query block (onecta_tail*; the grid's order: onecta_tail0).
+    const auto one_cta_form = [&](int g) {
+      if constexpr (kD == 64)
+        detail::launch_attn_hopper_variant<B, 64, false, true, true, 0, false, false, true, false, 3,
+                                           kernels::kAttnLazyRescaleDefault<B, 64>, kernels::kAttnTreeReduceDefault<B, 64>, true, false,
+                                           false>(p, DType::kBF16, h.stream(), true, g);
+      else if constexpr (kD == 128)
+        detail::launch_attn_hopper_variant<B, 128, false, true, true, 176>(p, DType::kBF16, h.stream(), true, g);
+      else
+        detail::launch_attn_hopper_variant<B, kD, false, true, true>(p, DType::kBF16, h.stream(), true, g);
+    };
+    variants.push_back({"onecta_tail_lib", [one_cta_form] { one_cta_form(-1); }});
+    variants.push_back({"onecta_tail0", [one_cta_form] { one_cta_form(0); }});
+    variants.push_back({"onecta_tail8", [one_cta_form] { one_cta_form(8); }});
+    variants.push_back({"onecta_tail32", [one_cta_form] { one_cta_form(32); }});
   }
   // ... at d 256 (80-key blocks) with each warpgroup's last block cut to its first 32 / 48 / 64 keys
   // where its rows see no more of it (kHalfLast with kTailKeys; 512 keys end 32 keys into the 7th
@@ -628,7 +648,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
         name.find("_sum") != std::string::npos ||
-        name == "rung4_library";  // the library may take any of the kernels
+        name == "rung4_library" || name.rfind("tail", 0) == 0 || name.rfind("onecta_tail", 0) == 0;  // the library's forms: any kernel
     const bool probe = name.rfind("probe_", 0) == 0;  // timing only: its output may be wrong
     const bool ok = probe || (nans == 0 && rel <= (other_order ? 1.0 / 64 : 1.0 / 256));
     all_ok &= ok;
@@ -806,6 +826,15 @@ int main(int argc, char** argv) {
     for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, names);
     for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, names);
     for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, true}, all_ok, names);
+  } else if (mode == "--tail-order2") {  // causal: the tail at 8 / 32 pairs and the library's, persistent and one-CTA kernels
+    const std::vector<std::string> names = {"rung4_library", "tail0", "tail_lib", "tail8", "tail32"};
+    const std::vector<std::string> one_cta = {"rung4_library", "onecta_tail0", "onecta_tail_lib", "onecta_tail8", "onecta_tail32"};
+    for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, names);
+    for (int64_t s : swept({4096, 8192})) run_config<64>(h, {s, 64, true}, all_ok, one_cta);
+    for (int64_t s : swept({512, 1024, 2048, 4096})) run_config<128>(h, {s, 128, true}, all_ok, names);
+    for (int64_t s : swept({8192, 16384})) run_config<128>(h, {s, 128, true}, all_ok, one_cta);
+    for (int64_t s : swept({512, 1024})) run_config<256>(h, {s, 256, true}, all_ok, names);
+    for (int64_t s : swept({2048, 4096})) run_config<256>(h, {s, 256, true}, all_ok, one_cta);
   } else if (mode == "--two-ctas") {  // one consumer warpgroup, two CTAs an SM, against the library
     const std::vector<std::string> d64 = {"rung4_library", "persistent", "3_consumers", "2ctas", "2ctas_n192"};
     const std::vector<std::string> d128 = {"rung4_library", "persistent", "pingpong+overlap", "2ctas_n64", "2ctas_n80"};
@@ -915,7 +944,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --tail-order, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

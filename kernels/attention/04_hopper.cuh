@@ -785,13 +785,14 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
 
   // Work: query blocks fastest, from the last one down (causal: the longest first), then heads,
   // then batches. CTAs running at once share their heads' K and V in L2, and the query heads of
-  // a GQA group (adjacent heads) follow each other. kSplitTail: the CTAs from split_from on are
-  // parts of the tiles from split_from on (HopperAttnArgs).
+  // a GQA group (adjacent heads) follow each other; the last args.tail_heads (batch, head) pairs in
+  // rounds of one query block (hopper_attn_walk_tile), so that the grid ends with short causal tiles.
+  // kSplitTail: the CTAs from split_from on are parts of the tiles from split_from on (HopperAttnArgs).
   const bool split = kSplitTail && static_cast<int>(blockIdx.x) >= args.split_from;
   const int unit = split ? static_cast<int>(blockIdx.x) - args.split_from : 0;
   const int tile = split ? args.split_from + unit / args.splits : static_cast<int>(blockIdx.x);
   const int part = split ? unit % args.splits : 0;
-  const HopperAttnTile tc = hopper_attn_tile(tile, args.m_blocks, p.nheads);
+  const HopperAttnTile tc = hopper_attn_walk_tile(tile, args.m_blocks, p.nheads, p.nheads * p.batch, args.tail_heads);
   const int h = tc.h, b = tc.b, m0 = tc.mb * kM;
   const AttnBatch sb = attn_batch<kPaged>(p, b);
   if (m0 >= sb.sq) return;  // varlen: this batch has fewer rows (the whole CTA leaves)

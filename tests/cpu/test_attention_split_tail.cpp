@@ -90,19 +90,21 @@ TEST(AttentionSplitTail, PersistentParts) {
   expect_persistent(100, 0, 8, {0, 1});
 }
 
-// The persistent walk's tail (attn_hopper_tail_heads): none without a right mask edge; with one, as
-// many (batch, head) pairs as the CTAs, as leave their keys and values in kAttnHopperTailL2Bytes, and
-// as there are; at least one.
+// The walk's tail (attn_hopper_tail_heads): none without a right mask edge; with one, as many (batch,
+// head) pairs as leave their keys and values in kAttnHopperTailL2Bytes (16 MB), at most
+// kAttnHopperTailMax (32), the CTAs and the pairs there are; at least one.
 TEST(AttentionSplitTail, WalkTailPairs) {
   using detail::attn_hopper_tail_heads;
   using detail::kAttnHopperTailL2Bytes;
   const auto kv = [](long long keys, long long d) { return keys * d * 2 * 2; };  // bf16 K and V of a pair
   EXPECT_EQ(attn_hopper_tail_heads(-1, kv(512, 64), 132, 1024), 0);  // no right edge (no mask, a left window)
-  EXPECT_EQ(attn_hopper_tail_heads(0, kv(512, 64), 132, 1024), 132);  // 128 KB a pair: 192 fit, the CTAs bound
-  EXPECT_EQ(attn_hopper_tail_heads(40, kv(512, 64), 132, 1024), 132);  // a right window
-  EXPECT_EQ(attn_hopper_tail_heads(0, kv(1024, 128), 132, 256), kAttnHopperTailL2Bytes / kv(1024, 128));  // 512 KB: 48
-  EXPECT_EQ(attn_hopper_tail_heads(0, kv(1024, 128), 132, 256), 48);
-  EXPECT_EQ(attn_hopper_tail_heads(0, kv(4096, 128), 132, 64), 12);  // 2 MB a pair
+  EXPECT_EQ(attn_hopper_tail_heads(0, kv(512, 64), 132, 1024), 32);  // 128 KB a pair: 128 fit, at most 32
+  EXPECT_EQ(attn_hopper_tail_heads(40, kv(512, 64), 132, 1024), 32);  // a right window
+  EXPECT_EQ(attn_hopper_tail_heads(0, kv(2048, 256), 132, 64), kAttnHopperTailL2Bytes / kv(2048, 256));  // 2 MB: 8
+  EXPECT_EQ(attn_hopper_tail_heads(0, kv(2048, 256), 132, 64), 8);
+  EXPECT_EQ(attn_hopper_tail_heads(0, kv(1024, 128), 132, 256), 32);  // 512 KB: 32
+  EXPECT_EQ(attn_hopper_tail_heads(0, kv(16384, 128), 132, 16), 2);  // 8 MB a pair
+  EXPECT_EQ(attn_hopper_tail_heads(0, kv(512, 64), 16, 1024), 16);  // the CTAs
   EXPECT_EQ(attn_hopper_tail_heads(0, kv(512, 64), 132, 20), 20);  // every pair
   EXPECT_EQ(attn_hopper_tail_heads(0, kv(1 << 20, 256), 132, 4), 1);  // a pair larger than the budget: one
   EXPECT_EQ(attn_hopper_tail_heads(0, kv(512, 64), 0, 20), 0);
