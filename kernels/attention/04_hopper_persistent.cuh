@@ -14,7 +14,9 @@
 // one change of structure:
 //   - One CTA per SM (grid = min(tiles, SMs)) walks tiles (128-row query block, head, batch) in
 //     the library's order (query blocks fastest, from the last: the longest causal rows first;
-//     then heads, then batches). CTA c starts with tile c; every next tile comes from a counter in
+//     then heads, then batches; the last args.tail_heads (batch, head) pairs in rounds of one query
+//     block, so that a causal walk ends with short tiles: hopper_attn_walk_tile). CTA c starts with
+//     tile c; every next tile comes from a counter in
 //     global memory (atomicAdd by the producer thread), so a
 //     CTA that drew short tiles draws more: the static striding of a80b187 (tile c, c + #CTAs, ...)
 //     left CTAs with long causal tiles behind (16k causal 599 -> 417 TFLOP/s). The counter and a
