@@ -237,8 +237,9 @@ struct HopperAttnArgs {
   int split_from, splits;
   float* part_o;
   float* part_lse;
-  // The persistent kernel's walk (hopper_attn_walk_tile): its last tail_heads (batch, head) pairs in
-  // rounds of one query block each, from the last block down; 0: the grid's order throughout.
+  // The walk (the persistent kernel's, or the one-CTA kernel's grid; hopper_attn_walk_tile): its last
+  // tail_heads (batch, head) pairs in rounds of one query block each, from the last block down; 0: the
+  // grid's order throughout.
   int tail_heads;
 };
 
@@ -252,7 +253,8 @@ __device__ __forceinline__ HopperAttnTile hopper_attn_tile(int tile, int m_block
   return {hb % nheads, hb / nheads, m_blocks - 1 - static_cast<int>(static_cast<unsigned>(tile) % static_cast<unsigned>(m_blocks))};
 }
 
-// Tile `tile` of the persistent kernel's walk over `pairs` (batch, head) pairs: the grid's order
+// Tile `tile` of a walk over `pairs` (batch, head) pairs (the persistent kernel's tiles in the order it
+// draws them, the one-CTA kernel's CTAs): the grid's order
 // (hopper_attn_tile), but the last tail_heads pairs' tiles come in rounds of one query block each,
 // from the last block down, every pair of the tail in turn: with a mask whose rows see more keys the
 // later they lie (causal), a pair's tiles shorten as its query block falls, so the walk ends with
