@@ -285,18 +285,19 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 
 // The persistent kernel with the library's choices for every switch but these: kConsumers consumer
 // warpgroups on kBlockN-key blocks, the loop / tail forms kSplitTail, kNoMask, kPeelMask, kHalfLast
-// (kTailKeys), a K/V ring of kStages with a lag of kLag blocks, and the O store's wait kStoreWaitLate
-// (by default the library's at head dim 128, kAttnHopperStoreWaitLate).
+// (kTailKeys), a K/V ring of kStages with a lag of kLag blocks, the O store's wait kStoreWaitLate (by
+// default the library's at head dim 128, kAttnHopperStoreWaitLate), O's own staging tile kOwnO and O
+// written to its staging tile by stmatrix (kStmatrix).
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0, bool kSplitTail = false, bool kNoMask = false,
           bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0, int kStages = 2, int kLag = 0,
-          bool kStoreWaitLate = kAttnHopperStoreWaitLate<kHeadDim, kScoreMod>>
+          bool kStoreWaitLate = kAttnHopperStoreWaitLate<kHeadDim, kScoreMod>, bool kOwnO = false, bool kStmatrix = (kLag > 0)>
 void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01,
                                       int tail_heads = -1) {
   launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), kStages,
                                 kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers, kernels::kAttnTreeReduceDefault<T, kHeadDim>,
                                 kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, true, false, false, false, false, kSplitTail,
-                                kNoMask, kPeelMask, kHalfLast, kLag, kTailKeys, false, (kLag > 0), kStoreWaitLate>(p, dtype, stream,
-                                                                                                                  split_min_saving, tail_heads);
+                                kNoMask, kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate>(p, dtype, stream,
+                                                                                                                 split_min_saving, tail_heads);
 }
 
 // Each consumer warpgroup on its own blocks of the tile, a half last block where its rows see only
@@ -313,10 +314,8 @@ void launch_attn_hopper_persistent_half(const AttnFwdParams& p, DType dtype, cud
 // written to its tile by stmatrix (kStmatrix) or by 4-byte stores.
 template <typename T, bool kPeelMask, bool kHalfLast = false, bool kStmatrix = false>
 void launch_attn_hopper_persistent_own_o(const AttnFwdParams& p, DType dtype, cudaStream_t stream, int tail_heads = -1) {
-  launch_attn_hopper_persistent<T, 256, false, 64, true, true, 2, kernels::kAttnLazyRescaleDefault<T, 256>, 2,
-                                kernels::kAttnTreeReduceDefault<T, 256>, kernels::kAttnPersistentPingpongDefault<256, 2>, true, false,
-                                false, false, false, false, false, kPeelMask, kHalfLast, 0, 0, true, kStmatrix>(p, dtype, stream, 0.01,
-                                                                                                               tail_heads);
+  launch_attn_hopper_persistent_as<T, 256, false, 2, 64, false, false, kPeelMask, kHalfLast, 0, 2, 0, false, true, kStmatrix>(
+      p, dtype, stream, 0.01, tail_heads);
 }
 
 // Its last tiles split (kSplitTail; no mask, fixed lengths): measured slower than without the
