@@ -46,8 +46,8 @@ constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHo
 // The persistent kernel's O store waited for after the next tile's first Q K^T (kStoreWaitLate),
 // so that the wait does not hold the warpgroup's next product: at head dim 128 without softcap /
 // ALiBi in every form (+1.6..+2.2% at 512 and 1k keys, +0.5..+1.2% at 2k-4k, causal +1.5..+3.9% at
-// 512-1k), at head dim 64 on the deeper rings above kAttnHopperDeepRingUpTo keys up to
-// kAttnHopperDeepRingLateUpTo (without a mask four stages and the lag: +3% at 1k over the kernel
+// 512-1k), at head dim 64 on the deeper rings above kAttnHopperDeepRingUpTo keys (to the persistent
+// kernel's reach there; without a mask four stages and the lag: +3% at 1k over the kernel
 // without the mask code on two stages) and causal from the first key (three stages: +0.4..+0.7% at
 // 512 over three without it, +1.2..+1.4% at 1k over two), and with three consumer warpgroups
 // (causal 2k, +0.7..+0.8%); not on the lagging ring at 512 keys without a mask (-1.7%) (H200,
@@ -55,7 +55,6 @@ constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHo
 // docs/ladder/attention.md).
 template <int kHeadDim, bool kScoreMod>
 constexpr bool kAttnHopperStoreWaitLate = kHeadDim == 128 && !kScoreMod;
-constexpr int kAttnHopperDeepRingLateUpTo = 1024;
 // Head dim 256 causal (the persistent kernel, 80-key blocks, up to 1k keys): each consumer warpgroup
 // on its own blocks, its last one cut to its first 32 keys where its rows see no more of it
 // (kHalfLast with kTailKeys): +1.3..+1.6% at 512 keys, +2.4..+3.0% at 1k; without a mask +0.2..+0.6%

@@ -134,6 +134,16 @@ kernels::HopperAttnArgs attn_hopper_args(const AttnFwdParams& p, DType dtype, cu
   return args;
 }
 
+// HopperAttnArgs::tail_heads for p at this head dim: tail_heads pairs if >= 0 (at most all of them),
+// else the library's (attn_hopper_tail_heads over `ctas` CTAs at work at once).
+template <int kHeadDim>
+int attn_hopper_walk_tail(const AttnFwdParams& p, DType dtype, int ctas, int tail_heads) {
+  const int64_t pairs = static_cast<int64_t>(p.nheads) * p.batch;
+  if (tail_heads >= 0) return static_cast<int>(std::min<int64_t>(tail_heads, pairs));
+  const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * kHeadDim * 2 * dtype_size(dtype);  // a pair's K and V
+  return attn_hopper_tail_heads(p.window_right, kv_bytes, ctas, pairs);
+}
+
 // Query blocks (of Tr::kBlockM rows) x heads x batches of rung 4 for p: the one-CTA kernel's
 // CTAs, the persistent kernel's tiles; checked to fit an int. args_named: the op and arguments
 // that set them, for the message.
@@ -184,12 +194,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   // The grid's tail in rounds of one query block (HopperAttnArgs::tail_heads; -1: the library's,
   // attn_hopper_tail_heads over the CTAs resident at once), not with kSplitTail (its split tiles are the
   // grid's last, of equal length) or paged.
-  if (!kSplitTail && !kPaged) {
-    const int64_t pairs = static_cast<int64_t>(p.nheads) * p.batch;
-    const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * kHeadDim * 2 * dtype_size(dtype);  // a pair's K and V
-    args.tail_heads = tail_heads >= 0 ? static_cast<int>(std::min<int64_t>(tail_heads, pairs))
-                                      : attn_hopper_tail_heads(p.window_right, kv_bytes, sm_count() * Tr::kCtasPerSm, pairs);
-  }
+  if (!kSplitTail && !kPaged) args.tail_heads = attn_hopper_walk_tail<kHeadDim>(p, dtype, sm_count() * Tr::kCtasPerSm, tail_heads);
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
                                                    kSumByMma, kSplitTail, kFp8VtPass, kNoMask>;
@@ -267,10 +272,7 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   FLASHLAB_CHECK(items <= INT_MAX, "attention_fwd: arguments 'q', 'max_seqlen_q': expected at most 2^31 - 1 work items, got ", items);
   args.split_from = split.splits > 1 ? split.from : n_tiles;
   args.splits = split.splits;
-  const int64_t pairs = static_cast<int64_t>(p.nheads) * p.batch;
-  const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * kHeadDim * 2 * dtype_size(dtype);  // a pair's K and V
-  args.tail_heads = tail_heads >= 0 ? static_cast<int>(std::min<int64_t>(tail_heads, pairs))
-                                    : attn_hopper_tail_heads(p.window_right, kv_bytes, sm_count(), pairs);
+  args.tail_heads = attn_hopper_walk_tail<kHeadDim>(p, dtype, sm_count(), tail_heads);
   args.part_o = static_cast<float*>(parts);
   args.part_lse = parts != nullptr ? reinterpret_cast<float*>(static_cast<char*>(parts) + units * Tr::kBlockM * kHeadDim * 4) : nullptr;
   auto* counters = static_cast<int*>(workspace(stream, counter_bytes(), Workspace::kCounters));
@@ -430,19 +432,19 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
             // Where no block needs a mask: the kernel without the mask code (kNoMask), +2.9..3.3% /
             // +4.8..4.9% at 512 / 1k keys (H100, 2026-11-27, ff6251f and 3674219, three runs; at d 128
             // within +-0.2%: docs/ladder/attention.md).
-            // A deeper K/V ring: without a mask with the second consumer warpgroup started blocks
-            // behind the first (kLag), so that one's tile boundaries fall under the other's block
-            // loop, up to kAttnHopperDeepRingUpTo keys, and above with the O store waited for late
-            // (kStoreWaitLate) up to kAttnHopperDeepRingLateUpTo; causal on three stages with it.
-            const bool deep = p.seqlen_k <= kAttnHopperDeepRingUpTo, deep_late = p.seqlen_k <= kAttnHopperDeepRingLateUpTo;
+            // A deeper K/V ring over the persistent kernel's whole reach here (up to 1k keys; causal
+            // above that, three consumers): without a mask with the second consumer warpgroup
+            // started blocks behind the first (kLag), so that one's tile boundaries fall under the
+            // other's block loop, from kAttnHopperDeepRingUpTo keys on with the O store waited for
+            // late (kStoreWaitLate); causal on three stages with it.
+            static_assert(kAttnHopperPersistentUpTo<64> == 1024 && kAttnHopperPersistentThreeAboveCausal == 1024,
+                          "the late deep rings, measured up to 1k keys, take every length here");
             if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN)) {
-              if (deep)
+              if (p.seqlen_k <= kAttnHopperDeepRingUpTo)
                 return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag>(p, dtype, stream);
-              if (deep_late)
-                return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag, true>(p, dtype, stream);
-              return launch_attn_hopper_persistent_nomask<T, 64>(p, dtype, stream);
+              return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag, true>(p, dtype, stream);
             }
-            if (deep_late && p.window_right == 0 && p.window_left < 0)
+            if (p.window_right == 0 && p.window_left < 0)
               return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0, true>(p, dtype, stream);
           }
           // Head dim 128 from 2k keys, and head dim 256: the block loop split around the masked

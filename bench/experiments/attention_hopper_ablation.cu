@@ -330,11 +330,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                           }});
     }
   }
+  // A variant of launcher `launch` (called with p, dtype and stream).
+  [[maybe_unused]] const auto add = [&](const char* name, auto launch) { variants.push_back({name, [&, launch] { launch(p, DType::kBF16, h.stream()); }}); };
   // ... at d 64 on a deeper K/V ring (_s3, _s4) with the second consumer warpgroup starting kLag blocks
   // behind the first (_lagN), with the mask code and without (nomask, no causal).
   if constexpr (kD == 64) {
     using B = __nv_bfloat16;
-    const auto add = [&](const char* name, auto launch) { variants.push_back({name, [&, launch] { launch(p, DType::kBF16, h.stream()); }}); };
     add("persistent_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 0>);
     add("persistent_lag1_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 1>);
     add("persistent_lag2_s3", detail::launch_attn_hopper_persistent_lag<B, false, 3, 2>);
@@ -362,16 +363,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // (kAttnHopperStoreWaitLate: late at d 128 since 2026-11-28), launch_persistent at once.
   if constexpr (kD <= 128) {
     using B = __nv_bfloat16;
-    const auto add = [&](const char* name, auto launch) { variants.push_back({name, [&, launch] { launch(p, DType::kBF16, h.stream()); }}); };
     add("persistent_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, false, false, 0, 2, 0, true>(a...); });
     add("persistent_peel_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, true>(a...); });
     add("persistent_peel_wait", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, false>(a...); });
     if constexpr (kD == 128)
-      variants.push_back({"persistent_late_stsm", [&] {
-                            launch_persistent<128, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<B, 128>, 2,
-                                              kernels::kAttnTreeReduceDefault<B, 128>, true, true, false, false, false, false, false, false,
-                                              false, false, 0, 0, false, true, true>(p, h.stream());
-                          }});
+      add("persistent_late_stsm",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, false, false, 0, 2, 0, true, false, true>(a...); });
     if (!c.causal)
       add("persistent_nomask_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, true, false, false, 0, 2, 0, true>(a...); });
     if constexpr (kD == 64) {
@@ -385,11 +382,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       }
       // ... and with O written to its staging tile by stmatrix (_stsm), pingpong turns (_pingpong), or
       // on four stages with the second warpgroup a block behind (lag1_s4), causal and not.
-      variants.push_back({"persistent_s3_late_stsm", [&] {
-                            launch_persistent<64, 0, true, true, 3, kernels::kAttnLazyRescaleDefault<B, 64>, 2,
-                                              kernels::kAttnTreeReduceDefault<B, 64>, false, true, false, false, false, false, false, false,
-                                              false, false, 0, 0, false, true, true>(p, h.stream());
-                          }});
+      add("persistent_s3_late_stsm",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, true>(a...); });
       variants.push_back({"persistent_s3_late_pingpong", [&] {
                             launch_persistent<64, 0, true, true, 3, kernels::kAttnLazyRescaleDefault<B, 64>, 2,
                                               kernels::kAttnTreeReduceDefault<B, 64>, true, true, false, false, false, false, false, false,

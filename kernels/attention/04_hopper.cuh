@@ -254,8 +254,8 @@ __device__ __forceinline__ HopperAttnTile hopper_attn_tile(int tile, int m_block
 }
 
 // Tile `tile` of a walk over `pairs` (batch, head) pairs (the persistent kernel's tiles in the order it
-// draws them, the one-CTA kernel's CTAs): the grid's order
-// (hopper_attn_tile), but the last tail_heads pairs' tiles come in rounds of one query block each,
+// draws them, the one-CTA kernel's CTAs): the grid's order (hopper_attn_tile), but the last
+// tail_heads pairs' tiles come in rounds of one query block each,
 // from the last block down, every pair of the tail in turn: with a mask whose rows see more keys the
 // later they lie (causal), a pair's tiles shorten as its query block falls, so the walk ends with
 // the tail's shortest tiles rather than with one pair's longest, which would leave the other SMs idle.

@@ -359,7 +359,7 @@ TEST(AttentionPersistent, HalfLastSameAsRung4) {
   for (DType dt : {DType::kBF16, DType::kF16}) check_plain_cases(dt, 256, 512, rng, false, Form::kPeelHalf);
 }
 
-// Head dim 64's deeper K/V rings (the library's up to kAttnHopperDeepRingLateUpTo keys): without a
+// Head dim 64's deeper K/V rings (the library's over the persistent kernel's reach there): without a
 // mask with the second consumer warpgroup started blocks behind the first (kLag: many tiles per CTA;
 // one tile, and one key block, per CTA, where the first warpgroup lets the second start at the end
 // of its walk), and with the mask code on three stages (every plain case: causal, seqlen_q >
