@@ -237,7 +237,7 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0, bool kCarry
           bool kPingpong = kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, bool kStoreWait = true,
           bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false, bool kSplitTail = false,
           bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0, int kTailKeys = 0, bool kOwnO = false,
-          bool kStmatrix = (kLag > 0), bool kStoreWaitLate = false>
+          bool kStmatrix = (kLag > 0), bool kStoreWaitLate = false, bool kExpTurns = false, bool kSerial = false>
 void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01,
                                    int tail_heads = -1) {
   using Tr = kernels::HopperAttnPersistentTraits<kHeadDim, kScoreMod, kBlockN, kStages, kConsumers, kSumByMma, kOwnO>;
@@ -258,7 +258,8 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
     if (split.splits == 1 && split_min_saving >= 0)
       return launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages, kLazyRescale, kConsumers,
                                            kTreeReduce, kPingpong, kStoreWait, kDirectO, kEarlyQProbe, kStageO, kSumByMma, false, kNoMask,
-                                           kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate>(p, dtype, stream,
+                                           kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate, kExpTurns,
+                                           kSerial>(p, dtype, stream,
                                                                                                                     split_min_saving,
                                                                                                                     tail_heads);
   }
@@ -279,7 +280,8 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
   const auto kernel = kernels::attn_hopper_persistent_kernel<T, kHeadDim, kScoreMod, kBlockN, kCarryTurns, kSharedTile, kStages,
                                                               kLazyRescale, kConsumers, kTreeReduce, kPingpong, kStoreWait, kDirectO,
                                                               kEarlyQProbe, kStageO, kSumByMma, kSplitTail, kNoMask, kPeelMask,
-                                                              kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate>;
+                                                              kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate, kExpTurns,
+                                                              kSerial>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   const auto grid = static_cast<unsigned>(std::min<int64_t>(items, sm_count()));
   FLASHLAB_LAUNCH(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args, counters, static_cast<int>(items));
@@ -292,14 +294,15 @@ void launch_attn_hopper_persistent(const AttnFwdParams& p, DType dtype, cudaStre
 // written to its staging tile by stmatrix (kStmatrix).
 template <typename T, int kHeadDim, bool kScoreMod, int kConsumers = 2, int kBlockN = 0, bool kSplitTail = false, bool kNoMask = false,
           bool kPeelMask = false, bool kHalfLast = false, int kTailKeys = 0, int kStages = 2, int kLag = 0,
-          bool kStoreWaitLate = kAttnHopperStoreWaitLate<kHeadDim, kScoreMod>, bool kOwnO = false, bool kStmatrix = (kLag > 0)>
+          bool kStoreWaitLate = kAttnHopperStoreWaitLate<kHeadDim, kScoreMod>, bool kOwnO = false, bool kStmatrix = (kLag > 0),
+          bool kExpTurns = false, bool kSerial = false>
 void launch_attn_hopper_persistent_as(const AttnFwdParams& p, DType dtype, cudaStream_t stream, double split_min_saving = 0.01,
                                       int tail_heads = -1) {
   launch_attn_hopper_persistent<T, kHeadDim, kScoreMod, kBlockN, true, (kHeadDim < 128 || !kScoreMod), kStages,
                                 kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kConsumers, kernels::kAttnTreeReduceDefault<T, kHeadDim>,
                                 kernels::kAttnPersistentPingpongDefault<kHeadDim, kConsumers>, true, false, false, false, false, kSplitTail,
-                                kNoMask, kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate>(p, dtype, stream,
-                                                                                                                 split_min_saving, tail_heads);
+                                kNoMask, kPeelMask, kHalfLast, kLag, kTailKeys, kOwnO, kStmatrix, kStoreWaitLate, kExpTurns, kSerial>(
+      p, dtype, stream, split_min_saving, tail_heads);
 }
 
 // Each consumer warpgroup on its own blocks of the tile, a half last block where its rows see only

@@ -53,6 +53,9 @@
 // the next tile's first Q K^T (*_late, kStoreWaitLate), causal and not. --late-wait2: those with O to
 // its staging tile by stmatrix (*_stsm), with pingpong turns (d 64), on four stages with a lag of one
 // block (d 64): d 64 causal 512..1k, d 128 512..1k.
+// --exp-turns: d 64's persistent forms (512..1k, causal and not) and d 128's (512..2k) with turns
+// around the softmax's exponentials instead of none / around the GEMMs (*turns, kExpTurns), and the
+// block loop without intra-warpgroup overlap (*serial*, kSerial), as cuDNN's fprop kernels.
 // --tail-order: causal, the library's persistent forms with the walk's last G (batch, head) pairs in
 // rounds of one query block each (tail*, HopperAttnArgs::tail_heads), d 64 512..2k, d 128 512..4k,
 // d 256 512..1k. --tail-order2: the tails of 8 and 32 pairs and the library's, causal, in the persistent
@@ -79,7 +82,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --late-wait | --late-wait2 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -366,6 +369,22 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     add("persistent_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, false, false, 0, 2, 0, true>(a...); });
     add("persistent_peel_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, true>(a...); });
     add("persistent_peel_wait", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, kD, false, 2, 0, false, false, true, false, 0, 2, 0, false>(a...); });
+    if constexpr (kD == 128) {
+      // ... without pingpong turns around the GEMMs, with turns around the exponentials (kExpTurns),
+      // the block loop with intra-warpgroup overlap (_exp_turns) or without (_serial_turns, kSerial).
+      using Ld = kernels::HopperAttnPersistentTraits<128, false>;
+      static_assert(Ld::kQStages == 2, "two Q buffers (kStoreWaitLate)");
+      variants.push_back({"persistent_exp_turns", [&] {
+                            launch_persistent<128, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<B, 128>, 2,
+                                              kernels::kAttnTreeReduceDefault<B, 128>, false, true, false, false, false, false, false, false,
+                                              false, false, 0, 0, false, false, true, true, false>(p, h.stream());
+                          }});
+      variants.push_back({"persistent_serial_turns", [&] {
+                            launch_persistent<128, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<B, 128>, 2,
+                                              kernels::kAttnTreeReduceDefault<B, 128>, false, true, false, false, false, false, false, false,
+                                              false, false, 0, 0, false, false, true, true, true>(p, h.stream());
+                          }});
+    }
     if constexpr (kD == 128)
       add("persistent_late_stsm",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, false, false, 0, 2, 0, true, false, true>(a...); });
@@ -390,6 +409,27 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                                               false, false, 0, 0, false, false, true>(p, h.stream());
                           }});
       add("persistent_lag1_s4_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 1, true>(a...); });
+      // ... with turns around the exponentials instead of none (_turns, kExpTurns), and the block loop
+      // without intra-warpgroup overlap (_serial, kSerial), on 2-4 K/V stages, causal and not.
+      // (kNoMask, kPeelMask, kHalfLast, kTailKeys, kStages, kLag, kStoreWaitLate, kOwnO, kStmatrix, kExpTurns, kSerial)
+      add("persistent_s3_late_turns",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, false, true>(a...); });
+      add("persistent_s2_late_serial_turns",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 2, 0, true, false, false, true, true>(a...); });
+      add("persistent_s3_late_serial_turns",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, false, true, true>(a...); });
+      add("persistent_s3_late_serial",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, false, false, true>(a...); });
+      if (!c.causal) {
+        add("persistent_nomask_s4_late_turns",
+            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 0, true, false, true, true>(a...); });
+        add("persistent_nomask_s2_late_serial_turns",
+            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 2, 0, true, false, true, true, true>(a...); });
+        add("persistent_nomask_s3_late_serial_turns",
+            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 3, 0, true, false, true, true, true>(a...); });
+        add("persistent_nomask_s4_late_serial_turns",
+            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 0, true, false, true, true, true>(a...); });
+      }
       add("persistent_3c_n96_peel_half_late",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, true>(a...); });
     }
@@ -815,6 +855,17 @@ int main(int argc, char** argv) {
         for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
       for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
     }
+  } else if (mode == "--exp-turns") {  // turns around the exponentials, the block loop without overlap
+    const std::vector<std::string> d64 = {"rung4_library", "persistent_nomask_lag3_s4", "persistent_nomask_lag3_s4_late",
+                                          "persistent_nomask_s4_late_turns", "persistent_nomask_s2_late_serial_turns",
+                                          "persistent_nomask_s3_late_serial_turns", "persistent_nomask_s4_late_serial_turns",
+                                          "persistent_s3_late", "persistent_s3_late_turns", "persistent_s2_late_serial_turns",
+                                          "persistent_s3_late_serial_turns", "persistent_s3_late_serial"};
+    const std::vector<std::string> d128 = {"rung4_library", "persistent_late", "persistent_exp_turns", "persistent_serial_turns"};
+    for (bool causal : {false, true}) {
+      for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, causal}, all_ok, d64);
+      for (int64_t s : swept({512, 1024, 2048})) run_config<128>(h, {s, 128, causal}, all_ok, d128);
+    }
   } else if (mode == "--tail-order") {  // causal: the walk's last pairs in rounds of one query block
     const std::vector<std::string> names = {"rung4_library", "tail0", "tail_lib", "tail16", "tail32", "tail132"};
     for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, names);
@@ -938,7 +989,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

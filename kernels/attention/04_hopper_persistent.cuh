@@ -195,6 +195,15 @@ __device__ __forceinline__ WgBlocks wg_blocks(int wg_row0, int n_begin, int n_bl
 // next wgmma (whose issue needs all four warps) and, with pingpong turns, the other warpgroup's
 // turn. The producer needs the buffer only for the tile after next.
 
+// kExpTurns (two consumer warpgroups without pingpong turns around their GEMMs, no lag): turns around
+// the softmax's exponentials instead (cuDNN's fprop kernels take them so, read off their SASS on an
+// H200, 2026-11-29): each warpgroup computes its rows' max, then waits for the other's exponentials
+// to be done (named barrier 1 + cw) before its own, and lets the other go after them (2 - cw). The
+// two warpgroups' softmaxes alternate, so that one's products run under the other's exponentials.
+// kSerial: the block loop without intra-warpgroup overlap (S_i = Q K_i^T, its softmax, O += P_i V_i,
+// each waited for before the next), as cuDNN's; with kExpTurns the other warpgroup's products fill
+// the gaps.
+
 // kSharedTile: the producer publishes each tile's coordinates, key range and score modifiers in
 // shared memory beside its Q buffer; false: every consumer warp recomputes them from the tile
 // index (two integer divisions, the batch's row offsets, the key range: ~310 instructions per
@@ -206,7 +215,8 @@ template <typename T, int kHeadDim, bool kScoreMod, int kBlockNArg = 0, bool kCa
           bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>, bool kPingpong = kAttnPersistentPingpongDefault<kHeadDim, kConsumers>,
           bool kStoreWait = true, bool kDirectO = false, bool kEarlyQProbe = false, bool kStageO = false, bool kSumByMma = false,
           bool kSplitTail = false, bool kNoMask = false, bool kPeelMask = false, bool kHalfLast = false, int kLag = 0,
-          int kTailKeys = 0, bool kOwnO = false, bool kStmatrix = (kLag > 0), bool kStoreWaitLate = false>
+          int kTailKeys = 0, bool kOwnO = false, bool kStmatrix = (kLag > 0), bool kStoreWaitLate = false, bool kExpTurns = false,
+          bool kSerial = false>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     attn_hopper_persistent_kernel(const __grid_constant__ HopperAttnArgs args, int* counters, int tiles) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -232,6 +242,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   static_assert(kLag == 0 || (kConsumers == 2 && !kPingpong && !kStageO && !kHalfLast && kLag < kStagesArg),
                 "a lag between two consumer warpgroups without turns, within the K/V ring (kHalfLast's skipped blocks "
                 "would wait for the second warpgroup's releases before the first lets it start)");
+  static_assert(!kExpTurns || (kConsumers == 2 && !kPingpong && kLag == 0 && !kStageO),
+                "turns around the exponentials: two consumer warpgroups, no turns around the GEMMs (barriers 1, 2), no lag");
+  static_assert(!kSerial || (!kPeelMask && !kHalfLast && !kSumByMma && !kEarlyQ),
+                "the serial block loop: one loop over the tile's whole blocks, the rows' sums in fp32, Q given back at the epilogue");
   constexpr int kLagBar = 3 + 2 * kConsumers;  // after kStageO's named barriers
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages, kQStages = Tr::kQStages;
   static_assert(!kStoreWaitLate || (kQStages == 2 && kStoreWait && !kEarlyQ),
@@ -300,6 +314,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       for (int c = 0; c < 2; ++c) mbarrier_init(&o_free[c], 128);  // every thread of the other warpgroup
     fence_barrier_init();
   }
+  __shared__ uint32_t turn_zero;  // kExpTurns: a 0 the exponentials' offsets load after their turn's wait
+  if (kExpTurns && threadIdx.x == 0) turn_zero = 0;
   __shared__ alignas(256) uint32_t ones[kSumByMma ? 64 : 1];  // kSumByMma: hopper_attn_fill_ones
   if constexpr (kSumByMma) hopper_attn_fill_ones<T>(ones);
   __syncthreads();
@@ -410,6 +426,11 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   };
   if constexpr (kPingpong && kCarryTurns)
     if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
+  // kExpTurns: the turns around the exponentials run on across tiles and the walk (both warpgroups
+  // take one a block); the second lets the first go once, and the first matches the second's last
+  // arrive when the walk ends.
+  if constexpr (kExpTurns)
+    if (cw == 1) named_barrier_arrive(1, 256);
   const auto release = [&](uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
@@ -444,7 +465,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const int tile = *static_cast<volatile int*>(&tile_of[qs]);
     if (tile < 0) {
       // The second warpgroup's last arrive, unmatched otherwise (no turn at all: its first).
-      if constexpr (kPingpong && kCarryTurns)
+      if constexpr ((kPingpong && kCarryTurns) || kExpTurns)
         if (cw == 0) named_barrier_sync(1, 256);
       settle_store();
       lag_release();  // kLag: a walk without a tile (varlen: every tile drawn past its batch's rows)
@@ -483,10 +504,30 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
                                                              smem_u32(ones));
     };
     // no_mask (std::true_type): a block known to need no mask (kNoMask, kPeelMask's middle loop).
-    const auto softmax = [&](int n, float (&rescale)[2], auto no_mask, auto keys) {
-      hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask || decltype(no_mask)::value, decltype(keys)::value>(
-          s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2);
+    // kExpTurns: the exponentials in this warpgroup's turn; before_exp() (e.g. O's rescale) runs
+    // between the max and the turn's wait.
+    const auto softmax = [&](int n, float (&rescale)[2], auto no_mask, auto keys, auto&& before_exp) {
+      constexpr bool kNm = kNoMask || decltype(no_mask)::value;
+      constexpr int kKeys = decltype(keys)::value;
+      float off[2];
+      hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNm, kKeys>(s, row_max, off, rescale, n, mod, sb.sk, wg_row0, row0, t,
+                                                                         scale_log2, slope_log2);
+      before_exp();
+      // A barrier orders memory, not registers: ptxas moves the exponentials above a bar.sync that
+      // nothing they read depends on (SASS). So their offsets add a zero loaded from shared memory
+      // after the wait (a load stays after it), and the arrive's barrier index adds the row sums
+      // (which every exponential feeds) masked by that zero.
+      uint32_t zero = 0;
+      if constexpr (kExpTurns) {
+        named_barrier_sync(1 + cw, 256);
+        asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(smem_u32(&turn_zero)));
+        off[0] += __uint_as_float(zero), off[1] += __uint_as_float(zero);
+      }
+      hopper_attn_softmax_exp<Tr, kTreeReduce, kKeys>(s, row_sum, off, rescale, scale_log2);
+      if constexpr (kExpTurns)
+        named_barrier_arrive(2 - cw + static_cast<int>((__float_as_uint(row_sum[0]) | __float_as_uint(row_sum[1])) & zero), 256);
     };
+    const auto nothing = [] {};
     const auto convert_p = [&](auto keys) { hopper_attn_convert_p<T, Tr, decltype(keys)::value>(s, pa); };
 #pragma unroll
     for (int e = 0; e < kHeadDim / 2; ++e) o[e] = 0.f;
@@ -509,7 +550,31 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       if (kStageO && last && cw == 1) named_barrier_arrive(kLastKRead, 256);
       if (kEarlyQ && last) give_back_q();
     };
-    if (n_blocks > 0) {
+    if constexpr (kSerial) {
+      // kSerial: each block's Q K^T, softmax and P V in turn, each product waited for at once; O's
+      // rescale (from the second block on) between the max and the exponentials.
+      float rescale[2];
+      for (int i = 0; i < n_blocks; ++i) {
+        const int cur = it + i, st = cur % kStages;
+        const uint32_t phase = (cur / kStages) & 1;
+        mbarrier_wait(&k_full[st], phase);
+        gemm_qk(st);
+        if (i == 0) settle_store();  // kStoreWaitLate: the last tile's O store, under this product
+        wgmma_wait<0>();
+        wgmma_fence_operands(s);
+        qk_done(st, i == n_blocks - 1);
+        softmax(n_begin + i, rescale, std::false_type{}, Full{}, [&] {
+          if (i > 0) hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale);
+        });
+        convert_p(Full{});
+        mbarrier_wait(&v_full[st], phase);
+        gemm_pv(st, Full{});
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        release(&v_empty[st]);
+      }
+      it += n_blocks;
+    } else if (n_blocks > 0) {
       if (kPingpong && !kCarryTurns && cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
       float rescale[2];
       // kHalfLast: this warpgroup's blocks of the tile, [0, n_wg), the last of them half or not.
@@ -535,7 +600,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         wgmma_wait<0>();
         wgmma_fence_operands(s);
         qk_done(it % kStages, n_wg == 1);
-        softmax(n_begin, rescale, std::false_type{}, keys);
+        softmax(n_begin, rescale, std::false_type{}, keys, nothing);
         convert_p(keys);
       };
       with_keys(half && n_wg == 1, first);
@@ -554,7 +619,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         wgmma_wait<1>();  // S_i done; P V still running
         wgmma_fence_operands(s);
         qk_done(st, i == n_wg - 1);
-        softmax(n_begin + i, rescale, no_mask, keys);
+        softmax(n_begin + i, rescale, no_mask, keys, nothing);
         // P V done; the wait kept after the softmax where the library kernel keeps it (d 128).
         if constexpr (kHeadDim == 128) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
         else wgmma_wait<0>();
