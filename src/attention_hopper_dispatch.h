@@ -55,6 +55,13 @@ constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHo
 // docs/ladder/attention.md).
 template <int kHeadDim, bool kScoreMod>
 constexpr bool kAttnHopperStoreWaitLate = kHeadDim == 128 && !kScoreMod;
+// Head dim 64 causal (the persistent kernel's three-stage ring without a lag, up to 1k keys): the two
+// consumer warpgroups take turns for their softmax's exponentials (kExpTurns, as cuDNN's fprop
+// kernels): +1.0..+1.2% at 512 keys, +0.5..+0.6% at 1k (H200, 2026-11-29, 4bc59e4, three runs;
+// docs/ladder/attention.md). Not without a mask, where the lag keeps the warpgroups apart instead
+// (turns on the same ring without it: -0.7% at 512, -3.3% at 1k), nor the block loop without its
+// intra-warpgroup overlap (cuDNN's; 2-5% slower at d 64, level to 5% slower at d 128).
+constexpr bool kAttnHopperExpTurnsCausal64 = true;
 // Head dim 256 causal (the persistent kernel, 80-key blocks, up to 1k keys): each consumer warpgroup
 // on its own blocks, its last one cut to its first 32 keys where its rows see no more of it
 // (kHalfLast with kTailKeys): +1.3..+1.6% at 512 keys, +2.4..+3.0% at 1k; without a mask +0.2..+0.6%

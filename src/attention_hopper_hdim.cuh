@@ -346,10 +346,12 @@ void launch_attn_hopper_persistent_peel(const AttnFwdParams& p, DType dtype, cud
 
 // Head dim 64 (two consumer warpgroups, no softcap / ALiBi) on a K/V ring of kStages, the second
 // warpgroup kLag blocks behind the first (kLag; 0: none); kNoMask as launch_attn_hopper_persistent_nomask;
-// the O store waited for after the next tile's first Q K^T (kStoreWaitLate) or not.
-template <typename T, bool kNoMask, int kStages, int kLag, bool kStoreWaitLate = false>
+// the O store waited for after the next tile's first Q K^T (kStoreWaitLate) or not; the two warpgroups
+// taking turns for their exponentials (kExpTurns; without a lag) or not.
+template <typename T, bool kNoMask, int kStages, int kLag, bool kStoreWaitLate = false, bool kExpTurns = false>
 void launch_attn_hopper_persistent_lag(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
-  launch_attn_hopper_persistent_as<T, 64, false, 2, 0, false, kNoMask, false, false, 0, kStages, kLag, kStoreWaitLate>(p, dtype, stream);
+  launch_attn_hopper_persistent_as<T, 64, false, 2, 0, false, kNoMask, false, false, 0, kStages, kLag, kStoreWaitLate, false, (kLag > 0),
+                                   kExpTurns>(p, dtype, stream);
 }
 
 // That kernel (head dim 64, no softcap / ALiBi, three consumer warpgroups, 96-key blocks), each
@@ -439,7 +441,8 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
             // above that, three consumers): without a mask with the second consumer warpgroup
             // started blocks behind the first (kLag), so that one's tile boundaries fall under the
             // other's block loop, from kAttnHopperDeepRingUpTo keys on with the O store waited for
-            // late (kStoreWaitLate); causal on three stages with it.
+            // late (kStoreWaitLate); causal on three stages with it, the two consumer warpgroups
+            // taking turns for their exponentials (kAttnHopperExpTurnsCausal64).
             static_assert(kAttnHopperPersistentUpTo<64> == 1024 && kAttnHopperPersistentThreeAboveCausal == 1024,
                           "the late deep rings, measured up to 1k keys, take every length here");
             if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN)) {
@@ -448,7 +451,8 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
               return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag, true>(p, dtype, stream);
             }
             if (p.window_right == 0 && p.window_left < 0)
-              return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0, true>(p, dtype, stream);
+              return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0, true, kAttnHopperExpTurnsCausal64>(
+                  p, dtype, stream);
           }
           // Head dim 128 from 2k keys, and head dim 256: the block loop split around the masked
           // blocks (kPeelMask, kAttnHopperPeelFrom).

@@ -40,13 +40,14 @@ using namespace flashlab::testing;
 // warpgroup on its own blocks too (kPeelHalfOwnO; the reference: the one-CTA kernel on 64-key
 // blocks); *Stsm: O written to its tile by stmatrix; kLagLate / kStages3Late: kLag / kStages3 with the
 // O store waited for after the next tile's first Q K^T (kStoreWaitLate; the library's above 512 keys,
-// and causal). The other forms take the library's kStoreWaitLate (kAttnHopperStoreWaitLate: at head
+// and causal); kStages3LateTurns: kStages3Late with turns for the exponentials (kExpTurns; the library's
+// causal form). The other forms take the library's kStoreWaitLate (kAttnHopperStoreWaitLate: at head
 // dim 128 without softcap / ALiBi, and with three consumer warpgroups). kTail3: the default form with the
 // walk's last three (batch, head) pairs in rounds of one query block (HopperAttnArgs::tail_heads; the
 // other forms take the library's tail: with a right mask edge as many pairs as attn_hopper_tail_heads
 // gives).
 enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3, kOwnO, kPeelOwnO, kPeelHalfOwnO, kPeelOwnOStsm,
-                  kPeelHalfOwnOStsm, kLagLate, kStages3Late, kTail3 };
+                  kPeelHalfOwnOStsm, kLagLate, kStages3Late, kTail3, kStages3LateTurns };
 bool own_o(Form form) {
   return form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO || form == Form::kPeelOwnOStsm ||
          form == Form::kPeelHalfOwnOStsm;
@@ -92,7 +93,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     else run_persistent_loop_form<true, true>(p, q.dtype, three);
     return;
   }
-  if (persistent && (form == Form::kLag || form == Form::kStages3 || form == Form::kLagLate || form == Form::kStages3Late)) {
+  if (persistent && (form == Form::kLag || form == Form::kStages3 || form == Form::kLagLate || form == Form::kStages3Late ||
+                     form == Form::kStages3LateTurns)) {
     ASSERT_EQ(p.headdim, 64);
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
     constexpr int kStages = detail::kAttnHopperDeepRingStages, kLag = detail::kAttnHopperDeepRingLag,
@@ -101,7 +103,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
       if (form == Form::kLag) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag>(p, q.dtype, nullptr);
       else if (form == Form::kLagLate) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag, true>(p, q.dtype, nullptr);
       else if (form == Form::kStages3) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0>(p, q.dtype, nullptr);
-      else detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true>(p, q.dtype, nullptr);
+      else if (form == Form::kStages3Late) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true>(p, q.dtype, nullptr);
+      else detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true, true>(p, q.dtype, nullptr);
     });
     return;
   }
@@ -167,7 +170,8 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
                                       ", masked blocks peeled, half last blocks, O's own staging tile by stmatrix)",
                                       ", without masks, lagging warpgroup, O store waited for late)",
                                       ", three K/V stages, O store waited for late)",
-                                      ", the last three (batch, head) pairs in rounds of one query block)"};
+                                      ", the last three (batch, head) pairs in rounds of one query block)",
+                                      ", three K/V stages, O store waited for late, turns for the exponentials)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
                                                      << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
@@ -365,7 +369,8 @@ TEST(AttentionPersistent, HalfLastSameAsRung4) {
 // of its walk), and with the mask code on three stages (every plain case: causal, seqlen_q >
 // seqlen_k, windows, ragged keys, varlen), each with the O store waited for at once and late
 // (kStoreWaitLate: tiles without keys between tiles with keys, varlen tiles by copy, walks of one
-// tile); bit for bit as the one-CTA kernel.
+// tile), and late with the two consumer warpgroups taking turns for their exponentials (kExpTurns: the
+// library's causal form); bit for bit as the one-CTA kernel.
 TEST(AttentionPersistent, DeepRingSameAsRung4) {
   SKIP_WITHOUT_GPU();
   if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
@@ -381,6 +386,7 @@ TEST(AttentionPersistent, DeepRingSameAsRung4) {
       // Tiles of two blocks, several a CTA: the first warpgroup lets the second start at its second tile.
       check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, lag);
       check_plain_cases(dt, 64, 512, rng, false, late ? Form::kStages3Late : Form::kStages3);
+      if (late) check_plain_cases(dt, 64, 512, rng, false, Form::kStages3LateTurns);
     }
 }
 
