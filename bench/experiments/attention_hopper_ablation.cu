@@ -58,7 +58,8 @@
 // block loop without intra-warpgroup overlap (*serial*, kSerial), as cuDNN's fprop kernels.
 // --exp-turns2: d 64 causal (512..1k), the turns on two, three and four K/V stages (the library's
 // since 2026-11-29: three) against the same ring without them, and the library's form with the walk's
-// tail at 8, 16 and 64 pairs (turns_tail*; the library's: 32).
+// tail at 8, 16 and 64 pairs (turns_tail*; the library's: 32). --exp-turns3: d 64 causal (512..2k), the
+// turns on three to six stages, and on four with tails of 16, 32 and 64 pairs (turns4_tail*).
 // --tail-order: causal, the library's persistent forms with the walk's last G (batch, head) pairs in
 // rounds of one query block each (tail*, HopperAttnArgs::tail_heads), d 64 512..2k, d 128 512..4k,
 // d 256 512..1k. --tail-order2: the tails of 8 and 32 pairs and the library's, causal, in the persistent
@@ -85,7 +86,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --exp-turns2 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --exp-turns2 | --exp-turns3 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -419,6 +420,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 2, 0, true, false, false, true>(a...); });
       add("persistent_s4_late_turns",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 0, true, false, false, true>(a...); });
+      add("persistent_s5_late_turns",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 5, 0, true, false, false, true>(a...); });
+      add("persistent_s6_late_turns",
+          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 6, 0, true, false, false, true>(a...); });
       add("persistent_s3_late_turns",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, false, true>(a...); });
       add("persistent_s2_late_serial_turns",
@@ -465,7 +470,8 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     };
     // ... and the library's d 64 causal form up to 1k keys (turns for the exponentials since
     // 2026-11-29) with tails of 8, 16 and 64 pairs (turns_tail*).
-    if constexpr (kD == 64)
+    // turns4_tail*: the same on four K/V stages.
+    if constexpr (kD == 64) {
       for (int g : {8, 16, 64}) {
         static const char* const kNames[] = {"turns_tail8", "turns_tail16", "turns_tail64"};
         variants.push_back({kNames[g == 8 ? 0 : g == 16 ? 1 : 2], [&, g] {
@@ -473,6 +479,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                                                                        false, true>(p, DType::kBF16, h.stream(), 0.01, g);
                             }});
       }
+      for (int g : {16, 32, 64}) {
+        static const char* const kNames[] = {"turns4_tail16", "turns4_tail32", "turns4_tail64"};
+        variants.push_back({kNames[g == 16 ? 0 : g == 32 ? 1 : 2], [&, g] {
+                              detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 0, true, false,
+                                                                       false, true>(p, DType::kBF16, h.stream(), 0.01, g);
+                            }});
+      }
+    }
     variants.push_back({"tail_lib", [causal_form] { causal_form(-1); }});
     variants.push_back({"tail0", [causal_form] { causal_form(0); }});
     variants.push_back({"tail8", [causal_form] { causal_form(8); }});
@@ -887,6 +901,11 @@ int main(int argc, char** argv) {
     const std::vector<std::string> d64 = {"rung4_library",      "persistent_s3_late", "persistent_s2_late_turns", "persistent_s3_late_turns",
                                           "persistent_s4_late_turns", "turns_tail8",     "turns_tail16",            "turns_tail64"};
     for (int64_t s : swept({512, 1024})) run_config<64>(h, {s, 64, true}, all_ok, d64);
+  } else if (mode == "--exp-turns3") {  // d 64 causal: the turns on 3-6 K/V stages, the walk's tail on four
+    const std::vector<std::string> d64 = {"rung4_library",        "persistent_s3_late_turns", "persistent_s4_late_turns",
+                                          "persistent_s5_late_turns", "persistent_s6_late_turns", "turns4_tail16",
+                                          "turns4_tail32",        "turns4_tail64"};
+    for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, d64);
   } else if (mode == "--tail-order") {  // causal: the walk's last pairs in rounds of one query block
     const std::vector<std::string> names = {"rung4_library", "tail0", "tail_lib", "tail16", "tail32", "tail132"};
     for (int64_t s : swept({512, 1024, 2048})) run_config<64>(h, {s, 64, true}, all_ok, names);
@@ -1010,7 +1029,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }
