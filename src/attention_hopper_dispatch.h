@@ -29,20 +29,24 @@ constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : kHeadDi
 // and not; -1.3..+0.8% at 512-1k (H100, 2026-11-27, 04c899d and 0ef6df2, two runs;
 // docs/ladder/attention.md).
 constexpr int kAttnHopperPeelFrom = 2048;
-// Keys (seqlen_k) above which head dim 64, causal without softcap / ALiBi, takes the persistent
-// kernel with three consumer warpgroups on 96-key blocks (up to kAttnHopperPersistentUpToCausal<64>):
-// +4.4% at 2k keys against the better of the two-warpgroup persistent kernel and the one-CTA
-// three-warpgroup kernel; slower at 1k (-8%) and elsewhere (interleaved timing, H100, 2026-11-26,
-// 5dcd44c; docs/ladder/attention.md).
+// Keys (seqlen_k) above which head dim 64, causal with a left window (window_left >= 0) without
+// softcap / ALiBi, takes the persistent kernel with three consumer warpgroups on 96-key blocks (up to
+// kAttnHopperPersistentUpToCausal<64>): +4.4% at 2k keys against the better of the two-warpgroup
+// persistent kernel and the one-CTA three-warpgroup kernel; slower at 1k (-8%) and elsewhere
+// (interleaved timing, H100, 2026-11-26, 5dcd44c; docs/ladder/attention.md). Plain causal takes the
+// two-warpgroup ring with turns for the exponentials over that whole reach since 2026-11-29
+// (kAttnHopperExpTurnsCausalUpTo64).
 constexpr int kAttnHopperPersistentThreeAboveCausal = 1024;
 constexpr int kAttnHopperPersistentThreeBlockN = 96;  // 128 spilled 48 bytes at 152 registers
 // Keys (seqlen_k, varlen: the longest) up to which head dim 64's two-warpgroup persistent kernel
 // (no softcap / ALiBi) takes a deeper K/V ring: without a mask four stages with its second consumer
 // warpgroup three blocks behind the first (kLag), +4.6..+5.2% at 512 keys and 0.9-1.8% slower at 1k;
 // causal three stages, +2.7..+3.2% at 512, level at 1k (H100, 2026-11-27, d9df084, 8c57e39 and
-// 9f9694a, two runs each; docs/ladder/attention.md).
+// 9f9694a, two runs each; docs/ladder/attention.md); causal four since the turns for the
+// exponentials (kAttnHopperExpTurnsCausalUpTo64: with them +1.0..+1.5% over three at 512 keys to 2k,
+// five and six stages between; H200, 2026-11-29, 8e31808, two runs).
 constexpr int kAttnHopperDeepRingUpTo = 512;
-constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHopperDeepRingStagesCausal = 3;
+constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHopperDeepRingStagesCausal = 4;
 // The persistent kernel's O store waited for after the next tile's first Q K^T (kStoreWaitLate),
 // so that the wait does not hold the warpgroup's next product: at head dim 128 without softcap /
 // ALiBi in every form (+1.6..+2.2% at 512 and 1k keys, +0.5..+1.2% at 2k-4k, causal +1.5..+3.9% at
@@ -55,13 +59,17 @@ constexpr int kAttnHopperDeepRingStages = 4, kAttnHopperDeepRingLag = 3, kAttnHo
 // docs/ladder/attention.md).
 template <int kHeadDim, bool kScoreMod>
 constexpr bool kAttnHopperStoreWaitLate = kHeadDim == 128 && !kScoreMod;
-// Head dim 64 causal (the persistent kernel's three-stage ring without a lag, up to 1k keys): the two
-// consumer warpgroups take turns for their softmax's exponentials (kExpTurns, as cuDNN's fprop
-// kernels): +1.0..+1.2% at 512 keys, +0.5..+0.6% at 1k (H200, 2026-11-29, 4bc59e4, three runs;
-// docs/ladder/attention.md). Not without a mask, where the lag keeps the warpgroups apart instead
-// (turns on the same ring without it: -0.7% at 512, -3.3% at 1k), nor the block loop without its
-// intra-warpgroup overlap (cuDNN's; 2-5% slower at d 64, level to 5% slower at d 128).
-constexpr bool kAttnHopperExpTurnsCausal64 = true;
+// Keys (seqlen_k, varlen: the longest) up to which head dim 64, plain causal (window_right 0, no left
+// window) without softcap / ALiBi, takes the persistent kernel's two-warpgroup ring of
+// kAttnHopperDeepRingStagesCausal stages without a lag, its two consumer warpgroups taking turns for
+// their softmax's exponentials (kExpTurns, as cuDNN's fprop kernels): on three stages +1.0..+1.2% at
+// 512 keys, +0.5..+0.6% at 1k over the same ring without them (H200, 2026-11-29, 4bc59e4, three runs);
+// on four +2.1..+2.4% / +1.1..+1.5% over the three-stage ring without them, and at 2k +0.6..+0.7%
+// over the three-warpgroup kernel (8e31808, two runs; docs/ladder/attention.md). Not without a mask,
+// where the lag keeps the warpgroups apart instead (turns on the same ring without it: -0.7% at 512,
+// -3.3% at 1k), nor the block loop without its intra-warpgroup overlap (cuDNN's; 2-5% slower at
+// d 64, level to 5% slower at d 128).
+constexpr int kAttnHopperExpTurnsCausalUpTo64 = 2048;
 // Head dim 256 causal (the persistent kernel, 80-key blocks, up to 1k keys): each consumer warpgroup
 // on its own blocks, its last one cut to its first 32 keys where its rows see no more of it
 // (kHalfLast with kTailKeys): +1.3..+1.6% at 512 keys, +2.4..+3.0% at 1k; without a mask +0.2..+0.6%
@@ -154,10 +162,10 @@ constexpr AttnSplitTail attn_hopper_persistent_split_tail(long long tiles, int s
 }
 
 // The key-block width rung 4's forward takes for 16-bit inputs at this head dim, with softcap /
-// ALiBi (score_mod) or not, causal (window_right 0) or not, over seqlen_k keys (varlen: the
-// longest), outside a CUDA-graph capture.
-constexpr int attn_hopper_key_block(int headdim, bool score_mod, bool causal, int seqlen_k) {
-  if (headdim == 64 && !score_mod && causal && seqlen_k > kAttnHopperPersistentThreeAboveCausal &&
+// ALiBi (score_mod) or not, causal (window_right 0) or not, with a left window (window_left >= 0) or
+// not, over seqlen_k keys (varlen: the longest), outside a CUDA-graph capture.
+constexpr int attn_hopper_key_block(int headdim, bool score_mod, bool causal, int window_left, int seqlen_k) {
+  if (headdim == 64 && !score_mod && causal && window_left >= 0 && seqlen_k > kAttnHopperPersistentThreeAboveCausal &&
       seqlen_k <= kAttnHopperPersistentUpToCausal<64>)
     return kAttnHopperPersistentThreeBlockN;
   if (headdim == 128 && !score_mod && seqlen_k >= kAttnHopperWideBlocksFrom) return 176;  // above the persistent kernel's range

@@ -161,7 +161,8 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false,
+          bool kExpTurns = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true, int tail_heads = -1) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
@@ -197,7 +198,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   if (!kSplitTail && !kPaged) args.tail_heads = attn_hopper_walk_tail<kHeadDim>(p, dtype, sm_count() * Tr::kCtasPerSm, tail_heads);
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kSplitTail, kFp8VtPass, kNoMask>;
+                                                   kSumByMma, kSplitTail, kFp8VtPass, kNoMask, kExpTurns>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   if constexpr (Tr::kCtasPerSm > 1)  // the largest shared-memory carveout, so that two CTAs fit an SM
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
@@ -360,6 +361,8 @@ void launch_attn_hopper_persistent_lag(const AttnFwdParams& p, DType dtype, cuda
 // shape for it (H100, 2026-11-27, 7c55ecd and cffc2db; with two consumer warpgroups it loses 1-5% at
 // d 64 and 1.5-2.3% at d 128; docs/ladder/attention.md); with its masked blocks peeled off
 // (kPeelMask) +0.8..+1.0% more (cffc2db, b4bd2e8 twice); the O store waited for late (kStoreWaitLate).
+// The library's for causal with a left window above 1k keys (plain causal: the two-warpgroup ring with
+// turns for the exponentials since 2026-11-29, kAttnHopperExpTurnsCausalUpTo64).
 template <typename T>
 void launch_attn_hopper_persistent_three(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
   launch_attn_hopper_persistent_as<T, 64, false, 3, kAttnHopperPersistentThreeBlockN, false, false, true, true, 0, 2, 0, true>(p, dtype,
@@ -432,27 +435,28 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
             (!capturing(stream) ||
              workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr)) {
           if constexpr (kHeadDim == 64 && !kScoreMod) {
+            // Plain causal: the two-warpgroup ring of four stages, the consumer warpgroups taking
+            // turns for their exponentials (kAttnHopperExpTurnsCausalUpTo64: the persistent kernel's
+            // whole causal reach here); with a left window above 1k keys three consumer warpgroups.
+            static_assert(kAttnHopperExpTurnsCausalUpTo64 == kAttnHopperPersistentUpToCausal<64>,
+                          "the turns ring, measured up to 2k keys, takes every plain causal length here");
+            if (p.window_right == 0 && p.window_left < 0)
+              return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0, true, true>(p, dtype, stream);
             if (p.window_right == 0 && p.seqlen_k > kAttnHopperPersistentThreeAboveCausal)
               return launch_attn_hopper_persistent_three<T>(p, dtype, stream);
             // Where no block needs a mask: the kernel without the mask code (kNoMask), +2.9..3.3% /
             // +4.8..4.9% at 512 / 1k keys (H100, 2026-11-27, ff6251f and 3674219, three runs; at d 128
             // within +-0.2%: docs/ladder/attention.md).
-            // A deeper K/V ring over the persistent kernel's whole reach here (up to 1k keys; causal
-            // above that, three consumers): without a mask with the second consumer warpgroup
-            // started blocks behind the first (kLag), so that one's tile boundaries fall under the
-            // other's block loop, from kAttnHopperDeepRingUpTo keys on with the O store waited for
-            // late (kStoreWaitLate); causal on three stages with it, the two consumer warpgroups
-            // taking turns for their exponentials (kAttnHopperExpTurnsCausal64).
-            static_assert(kAttnHopperPersistentUpTo<64> == 1024 && kAttnHopperPersistentThreeAboveCausal == 1024,
-                          "the late deep rings, measured up to 1k keys, take every length here");
+            // Without a mask a deeper K/V ring over the persistent kernel's whole reach here (up to
+            // 1k keys), the second consumer warpgroup started blocks behind the first (kLag), so
+            // that one's tile boundaries fall under the other's block loop, from
+            // kAttnHopperDeepRingUpTo keys on with the O store waited for late (kStoreWaitLate).
+            static_assert(kAttnHopperPersistentUpTo<64> == 1024, "the late deep rings, measured up to 1k keys, take every length here");
             if (attn_hopper_no_mask(p, kernels::HopperAttnPersistentTraits<64, false>::kBlockN)) {
               if (p.seqlen_k <= kAttnHopperDeepRingUpTo)
                 return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag>(p, dtype, stream);
               return launch_attn_hopper_persistent_lag<T, true, kAttnHopperDeepRingStages, kAttnHopperDeepRingLag, true>(p, dtype, stream);
             }
-            if (p.window_right == 0 && p.window_left < 0)
-              return launch_attn_hopper_persistent_lag<T, false, kAttnHopperDeepRingStagesCausal, 0, true, kAttnHopperExpTurnsCausal64>(
-                  p, dtype, stream);
           }
           // Head dim 128 from 2k keys, and head dim 256: the block loop split around the masked
           // blocks (kPeelMask, kAttnHopperPeelFrom).

@@ -33,21 +33,21 @@ using namespace flashlab::testing;
 // dim 64); kPeel, its block loop split around the masked blocks (kPeelMask); kHalf, each consumer
 // warpgroup on its own blocks of the tile with a half last block (kHalfLast); kPeelHalf, both;
 // kLag, head dim 64 without its mask code on the library's deeper K/V ring with the second consumer
-// warpgroup started blocks behind the first (kLag); kStages3, head dim 64 with its mask code on three
-// K/V stages (the library's for causal up to kAttnHopperDeepRingUpTo); kOwnO / kPeelOwnO, head dim
+// warpgroup started blocks behind the first (kLag); kCausalRing, head dim 64 with its mask code on
+// kAttnHopperDeepRingStagesCausal K/V stages (the library's causal ring); kOwnO / kPeelOwnO, head dim
 // 256 on 64-key blocks with O staged in a tile of its own and Q given back after each warpgroup's
 // last Q K^T of the tile (kOwnO), without and with the masked blocks peeled off, and with each
 // warpgroup on its own blocks too (kPeelHalfOwnO; the reference: the one-CTA kernel on 64-key
-// blocks); *Stsm: O written to its tile by stmatrix; kLagLate / kStages3Late: kLag / kStages3 with the
+// blocks); *Stsm: O written to its tile by stmatrix; kLagLate / kCausalRingLate: kLag / kCausalRing with the
 // O store waited for after the next tile's first Q K^T (kStoreWaitLate; the library's above 512 keys,
-// and causal); kStages3LateTurns: kStages3Late with turns for the exponentials (kExpTurns; the library's
-// causal form). The other forms take the library's kStoreWaitLate (kAttnHopperStoreWaitLate: at head
+// and causal); kCausalRingLateTurns: kCausalRingLate with turns for the exponentials (kExpTurns;
+// the library's plain causal form). The other forms take the library's kStoreWaitLate (kAttnHopperStoreWaitLate: at head
 // dim 128 without softcap / ALiBi, and with three consumer warpgroups). kTail3: the default form with the
 // walk's last three (batch, head) pairs in rounds of one query block (HopperAttnArgs::tail_heads; the
 // other forms take the library's tail: with a right mask edge as many pairs as attn_hopper_tail_heads
 // gives).
-enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kStages3, kOwnO, kPeelOwnO, kPeelHalfOwnO, kPeelOwnOStsm,
-                  kPeelHalfOwnOStsm, kLagLate, kStages3Late, kTail3, kStages3LateTurns };
+enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kCausalRing, kOwnO, kPeelOwnO, kPeelHalfOwnO, kPeelOwnOStsm,
+                  kPeelHalfOwnOStsm, kLagLate, kCausalRingLate, kTail3, kCausalRingLateTurns };
 bool own_o(Form form) {
   return form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO || form == Form::kPeelOwnOStsm ||
          form == Form::kPeelHalfOwnOStsm;
@@ -93,8 +93,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     else run_persistent_loop_form<true, true>(p, q.dtype, three);
     return;
   }
-  if (persistent && (form == Form::kLag || form == Form::kStages3 || form == Form::kLagLate || form == Form::kStages3Late ||
-                     form == Form::kStages3LateTurns)) {
+  if (persistent && (form == Form::kLag || form == Form::kCausalRing || form == Form::kLagLate || form == Form::kCausalRingLate ||
+                     form == Form::kCausalRingLateTurns)) {
     ASSERT_EQ(p.headdim, 64);
     ASSERT_TRUE(p.softcap == 0.f && p.alibi_slopes == nullptr);
     constexpr int kStages = detail::kAttnHopperDeepRingStages, kLag = detail::kAttnHopperDeepRingLag,
@@ -102,8 +102,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
       if (form == Form::kLag) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag>(p, q.dtype, nullptr);
       else if (form == Form::kLagLate) detail::launch_attn_hopper_persistent_lag<T, true, kStages, kLag, true>(p, q.dtype, nullptr);
-      else if (form == Form::kStages3) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0>(p, q.dtype, nullptr);
-      else if (form == Form::kStages3Late) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true>(p, q.dtype, nullptr);
+      else if (form == Form::kCausalRing) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0>(p, q.dtype, nullptr);
+      else if (form == Form::kCausalRingLate) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true>(p, q.dtype, nullptr);
       else detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true, true>(p, q.dtype, nullptr);
     });
     return;
@@ -164,14 +164,14 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
 void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool three = false, Form form = Form::kDefault) {
   static const char* const kForm[] = {")", ", without masks)", ", masked blocks peeled)", ", half last blocks)",
                                       ", masked blocks peeled, half last blocks)", ", without masks, lagging warpgroup)",
-                                      ", three K/V stages)", ", O's own staging tile)", ", masked blocks peeled, O's own staging tile)",
+                                      ", the causal K/V ring)", ", O's own staging tile)", ", masked blocks peeled, O's own staging tile)",
                                       ", masked blocks peeled, half last blocks, O's own staging tile)",
                                       ", masked blocks peeled, O's own staging tile by stmatrix)",
                                       ", masked blocks peeled, half last blocks, O's own staging tile by stmatrix)",
                                       ", without masks, lagging warpgroup, O store waited for late)",
-                                      ", three K/V stages, O store waited for late)",
+                                      ", the causal K/V ring, O store waited for late)",
                                       ", the last three (batch, head) pairs in rounds of one query block)",
-                                      ", three K/V stages, O store waited for late, turns for the exponentials)"};
+                                      ", the causal K/V ring, O store waited for late, turns for the exponentials)"};
   const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
                                                      << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
@@ -385,8 +385,8 @@ TEST(AttentionPersistent, DeepRingSameAsRung4) {
       check_same_as_rung4(dt, fixed(1, 100, 256, 1, 1, 64), rng, false, lag);  // one tile: one CTA
       // Tiles of two blocks, several a CTA: the first warpgroup lets the second start at its second tile.
       check_same_as_rung4(dt, fixed(8, 1000, 256, 8, 8, 64), rng, false, lag);
-      check_plain_cases(dt, 64, 512, rng, false, late ? Form::kStages3Late : Form::kStages3);
-      if (late) check_plain_cases(dt, 64, 512, rng, false, Form::kStages3LateTurns);
+      check_plain_cases(dt, 64, 512, rng, false, late ? Form::kCausalRingLate : Form::kCausalRing);
+      if (late) check_plain_cases(dt, 64, 512, rng, false, Form::kCausalRingLateTurns);
     }
 }
 
