@@ -520,11 +520,14 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
 // The online softmax of block n with its exponentials in this warpgroup's turn (kExpTurns of both
 // kernels): hopper_attn_softmax_max, before_exp() (e.g. O's rescale), a wait on named barrier
 // wait_bar (256 threads: this warpgroup and the one before it in the turns), the exponentials, an
-// arrive on arrive_bar (< 0: none). A barrier orders memory, not registers: ptxas moves the
-// exponentials above a bar.sync that nothing they read depends on (SASS, 2026-11-29). So their
-// offsets add a zero loaded from shared memory at zero_addr after the wait (a load stays after
-// it), and the arrive's barrier index adds, masked by that zero, the row sums (every exponential
-// feeds them; Tr::kSumByMma: the last exponential, which the sums by the tensor cores leave alone).
+// arrive on arrive_bar (< 0: none). A barrier orders memory, not registers: ptxas moves arithmetic
+// across a bar.sync that does not depend on it, either way (SASS, 2026-11-29: the exponentials above
+// the wait, or the max below it, which lengthened the turn and cost 5-6% at d 64). So the wait's
+// barrier index adds the max's offsets and the rescale factors masked by a zero loaded from shared
+// memory at zero_addr before it; the exponentials' offsets add the same zero loaded again after the
+// wait (a load stays after it); and the arrive's barrier index adds, masked by that zero, the row
+// sums (every exponential feeds them; Tr::kSumByMma: the last exponential, which the sums by the
+// tensor cores leave alone).
 template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false, int kKeys = Tr::kBlockN,
           typename BeforeExp>
 __device__ __forceinline__ void hopper_attn_softmax_turn(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
@@ -535,8 +538,10 @@ __device__ __forceinline__ void hopper_attn_softmax_turn(float (&s)[Tr::kBlockN 
   hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNoMask, kKeys>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t,
                                                                          scale_log2, slope_log2);
   before_exp();
-  named_barrier_sync(wait_bar, 256);
   uint32_t zero;
+  asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(zero_addr));
+  const uint32_t max_done = __float_as_uint(off[0]) | __float_as_uint(off[1]) | __float_as_uint(rescale[0]) | __float_as_uint(rescale[1]);
+  named_barrier_sync(wait_bar + static_cast<int>(max_done & zero), 256);
   asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(zero_addr));
   off[0] += __uint_as_float(zero), off[1] += __uint_as_float(zero);
   hopper_attn_softmax_exp<Tr, kTreeReduce, kKeys>(s, row_sum, off, rescale, scale_log2);
