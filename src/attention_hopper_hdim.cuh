@@ -161,8 +161,7 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false,
-          bool kExpTurns = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true, int tail_heads = -1) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
@@ -198,7 +197,7 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   if (!kSplitTail && !kPaged) args.tail_heads = attn_hopper_walk_tail<kHeadDim>(p, dtype, sm_count() * Tr::kCtasPerSm, tail_heads);
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kSplitTail, kFp8VtPass, kNoMask, kExpTurns>;
+                                                   kSumByMma, kSplitTail, kFp8VtPass, kNoMask>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   if constexpr (Tr::kCtasPerSm > 1)  // the largest shared-memory carveout, so that two CTAs fit an SM
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));

@@ -60,9 +60,6 @@
 // since 2026-11-29: three) against the same ring without them, and the library's form with the walk's
 // tail at 8, 16 and 64 pairs (turns_tail*; the library's: 32). --exp-turns3: d 64 causal (512..2k), the
 // turns on three to six stages, and on four with tails of 16, 32 and 64 pairs (turns4_tail*).
-// --fp8-turns: the library's FP8 kernels (three consumer warpgroups, sums by the tensor cores, the split
-// tail; V^T in the kernel or by the pass) with their warpgroups taking turns for the exponentials
-// (*_turns, kExpTurns), 512..16k, causal and not.
 // --tail-order: causal, the library's persistent forms with the walk's last G (batch, head) pairs in
 // rounds of one query block each (tail*, HopperAttnArgs::tail_heads), d 64 512..2k, d 128 512..4k,
 // d 256 512..1k. --tail-order2: the tails of 8 and 32 pairs and the library's, causal, in the persistent
@@ -89,7 +86,7 @@
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
 // Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
-//        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --exp-turns2 | --exp-turns3 | --fp8-turns | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
+//        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --exp-turns2 | --exp-turns3 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
 #include <cmath>
@@ -732,15 +729,14 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
 // 2026-11-27; the library's over more than 2k keys since). Timed as the library's call (with the
 // pass where a variant takes it).
 template <bool kTreeReduce, bool kPingpong = true, int kBlockN = 128, int kConsumers = 2, bool kOverlap = true, bool kSumByMma = false,
-          bool kSplitTail = false, bool kVtPass = false, bool kExpTurns = false>
+          bool kSplitTail = false, bool kVtPass = false>
 void launch_fp8(const AttnFwdParams& p, cudaStream_t s, bool pdl = true) {
   detail::launch_attn_hopper_variant<__nv_fp8_e4m3, 128, false, kPingpong, kOverlap, kBlockN, false, true, true, false, kConsumers,
                                      kernels::kAttnLazyRescaleDefault<__nv_fp8_e4m3, 128>, kTreeReduce, true, kSumByMma,
-                                     kSplitTail, kVtPass, false, kExpTurns>(p, DType::kE4M3, s, pdl);
+                                     kSplitTail, kVtPass>(p, DType::kE4M3, s, pdl);
 }
 
-// names: the variants to time (all if empty).
-void run_fp8(bench::Harness& h, const Config& c, bool& all_ok, const std::vector<std::string>& names = {}) {
+void run_fp8(bench::Harness& h, const Config& c, bool& all_ok) {
   const int64_t batch = c.batch(), heads = c.heads(), n = c.elements();
   bench::DeviceMem q(n), k(n), v(n), out(n * 2), ref(n * 2);
   // FLASHLAB_FP8_NORMAL=1: e4m3 of standard normals (as attention_vs_sdpa.py's) instead of uniform in [-4, 4].
@@ -770,11 +766,9 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok, const std::vector
   // fp8_3c_n128_no_overlap_no_pingpong_sum_tree (29af8c4), fp8_tree / fp8_no_pingpong
   // (17d4575 / 8bb39f1), fp8_n160, fp8_n192_no_pingpong, fp8_3c_n64, fp8_3c_n96 (dc1c35e), the
   // two-warpgroup *_sum kernels (91b6165), three warpgroups on 96-key blocks with overlap or with
-  // P V and the next Q K^T issued together (85db2aa).
-  // *_turns: the three consumer warpgroups taking turns (cyclic) for their exponentials (kExpTurns).
-  const std::vector<Variant> all_variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail_turns", [&] { launch_fp8<false, false, 128, 3, false, true, true, false, true>(p, h.stream()); }},
-                                         {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail_vtpass_turns", [&] { launch_fp8<false, false, 128, 3, false, true, true, true, true>(p, h.stream()); }},
+  // P V and the next Q K^T issued together (85db2aa), the library's three-warpgroup kernels taking
+  // turns for their exponentials (*_turns, kExpTurns of the one-CTA kernel, 1fd0c77 and 063f6b6).
+  const std::vector<Variant> variants = {{"fp8", [&] { launch_fp8<false>(p, h.stream()); }},
                                          {"fp8_vtpass", [&] { launch_fp8<false, true, 128, 2, true, false, false, true>(p, h.stream()); }},
                                          {"fp8_n192", [&] { launch_fp8<false, true, 192, 2, true, false, false, true>(p, h.stream()); }},
                                          {"fp8_n224", [&] { launch_fp8<false, true, 224, 2, true, false, false, true>(p, h.stream()); }},
@@ -789,7 +783,6 @@ void run_fp8(bench::Harness& h, const Config& c, bool& all_ok, const std::vector
                                             using Tr = kernels::HopperAttnTraits<128, false, 128, 1, 3, true>;
                                             (void)detail::attn_fp8_transposed_v<Tr>(p, h.stream());
                                           }}};
-  const std::vector<Variant> variants = kept(all_variants, names);
   const std::vector<double> ms = time_variants(h, variants);
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const bool pass_only = std::string(variants[vi].name) == "vt_pass_only";  // writes no output
@@ -1026,12 +1019,6 @@ int main(int argc, char** argv) {
   } else if (mode == "--fp8") {  // FP8 d 128, 512..16k
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok);
-  } else if (mode == "--fp8-turns") {  // FP8 d 128, 512..16k: the library's three-warpgroup kernels with turns for the exponentials
-    const std::vector<std::string> names = {"fp8_3c_n128_no_overlap_no_pingpong_sum_tail", "fp8_3c_n128_no_overlap_no_pingpong_sum_tail_turns",
-                                            "fp8_3c_n128_no_overlap_no_pingpong_sum_tail_vtpass",
-                                            "fp8_3c_n128_no_overlap_no_pingpong_sum_tail_vtpass_turns"};
-    for (bool causal : {false, true})
-      for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_fp8(h, {s, 128, causal}, all_ok, names);
   } else if (mode.empty()) {
     for (bool causal : {false, true}) {
       for (int64_t s : {2048, 8192}) run_config<128>(h, {s, 128, causal}, all_ok);
@@ -1039,7 +1026,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --fp8-turns, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

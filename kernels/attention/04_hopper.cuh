@@ -517,38 +517,6 @@ __device__ __forceinline__ void hopper_attn_softmax(float (&s)[Tr::kBlockN / 2],
   hopper_attn_softmax_exp<Tr, kTreeReduce, kKeys>(s, row_sum, off, rescale, scale_log2);
 }
 
-// The online softmax of block n with its exponentials in this warpgroup's turn (kExpTurns of both
-// kernels): hopper_attn_softmax_max, before_exp() (e.g. O's rescale), a wait on named barrier
-// wait_bar (256 threads: this warpgroup and the one before it in the turns), the exponentials, an
-// arrive on arrive_bar (< 0: none). A barrier orders memory, not registers: ptxas moves arithmetic
-// across a bar.sync that does not depend on it, either way (SASS, 2026-11-29: the exponentials above
-// the wait, or the max below it, which lengthened the turn and cost 5-6% at d 64). So the wait's
-// barrier index adds the max's offsets and the rescale factors masked by a zero loaded from shared
-// memory at zero_addr before it; the exponentials' offsets add the same zero loaded again after the
-// wait (a load stays after it); and the arrive's barrier index adds, masked by that zero, the row
-// sums (every exponential feeds them; Tr::kSumByMma: the last exponential, which the sums by the
-// tensor cores leave alone).
-template <typename Tr, bool kLazyRescale = false, bool kTreeReduce = false, bool kNoMask = false, int kKeys = Tr::kBlockN,
-          typename BeforeExp>
-__device__ __forceinline__ void hopper_attn_softmax_turn(float (&s)[Tr::kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
-                                                         float (&rescale)[2], int n, const AttnScoreMod& mod, int seqlen_k, int wg_row0,
-                                                         int row0, int t, float scale_log2, float slope_log2, uint32_t zero_addr,
-                                                         int wait_bar, int arrive_bar, BeforeExp&& before_exp) {
-  float off[2];
-  hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNoMask, kKeys>(s, row_max, off, rescale, n, mod, seqlen_k, wg_row0, row0, t,
-                                                                         scale_log2, slope_log2);
-  before_exp();
-  uint32_t zero;
-  asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(zero_addr));
-  const uint32_t max_done = __float_as_uint(off[0]) | __float_as_uint(off[1]) | __float_as_uint(rescale[0]) | __float_as_uint(rescale[1]);
-  named_barrier_sync(wait_bar + static_cast<int>(max_done & zero), 256);
-  asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(zero_addr));
-  off[0] += __uint_as_float(zero), off[1] += __uint_as_float(zero);
-  hopper_attn_softmax_exp<Tr, kTreeReduce, kKeys>(s, row_sum, off, rescale, scale_log2);
-  const uint32_t fed = Tr::kSumByMma ? __float_as_uint(s[kKeys / 2 - 1]) : __float_as_uint(row_sum[0]) | __float_as_uint(row_sum[1]);
-  if (arrive_bar >= 0) named_barrier_arrive(arrive_bar + static_cast<int>(fed & zero), 256);
-}
-
 // The named barrier on which consumer warpgroup cw lets the next one (cyclically) take its
 // pingpong turn: barrier 1 + c is warpgroup c's (written 2 - cw for two).
 template <int kConsumers>
@@ -787,8 +755,7 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false,
-          bool kExpTurns = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), kConsumers == 1 ? 2 : 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -801,7 +768,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
   static_assert(!kSplitTail || (!kPaged && kSpecialized), "split tail tiles: not paged, a producer warpgroup");
-  static_assert(!kExpTurns || (!kPingpong && kConsumers > 1), "turns for the exponentials instead of around the GEMMs (barriers 1 ..)");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   constexpr bool kVtInKernel = kFp8 && !kFp8VtPass;  // V^T by the producer warpgroup's warps 1, 2
@@ -864,8 +830,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
     }
     fence_barrier_init();
   }
-  __shared__ uint32_t turn_zero;  // kExpTurns: a 0 the exponentials' offsets load after their turn's wait
-  if (kExpTurns && threadIdx.x == 0) turn_zero = 0;
   __shared__ alignas(256) uint32_t ones[kSumByMma ? 64 : 1];  // kSumByMma: hopper_attn_fill_ones
   if constexpr (kSumByMma) hopper_attn_fill_ones<T>(ones);
   __syncthreads();
@@ -1080,17 +1044,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
     mbarrier_wait(bar, parity);
     if constexpr (kPaged) fence_proxy_async_smem();
   };
-  // kExpTurns: the exponentials in turns (cyclic over the consumer warpgroups, barriers 1 + cw as the
-  // pingpong turns'; the last warpgroup lets the first go and skips its arrive after the tile's last
-  // block, `last`).
-  const auto softmax = [&](int n, float (&rescale)[2], bool last = false) {
-    if constexpr (kExpTurns)
-      hopper_attn_softmax_turn<Tr, kLazyRescale, kTreeReduce, kNoMask>(
-          s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2, slope_log2, smem_u32(&turn_zero), 1 + cw,
-          last && cw == kConsumers - 1 ? -1 : hopper_attn_next_turn_barrier<kConsumers>(cw), [] {});
-    else
-      hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t,
-                                                                  scale_log2, slope_log2);
+  const auto softmax = [&](int n, float (&rescale)[2]) {
+    hopper_attn_softmax<Tr, kLazyRescale, kTreeReduce, kNoMask>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t, scale_log2,
+                                                                slope_log2);
   };
   const auto rescale_o = [&](const float (&rescale)[2]) { hopper_attn_rescale_o<Tr, kLazyRescale>(o, rescale); };
   const auto add_sums = [&](const float (&factor)[2]) { hopper_attn_add_sums<Tr>(row_sum, lsum, factor); };
@@ -1103,7 +1059,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
       load_k(0);
       load_v(0);
     }
-    if constexpr (kPingpong || kExpTurns)
+    if constexpr (kPingpong)
       if (cw == kConsumers - 1) named_barrier_arrive(1, 256);  // the first warpgroup goes first
     mbarrier_wait(&q_full, 0);
     float rescale[2];
@@ -1117,7 +1073,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
       wgmma_fence_operands(s);
       release(&k_empty[0]);
       if (loader && n_blocks > 1) load_k(1);
-      softmax(n_begin, rescale, n_blocks == 1);
+      softmax(n_begin, rescale);
       convert_p();
       for (int i = 1; i < n_blocks; ++i) {
         const int st = i % kStages, prev = (i - 1) % kStages;
@@ -1134,7 +1090,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
         wgmma_fence_operands(s);
         release(&k_empty[st]);
         if (loader && i + 1 < n_blocks) load_k(i + 1);
-        softmax(n_begin + i, rescale, i == n_blocks - 1);
+        softmax(n_begin + i, rescale);
         // P V done (kPinWait: only after the softmax; see wgmma_wait_after; kSumByMma: after its
         // last exponent, non-negative too).
         if constexpr (kPinWait) wgmma_wait_after<0>(kSumByMma ? s[kN / 2 - 1] : row_sum[1]);
@@ -1168,7 +1124,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
         wgmma_wait<0>();
         wgmma_fence_operands(s);
         release(&k_empty[st]);
-        softmax(n_begin + i, rescale, i == n_blocks - 1);
+        softmax(n_begin + i, rescale);
         rescale_o(rescale);
         convert_p();
         wait_full(&v_full[st], phase);

@@ -504,22 +504,32 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
                                                              smem_u32(ones));
     };
     // no_mask (std::true_type): a block known to need no mask (kNoMask, kPeelMask's middle loop).
-    // kExpTurns: the exponentials in this warpgroup's turn (hopper_attn_softmax_turn); before_exp()
-    // (e.g. O's rescale) runs between the max and the turn's wait.
+    // kExpTurns: the exponentials in this warpgroup's turn; before_exp() (e.g. O's rescale) runs
+    // between the max and the turn's wait.
     const auto softmax = [&](int n, float (&rescale)[2], auto no_mask, auto keys, auto&& before_exp) {
       constexpr bool kNm = kNoMask || decltype(no_mask)::value;
       constexpr int kKeys = decltype(keys)::value;
+      float off[2];
+      hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNm, kKeys>(s, row_max, off, rescale, n, mod, sb.sk, wg_row0, row0, t,
+                                                                         scale_log2, slope_log2);
+      before_exp();
+      // A barrier orders memory, not registers: ptxas moves the exponentials above a bar.sync that
+      // nothing they read depends on (SASS). So their offsets add a zero loaded from shared memory
+      // after the wait (a load stays after it), and the arrive's barrier index adds the row sums
+      // (which every exponential feeds) masked by that zero. ptxas places the wait itself after the
+      // max's first comparison, so the turn holds the rest of the max too (d 64, SASS at 8e31808).
+      // Two other placements measured slower (docs/ladder/attention.md): the wait pinned after the
+      // max and the rescale factors (063f6b6, -8%), and before the max with the rescale factors'
+      // exponentials in the turn (1fd0c77, -6%).
+      uint32_t zero = 0;
       if constexpr (kExpTurns) {
-        hopper_attn_softmax_turn<Tr, kLazyRescale, kTreeReduce, kNm, kKeys>(s, row_max, row_sum, rescale, n, mod, sb.sk, wg_row0, row0, t,
-                                                                            scale_log2, slope_log2, smem_u32(&turn_zero), 1 + cw, 2 - cw,
-                                                                            before_exp);
-      } else {
-        float off[2];
-        hopper_attn_softmax_max<Tr, kLazyRescale, kTreeReduce, kNm, kKeys>(s, row_max, off, rescale, n, mod, sb.sk, wg_row0, row0, t,
-                                                                           scale_log2, slope_log2);
-        before_exp();
-        hopper_attn_softmax_exp<Tr, kTreeReduce, kKeys>(s, row_sum, off, rescale, scale_log2);
+        named_barrier_sync(1 + cw, 256);
+        asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(smem_u32(&turn_zero)));
+        off[0] += __uint_as_float(zero), off[1] += __uint_as_float(zero);
       }
+      hopper_attn_softmax_exp<Tr, kTreeReduce, kKeys>(s, row_sum, off, rescale, scale_log2);
+      if constexpr (kExpTurns)
+        named_barrier_arrive(2 - cw + static_cast<int>((__float_as_uint(row_sum[0]) | __float_as_uint(row_sum[1])) & zero), 256);
     };
     const auto nothing = [] {};
     const auto convert_p = [&](auto keys) { hopper_attn_convert_p<T, Tr, decltype(keys)::value>(s, pa); };
