@@ -57,8 +57,8 @@
 // around the softmax's exponentials instead of none / around the GEMMs (*turns, kExpTurns), and the
 // block loop without intra-warpgroup overlap (*serial*, kSerial), as cuDNN's fprop kernels.
 // --exp-turns2: d 64 causal (512..1k), the turns on two, three and four K/V stages (the library's
-// since 2026-11-29: three) against the same ring without them, and the library's form with the walk's
-// tail at 8, 16 and 64 pairs (turns_tail*; the library's: 32). --exp-turns3: d 64 causal (512..2k), the
+// since 2026-11-29: four) against the three-stage ring without them, and the three-stage turns with the
+// walk's tail at 8, 16 and 64 pairs (turns_tail*; the library's: 32). --exp-turns3: d 64 causal (512..2k), the
 // turns on three to six stages, and on four with tails of 16, 32 and 64 pairs (turns4_tail*).
 // --tail-order: causal, the library's persistent forms with the walk's last G (batch, head) pairs in
 // rounds of one query block each (tail*, HopperAttnArgs::tail_heads), d 64 512..2k, d 128 512..4k,
@@ -145,6 +145,19 @@ template <int kD, auto... kArgs>
 void launch_persistent(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_persistent<__nv_bfloat16, kD, false, kArgs...>(p, DType::kBF16, s);
 }
+
+// Head dim 64's two-warpgroup persistent ring (bf16, no softcap / ALiBi) without a lag, the O store
+// waited for late: without the mask code (kNoMask; then O written to its staging tile by stmatrix, as
+// in the lagging form) or with it, on kStages K/V stages, with turns for the exponentials (kTurns,
+// kExpTurns) or not, the block loop without intra-warpgroup overlap (kSerial) or not; the walk's tail
+// of `tail` pairs (-1: the library's).
+template <bool kNoMask, int kStages, bool kTurns, bool kSerial>
+struct Ring {
+  static void launch(const AttnFwdParams& p, cudaStream_t s, int tail = -1) {
+    detail::launch_attn_hopper_persistent_as<__nv_bfloat16, 64, false, 2, 0, false, kNoMask, false, false, 0, kStages, 0, true, false,
+                                             kNoMask, kTurns, kSerial>(p, DType::kBF16, s, 0.01, tail);
+  }
+};
 
 struct Variant {
   const char* name;
@@ -376,18 +389,13 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     if constexpr (kD == 128) {
       // ... without pingpong turns around the GEMMs, with turns around the exponentials (kExpTurns),
       // the block loop with intra-warpgroup overlap (_exp_turns) or without (_serial_turns, kSerial).
-      using Ld = kernels::HopperAttnPersistentTraits<128, false>;
-      static_assert(Ld::kQStages == 2, "two Q buffers (kStoreWaitLate)");
-      variants.push_back({"persistent_exp_turns", [&] {
-                            launch_persistent<128, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<B, 128>, 2,
-                                              kernels::kAttnTreeReduceDefault<B, 128>, false, true, false, false, false, false, false, false,
-                                              false, false, 0, 0, false, false, true, true, false>(p, h.stream());
-                          }});
-      variants.push_back({"persistent_serial_turns", [&] {
-                            launch_persistent<128, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<B, 128>, 2,
-                                              kernels::kAttnTreeReduceDefault<B, 128>, false, true, false, false, false, false, false, false,
-                                              false, false, 0, 0, false, false, true, true, true>(p, h.stream());
-                          }});
+      const auto exp_turns = [&](auto serial) {
+        launch_persistent<128, 0, true, true, 2, kernels::kAttnLazyRescaleDefault<B, 128>, 2, kernels::kAttnTreeReduceDefault<B, 128>, false,
+                          true, false, false, false, false, false, false, false, false, 0, 0, false, false, true, true,
+                          decltype(serial)::value>(p, h.stream());
+      };
+      variants.push_back({"persistent_exp_turns", [exp_turns] { exp_turns(std::false_type{}); }});
+      variants.push_back({"persistent_serial_turns", [exp_turns] { exp_turns(std::true_type{}); }});
     }
     if constexpr (kD == 128)
       add("persistent_late_stsm",
@@ -414,33 +422,23 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                           }});
       add("persistent_lag1_s4_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 1, true>(a...); });
       // ... with turns around the exponentials instead of none (_turns, kExpTurns), and the block loop
-      // without intra-warpgroup overlap (_serial, kSerial), on 2-4 K/V stages, causal and not.
-      // (kNoMask, kPeelMask, kHalfLast, kTailKeys, kStages, kLag, kStoreWaitLate, kOwnO, kStmatrix, kExpTurns, kSerial)
-      add("persistent_s2_late_turns",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 2, 0, true, false, false, true>(a...); });
-      add("persistent_s4_late_turns",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 0, true, false, false, true>(a...); });
-      add("persistent_s5_late_turns",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 5, 0, true, false, false, true>(a...); });
-      add("persistent_s6_late_turns",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 6, 0, true, false, false, true>(a...); });
-      add("persistent_s3_late_turns",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, false, true>(a...); });
-      add("persistent_s2_late_serial_turns",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 2, 0, true, false, false, true, true>(a...); });
-      add("persistent_s3_late_serial_turns",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, false, true, true>(a...); });
-      add("persistent_s3_late_serial",
-          [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false, false, false, true>(a...); });
+      // without intra-warpgroup overlap (_serial, kSerial), on 2-6 K/V stages (_sN), causal and not.
+      const auto ring = [&](const char* name, auto form) {
+        variants.push_back({name, [&] { decltype(form)::launch(p, h.stream()); }});
+      };
+      ring("persistent_s2_late_turns", Ring<false, 2, true, false>{});
+      ring("persistent_s3_late_turns", Ring<false, 3, true, false>{});
+      ring("persistent_s4_late_turns", Ring<false, 4, true, false>{});
+      ring("persistent_s5_late_turns", Ring<false, 5, true, false>{});
+      ring("persistent_s6_late_turns", Ring<false, 6, true, false>{});
+      ring("persistent_s2_late_serial_turns", Ring<false, 2, true, true>{});
+      ring("persistent_s3_late_serial_turns", Ring<false, 3, true, true>{});
+      ring("persistent_s3_late_serial", Ring<false, 3, false, true>{});
       if (!c.causal) {
-        add("persistent_nomask_s4_late_turns",
-            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 0, true, false, true, true>(a...); });
-        add("persistent_nomask_s2_late_serial_turns",
-            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 2, 0, true, false, true, true, true>(a...); });
-        add("persistent_nomask_s3_late_serial_turns",
-            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 3, 0, true, false, true, true, true>(a...); });
-        add("persistent_nomask_s4_late_serial_turns",
-            [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, true, false, false, 0, 4, 0, true, false, true, true, true>(a...); });
+        ring("persistent_nomask_s4_late_turns", Ring<true, 4, true, false>{});
+        ring("persistent_nomask_s2_late_serial_turns", Ring<true, 2, true, true>{});
+        ring("persistent_nomask_s3_late_serial_turns", Ring<true, 3, true, true>{});
+        ring("persistent_nomask_s4_late_serial_turns", Ring<true, 4, true, true>{});
       }
       add("persistent_3c_n96_peel_half_late",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 64, false, 3, 96, false, false, true, true, 0, 2, 0, true>(a...); });
@@ -453,8 +451,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     using B = __nv_bfloat16;
     const auto causal_form = [&, s = c.seqlen](int g) {
       if constexpr (kD == 64) {  // (until 2026-11-29: three consumer warpgroups above 1k keys, three stages without turns below)
-        detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, detail::kAttnHopperDeepRingStagesCausal, 0,
-                                                 true, false, false, true>(p, DType::kBF16, h.stream(), 0.01, g);
+        Ring<false, detail::kAttnHopperDeepRingStagesCausal, true, false>::launch(p, h.stream(), g);
       } else if constexpr (kD == 128) {
         if (s >= detail::kAttnHopperPeelFrom)
           detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, true>(p, DType::kBF16, h.stream(), 0.01, g);
@@ -464,24 +461,17 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
         detail::launch_attn_hopper_persistent_own_o<B, true, true>(p, DType::kBF16, h.stream(), g);
       }
     };
-    // ... and the library's d 64 causal form up to 1k keys (turns for the exponentials since
-    // 2026-11-29) with tails of 8, 16 and 64 pairs (turns_tail*).
-    // turns4_tail*: the same on four K/V stages.
+    // ... and d 64's causal ring with turns for the exponentials on three and four stages (the
+    // library's since 2026-11-29: four) with other tails (turns_tail*, turns4_tail*; the library's: 32).
     if constexpr (kD == 64) {
-      for (int g : {8, 16, 64}) {
-        static const char* const kNames[] = {"turns_tail8", "turns_tail16", "turns_tail64"};
-        variants.push_back({kNames[g == 8 ? 0 : g == 16 ? 1 : 2], [&, g] {
-                              detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 3, 0, true, false,
-                                                                       false, true>(p, DType::kBF16, h.stream(), 0.01, g);
-                            }});
-      }
-      for (int g : {16, 32, 64}) {
-        static const char* const kNames[] = {"turns4_tail16", "turns4_tail32", "turns4_tail64"};
-        variants.push_back({kNames[g == 16 ? 0 : g == 32 ? 1 : 2], [&, g] {
-                              detail::launch_attn_hopper_persistent_as<B, 64, false, 2, 0, false, false, false, false, 0, 4, 0, true, false,
-                                                                       false, true>(p, DType::kBF16, h.stream(), 0.01, g);
-                            }});
-      }
+      using Turns3 = Ring<false, 3, true, false>;
+      using Turns4 = Ring<false, detail::kAttnHopperDeepRingStagesCausal, true, false>;
+      variants.push_back({"turns_tail8", [&] { Turns3::launch(p, h.stream(), 8); }});
+      variants.push_back({"turns_tail16", [&] { Turns3::launch(p, h.stream(), 16); }});
+      variants.push_back({"turns_tail64", [&] { Turns3::launch(p, h.stream(), 64); }});
+      variants.push_back({"turns4_tail16", [&] { Turns4::launch(p, h.stream(), 16); }});
+      variants.push_back({"turns4_tail32", [&] { Turns4::launch(p, h.stream(), 32); }});
+      variants.push_back({"turns4_tail64", [&] { Turns4::launch(p, h.stream(), 64); }});
     }
     variants.push_back({"tail_lib", [causal_form] { causal_form(-1); }});
     variants.push_back({"tail0", [causal_form] { causal_form(0); }});

@@ -280,8 +280,8 @@ void check_prefill(const PrefillCase& c, std::mt19937_64& rng) {
     // src/attention_hopper_dispatch.h; the reference check above holds either way).
     const int max_lk = c.lk.empty() ? 0 : static_cast<int>(*std::max_element(c.lk.begin(), c.lk.end()));
     const int d = static_cast<int>(c.d);
-    if (rung == 2 && detail::attn_hopper_key_block(d, c.softcap > 0.f, c.causal, static_cast<int>(c.wl), max_lk) != attn_hopper_default_key_block(d))
-      continue;
+    const int key_block = detail::attn_hopper_key_block(d, c.softcap > 0.f, c.causal, static_cast<int>(c.wl), max_lk);
+    if (rung == 2 && key_block != attn_hopper_default_key_block(d)) continue;
     const ContiguousResult contiguous = contiguous_forward(hs, dev, rung == 1 ? 3 : 4);
     EXPECT_TRUE(dev.out_bytes() == contiguous.out) << what << ": out differs from attention_fwd's on the gathered keys";
     const std::vector<double> lse = dev.got_lse();
