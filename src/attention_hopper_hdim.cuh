@@ -155,16 +155,30 @@ int attn_hopper_tiles(const kernels::HopperAttnArgs& args, const AttnFwdParams& 
   return static_cast<int>(tiles);
 }
 
+// True when the one-CTA kernel can run p in CTA pairs (kCluster 2, kernels/attention/04_hopper.cuh):
+// fixed lengths, no causal / window, not paged, an even count of query blocks (the two CTAs of a pair
+// on adjacent query blocks of one (batch, head), so on the same key blocks).
+inline bool attn_hopper_pairs(const AttnFwdParams& p, int block_m) {
+  return p.cu_seqlens_q == nullptr && p.kv_indptr == nullptr && p.window_left < 0 && p.window_right < 0 && p.seqlen_k > 0 &&
+         ceil_div(p.seqlen_q, block_m) % 2 == 0;
+}
+
 // kSplitTail (fixed lengths, not paged; the library's FP8 kernel without a mask and causal, head
 // dim 64's without a mask): the last, partial wave's tiles split along the keys
-// (attn_hopper_split_tail; HopperAttnArgs), their parts merged by a second kernel.
+// (attn_hopper_split_tail; HopperAttnArgs), their parts merged by a second kernel. kCluster 2: CTA
+// pairs sharing each K / V block by multicast (attn_hopper_pairs, checked).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kernels::kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kernels::kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false,
+          int kCluster = 1>
 void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_t stream, bool fp8_pdl = true, int tail_heads = -1) {
   using Tr = kernels::HopperAttnTraits<kHeadDim, kScoreMod, kBlockN, static_cast<int>(sizeof(T)), kConsumers, kSumByMma>;
   if constexpr (kNoMask) check_attn_hopper_no_mask(p, Tr::kBlockN);
+  if constexpr (kCluster > 1)
+    FLASHLAB_CHECK(attn_hopper_pairs(p, Tr::kBlockM), "attention_fwd: rung 4 in CTA pairs needs fixed lengths, no causal / window ",
+                   "and an even count of ", Tr::kBlockM, "-row query blocks, got seqlen_q ", p.seqlen_q, ", window (",
+                   p.window_left, ", ", p.window_right, ")");
   // kSplitTail: the tiles are ceil(seqlen_q / kBlockM) x heads x batch, each of every key block.
   const int64_t all_tiles = ceil_div(p.seqlen_q, Tr::kBlockM) * p.nheads * p.batch;
   AttnSplitTail split =
@@ -194,10 +208,12 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   // The grid's tail in rounds of one query block (HopperAttnArgs::tail_heads; -1: the library's,
   // attn_hopper_tail_heads over the CTAs resident at once), not with kSplitTail (its split tiles are the
   // grid's last, of equal length) or paged.
-  if (!kSplitTail && !kPaged) args.tail_heads = attn_hopper_walk_tail<kHeadDim>(p, dtype, sm_count() * Tr::kCtasPerSm, tail_heads);
+  // (kCluster: none; a pair's two CTAs are adjacent query blocks of one pair in the grid's order.)
+  if (!kSplitTail && !kPaged && kCluster == 1)
+    args.tail_heads = attn_hopper_walk_tail<kHeadDim>(p, dtype, sm_count() * Tr::kCtasPerSm, tail_heads);
   const auto kernel = kernels::attn_hopper_kernel<T, kHeadDim, kScoreMod, kPingpong, kOverlap, kBlockN, kPaged, kPinWait,
                                                    kDescAdvance, kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized,
-                                                   kSumByMma, kSplitTail, kFp8VtPass, kNoMask>;
+                                                   kSumByMma, kSplitTail, kFp8VtPass, kNoMask, kCluster>;
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   if constexpr (Tr::kCtasPerSm > 1)  // the largest shared-memory carveout, so that two CTAs fit an SM
     FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
@@ -208,6 +224,9 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
     // After the V^T pass: programmatic dependent launch, the CTAs starting during the pass's tail
     // (its producer waits for the pass before loading V^T; fp8_pdl false: the ablation's plain launch).
     launch_programmatic(kernel, dim3(static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(threads)), Tr::kSmemBytes, stream, args);
+  } else if constexpr (kCluster > 1) {
+    launch_clustered(kernel, dim3(static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(threads)), Tr::kSmemBytes, stream, kCluster,
+                     args);
   } else {
     FLASHLAB_LAUNCH(kernel, static_cast<unsigned>(ctas), threads, Tr::kSmemBytes, stream, args);
   }

@@ -22,6 +22,9 @@
 // "pingpong+overlap" is the kernel with two consumer warpgroups and 128-key blocks: the library's
 // at d 128 below 8k keys (176-key blocks from 8k on) and at d 256 (80-key blocks there); at d 64 the
 // library has three consumer warpgroups (3_consumers) since 2026-11-26.
+// --pairs: the one-CTA kernel in CTA pairs that load each K / V block once, multicast into both
+// (pairs, kBlockN=176_pairs; kCluster 2), against the library and the same kernel alone, without a
+// mask: d 128 2k..16k, d 256 2k..4k.
 // --sweep: only the library, pingpong+overlap, kBlockN=176, persistent and persistent_176 at
 // d 128, seqlen 512..16k. --sweep64: the library, 3_consumers, 3_consumers_tail, persistent,
 // persistent_3c_n96 and persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
@@ -85,7 +88,7 @@
 // --tail-keys: d 256's persistent kernel (peeled) with each warpgroup's last block cut to its first
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
-// Usage: experiment_attention_hopper_ablation [--sweep | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
+// Usage: experiment_attention_hopper_ablation [--sweep | --pairs | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --exp-turns2 | --exp-turns3 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
@@ -132,11 +135,19 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true, bool kSplitTail = false,
-          bool kSumByMma = false, bool kNoMask = false>
+          bool kSumByMma = false, bool kNoMask = false, int kCluster = 1>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
                                      kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized, kSumByMma, kSplitTail, false,
-                                     kNoMask>(p, DType::kBF16, s);
+                                     kNoMask, kCluster>(p, DType::kBF16, s);
+}
+
+// The library's one-CTA kernel (two consumer warpgroups, pingpong, overlap) on kBlockN-key blocks in
+// CTA pairs that load each K / V block once, multicast into both (kCluster 2; no causal / window).
+template <int kD, int kBlockN = 0>
+void launch_pairs(const AttnFwdParams& p, cudaStream_t s) {
+  launch<kD, true, true, kBlockN, (kD == 128), true, false, 2, kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
+         kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, true, false, false, false, 2>(p, s);
 }
 
 // The persistent kernel (bf16, no softcap / ALiBi); kArgs: launch_attn_hopper_persistent's
@@ -300,6 +311,13 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
                         }});
   }
   if constexpr (kD == 256) variants.push_back({"kBlockN=64", [&] { launch<kD, true, true, 64>(p, h.stream()); }});
+  // In CTA pairs sharing each K / V block by multicast (kCluster 2; no causal): the library's key blocks
+  // (pairs), and 176 keys at d 128 (kBlockN=176_pairs).
+  if constexpr (kD == 128 || kD == 256)
+    if (!c.causal) {
+      variants.push_back({"pairs", [&] { launch_pairs<kD>(p, h.stream()); }});
+      if constexpr (kD == 128) variants.push_back({"kBlockN=176_pairs", [&] { launch_pairs<kD, 176>(p, h.stream()); }});
+    }
   // One consumer warpgroup on 64-row tiles, two CTAs an SM (kConsumers 1): each CTA's first block
   // and epilogue under the other's block loop; no pingpong turns (one warpgroup), 128-key blocks at
   // d 64 (and 192), 64 or 80 at d 128 (two CTAs' K/V rings must fit the SM's shared memory).
@@ -815,6 +833,11 @@ int main(int argc, char** argv) {
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=176", "persistent", "persistent_176"};
     for (bool causal : {false, true})
       for (int64_t s : swept({512, 1024, 2048, 4096, 8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
+  } else if (mode == "--pairs") {  // the one-CTA kernel in CTA pairs (multicast K / V), no mask: d 128 2k..16k, d 256 2k..4k
+    const std::vector<std::string> d128 = {"rung4_library", "pingpong+overlap", "pairs", "kBlockN=176", "kBlockN=176_pairs"};
+    for (int64_t s : swept({2048, 4096, 8192, 16384})) run_config<128>(h, {s, 128, false}, all_ok, d128);
+    const std::vector<std::string> d256 = {"rung4_library", "pingpong+overlap", "pairs"};
+    for (int64_t s : swept({2048, 4096})) run_config<256>(h, {s, 256, false}, all_ok, d256);
   } else if (mode == "--sweep256") {  // d 256, 512..4k: 80- against 64-key blocks, one-CTA against persistent
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=64", "persistent_n80", "persistent_n64"};
     for (bool causal : {false, true})
@@ -1016,7 +1039,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --pairs, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }

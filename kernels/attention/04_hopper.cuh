@@ -752,10 +752,17 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 // it is) into the buffer P V reads (hopper_attn_fp8_transpose_v); kFp8VtPass (the library's over
 // more than 2k keys, src/attention_hopper_dispatch.h): V^T from a pass before the kernel
 // (04_hopper_fp8_v.cuh), loaded by TMA (args.v maps it).
+// kCluster 2 (16-bit, not paged, a producer warpgroup, no split tail; launched in clusters of two
+// CTAs on adjacent query blocks of one (batch, head) that walk the same key blocks: the launcher's
+// check): each K and V block is loaded once for the pair, each CTA's producer issuing half of its
+// 64-column boxes multicast into both CTAs' shared memory (at the same offsets, completing on both
+// CTAs' "full" barriers); a stage is free again once the consumer warps of both CTAs have released
+// it (each arrives on its own CTA's "empty" barrier and on the peer's).
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
-          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false>
+          bool kSpecialized = true, bool kSumByMma = false, bool kSplitTail = false, bool kFp8VtPass = false, bool kNoMask = false,
+          int kCluster = 1>
 __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), kConsumers == 1 ? 2 : 1)
     attn_hopper_kernel(const __grid_constant__ HopperAttnArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
@@ -768,6 +775,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
   static_assert(kSpecialized || (!kPaged && sizeof(T) == 2 && kOverlap), "no producer warpgroup: 16-bit, not paged, kOverlap");
   static_assert(!kSumByMma || !kRescaleUnderQk, "the row sums by the tensor cores follow O's rescale after P V");
   static_assert(!kSplitTail || (!kPaged && kSpecialized), "split tail tiles: not paged, a producer warpgroup");
+  static_assert(kCluster == 1 || (kCluster == 2 && sizeof(T) == 2 && !kPaged && kSpecialized && !kSplitTail && Tr::kBoxes % 2 == 0),
+                "CTA pairs: 16-bit, not paged, a producer warpgroup, no split tail, an even count of 64-column boxes");
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr bool kFp8 = Tr::kFp8;
   constexpr bool kVtInKernel = kFp8 && !kFp8VtPass;  // V^T by the producer warpgroup's warps 1, 2
@@ -821,8 +830,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
       // The producer's arrive + the TMA bytes; paged: an arrive per producer thread when its copies land.
       mbarrier_init(&k_full[s], kPaged ? 128 : 1);
       mbarrier_init(&v_full[s], kPaged ? 128 : kVtInKernel ? kTransposeWarps : 1);  // kVtInKernel: each transposing warp's arrive
-      mbarrier_init(&k_empty[s], 4 * kConsumers);  // one arrive per consumer warp
-      mbarrier_init(&v_empty[s], 4 * kConsumers);
+      mbarrier_init(&k_empty[s], 4 * kConsumers * kCluster);  // one arrive per consumer warp (of the pair)
+      mbarrier_init(&v_empty[s], 4 * kConsumers * kCluster);
       if constexpr (kVtInKernel) {
         mbarrier_init(&vraw_full[s], 1);  // the producer's arrive + the TMA bytes
         mbarrier_init(&vraw_empty[s], kTransposeWarps);
@@ -832,7 +841,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
   }
   __shared__ alignas(256) uint32_t ones[kSumByMma ? 64 : 1];  // kSumByMma: hopper_attn_fill_ones
   if constexpr (kSumByMma) hopper_attn_fill_ones<T>(ones);
-  __syncthreads();
+  // kCluster: the peer's barriers are initialized before any copy completes on them or arrive reaches them.
+  if constexpr (kCluster > 1) cluster_sync_all();
+  else __syncthreads();
+  [[maybe_unused]] const uint32_t rank = kCluster > 1 ? cluster_cta_rank() : 0;
 
   const int wg = warpgroup_index();
   if constexpr (kPaged) {
@@ -919,10 +931,16 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
   const auto load_k = [&](int i) {
     const int s = i % kStages, row = k_row + (n_begin + i) * kN;
     mbarrier_wait(&k_empty[s], ((i / kStages) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(&k_full[s], Tr::kKBytes);
+    mbarrier_arrive_expect_tx(&k_full[s], Tr::kKBytes);  // kCluster: half of them from the peer
 #pragma unroll
-    for (int x = 0; x < Tr::kBoxes; ++x)
-      tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s]);
+    for (int x = 0; x < Tr::kBoxes; ++x) {
+      if constexpr (kCluster > 1) {
+        if (x % kCluster == static_cast<int>(rank))
+          tma_load_4d_multicast(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s], 0x3);
+      } else {
+        tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s]);
+      }
+    }
   };
   const auto load_v = [&](int i) {
     const int s = i % kStages, row = k_row + (n_begin + i) * kN;
@@ -939,8 +957,14 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
       tma_load_5d(sv + s * Tr::kVBytes, &args.v, 0, 0, (n_begin + i) * (kN / Tr::kVtChunk), hk, b, &v_full[s]);
     } else {
 #pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x)
-        tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s]);
+      for (int x = 0; x < Tr::kBoxes; ++x) {
+        if constexpr (kCluster > 1) {
+          if (x % kCluster == static_cast<int>(rank))
+            tma_load_4d_multicast(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s], 0x3);
+        } else {
+          tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s]);
+        }
+      }
     }
   };
   if (kSpecialized && wg == 0) {  // producer
@@ -991,6 +1015,14 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
         if (kFp8 && kFp8VtPass && i == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
         load_v(i);
       }
+      // kCluster: the CTA stays until both CTAs' consumers have released every stage for the last
+      // time (the peer's arrives on this CTA's barriers). Its own consumers wait for every block the
+      // peer multicasts into it, so nothing lands after they are done.
+      if constexpr (kCluster > 1)
+        for (int i = n_blocks > kStages ? n_blocks - kStages : 0; i < n_blocks; ++i) {
+          mbarrier_wait(&k_empty[i % kStages], (i / kStages) & 1);
+          mbarrier_wait(&v_empty[i % kStages], (i / kStages) & 1);
+        }
     }
     return;
   }
@@ -1035,8 +1067,11 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
   const auto gemm_pv = [&](int stage) {
     hopper_attn_gemm_pv<T, Tr, kDescAdvance>(o, pa, smem_u32(sv + stage * Tr::kVBytes), v_step_bytes, v_lbo, lsum, smem_u32(ones));
   };
-  const auto release = [&](uint64_t* bar) {
-    if (lane == 0) mbarrier_arrive(bar);
+  const auto release = [&](uint64_t* bar) {  // kCluster: on this CTA's barrier and the peer's
+    if (lane == 0) {
+      mbarrier_arrive(bar);
+      if constexpr (kCluster > 1) mbarrier_arrive_cluster(bar, rank ^ 1);
+    }
   };
   // A K or V buffer has landed. Paged: written by cp.async (generic proxy), read by wgmma (async
   // proxy): a proxy fence between them.

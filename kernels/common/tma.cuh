@@ -106,6 +106,17 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem, const CUtensor
       : "memory");
 }
 
+// tma_load_4d's box into the same shared-memory offset of every CTA of the cluster in `cta_mask`,
+// completing its bytes on the mbarrier at `bar`'s offset in each of them.
+__device__ __forceinline__ void tma_load_4d_multicast(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                                      uint64_t* bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
+      "%4, %5}], [%6], %7;\n" ::"r"(smem_u32(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar)), "h"(cta_mask)
+      : "memory");
+}
+
 // Arrives on the mbarrier at `bar`'s offset in the shared memory of cluster CTA `cta_rank`.
 // Default (CTA-scope release) semantics: used to hand a buffer back after the reads of it have
 // completed (wgmma.wait_group), which needs no cluster-wide fence. Measured on H100: the

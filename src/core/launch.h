@@ -41,6 +41,27 @@ void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
+// FLASHLAB_LAUNCH in thread-block clusters of `cluster` blocks along x (grid.x a multiple of it);
+// for kernels without a compile-time cluster size (__cluster_dims__).
+template <typename... Params, typename... Args>
+void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, unsigned cluster,
+                      Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  check::note_launch();
+  FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
 // Multiprocessor count of the current device (cached per device).
 int sm_count();
 

@@ -45,9 +45,11 @@ using namespace flashlab::testing;
 // dim 128 without softcap / ALiBi, and with three consumer warpgroups). kTail3: the default form with the
 // walk's last three (batch, head) pairs in rounds of one query block (HopperAttnArgs::tail_heads; the
 // other forms take the library's tail: with a right mask edge as many pairs as attn_hopper_tail_heads
-// gives).
+// gives). kPairs: not the persistent kernel but the one-CTA kernel in CTA pairs that load each K / V
+// block once, multicast into both (kCluster 2; no causal / window, fixed lengths, an even count of
+// query blocks).
 enum class Form { kDefault, kNoMask, kPeel, kHalf, kPeelHalf, kLag, kCausalRing, kOwnO, kPeelOwnO, kPeelHalfOwnO, kPeelOwnOStsm,
-                  kPeelHalfOwnOStsm, kLagLate, kCausalRingLate, kTail3, kCausalRingLateTurns };
+                  kPeelHalfOwnOStsm, kLagLate, kCausalRingLate, kTail3, kCausalRingLateTurns, kPairs };
 bool own_o(Form form) {
   return form == Form::kOwnO || form == Form::kPeelOwnO || form == Form::kPeelHalfOwnO || form == Form::kPeelOwnOStsm ||
          form == Form::kPeelHalfOwnOStsm;
@@ -105,6 +107,22 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
       else if (form == Form::kCausalRing) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0>(p, q.dtype, nullptr);
       else if (form == Form::kCausalRingLate) detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true>(p, q.dtype, nullptr);
       else detail::launch_attn_hopper_persistent_lag<T, false, kStagesCausal, 0, true, true>(p, q.dtype, nullptr);
+    });
+    return;
+  }
+  if (persistent && form == Form::kPairs) {
+    ASSERT_TRUE(detail::attn_hopper_pairs(p, 128));
+    HALF_DTYPE_SWITCH(q.dtype, T, [&] {
+      BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
+        constexpr bool kLazy128 = kernels::kAttnLazyRescaleDefault<T, 128>, kTree128 = kernels::kAttnTreeReduceDefault<T, 128>;
+        constexpr bool kLazy256 = kernels::kAttnLazyRescaleDefault<T, 256>, kTree256 = kernels::kAttnTreeReduceDefault<T, 256>;
+        if (p.headdim == 128)
+          detail::launch_attn_hopper_variant<T, 128, kScoreMod, true, true, 0, false, true, true, false, 2, kLazy128, kTree128, true, false,
+                                             false, false, false, 2>(p, q.dtype, nullptr);
+        else if constexpr (!kScoreMod)
+          detail::launch_attn_hopper_variant<T, 256, false, true, true, 0, false, false, true, false, 2, kLazy256, kTree256, true, false,
+                                             false, false, false, 2>(p, q.dtype, nullptr);
+      });
     });
     return;
   }
@@ -171,9 +189,11 @@ void check_same_as_rung4(DType dt, const Case& c, std::mt19937_64& rng, bool thr
                                       ", without masks, lagging warpgroup, O store waited for late)",
                                       ", the causal K/V ring, O store waited for late)",
                                       ", the last three (batch, head) pairs in rounds of one query block)",
-                                      ", the causal K/V ring, O store waited for late, turns for the exponentials)"};
-  const ::testing::Message what = describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent")
-                                                     << kForm[static_cast<int>(form)];
+                                      ", the causal K/V ring, O store waited for late, turns for the exponentials)",
+                                      ""};
+  const ::testing::Message what =
+      form == Form::kPairs ? describe(c, dt, 4) << " (the one-CTA kernel in CTA pairs)"
+                           : describe(c, dt, 4) << (three ? " (persistent, three consumers" : " (persistent") << kForm[static_cast<int>(form)];
   const std::vector<int64_t> cuq = prefix(c.lq), cuk = prefix(c.lk);
   const int64_t total_q = cuq.back(), total_k = cuk.back();
   const int64_t max_sq = *std::max_element(c.lq.begin(), c.lq.end()), max_sk = *std::max_element(c.lk.begin(), c.lk.end());
@@ -404,6 +424,51 @@ TEST(AttentionPersistent, TailOrderSameAsRung4) {
       check_plain_cases(dt, d, 512, rng, false, Form::kTail3);
       if (d != 256) check_score_mod_cases(dt, d, rng, Form::kTail3);
     }
+}
+
+// The one-CTA kernel in CTA pairs that load each K / V block once, multicast into both (kCluster 2):
+// no mask with many tiles per SM (the pairs' K / V stages released by both CTAs' consumers, round after
+// round), keys past the last whole block (its mask), GQA / MQA, one key block (fewer than the stages),
+// one pair, softcap at d 128; bit for bit as the same kernel alone, at head dims 128 and 256. The
+// launcher refuses causal, a window, varlen and an odd count of query blocks before any launch.
+TEST(AttentionPersistent, PairsSameAsRung4) {
+  SKIP_WITHOUT_GPU();
+  if (device_cc_major() != 9) GTEST_SKIP() << "rung 4 runs on sm_90 only";
+  std::mt19937_64 rng(2035);
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (int64_t d : {128, 256}) {
+      check_same_as_rung4(dt, fixed(8, 1024, 1024, 8, 8, d), rng, false, Form::kPairs);  // 512 tiles
+      check_same_as_rung4(dt, fixed(2, 500, 517, 6, 2, d), rng, false, Form::kPairs);   // ragged keys, GQA
+      check_same_as_rung4(dt, fixed(3, 256, 128, 4, 1, d), rng, false, Form::kPairs);   // MQA, one key block
+      check_same_as_rung4(dt, fixed(1, 200, 1000, 1, 1, d), rng, false, Form::kPairs);  // one pair
+    }
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    Case sc = fixed(2, 768, 640, 4, 4, 128);
+    sc.softcap = 30.f;
+    check_same_as_rung4(dt, sc, rng, false, Form::kPairs);
+  }
+  AttnFwdParams p{};
+  p.batch = 1, p.nheads = p.nheads_kv = 1, p.headdim = 128, p.seqlen_q = 256, p.seqlen_k = 256;
+  p.window_left = -1, p.window_right = -1;
+  EXPECT_TRUE(detail::attn_hopper_pairs(p, 128));
+  p.seqlen_q = 384;  // three query blocks
+  EXPECT_FALSE(detail::attn_hopper_pairs(p, 128));
+  p.seqlen_q = 256;
+  int cu[2] = {0, 256};
+  p.cu_seqlens_q = cu;
+  EXPECT_FALSE(detail::attn_hopper_pairs(p, 128));
+  p.cu_seqlens_q = nullptr;
+  p.window_left = 100;
+  EXPECT_FALSE(detail::attn_hopper_pairs(p, 128));
+  p.window_left = -1, p.window_right = 0;  // causal
+  EXPECT_FALSE(detail::attn_hopper_pairs(p, 128));
+  const auto causal_call = [&] {
+    detail::launch_attn_hopper_variant<__nv_bfloat16, 128, false, true, true, 0, false, true, true, false, 2,
+                                       kernels::kAttnLazyRescaleDefault<__nv_bfloat16, 128>,
+                                       kernels::kAttnTreeReduceDefault<__nv_bfloat16, 128>, true, false, false, false, false, 2>(
+        p, DType::kBF16, nullptr);
+  };
+  EXPECT_THROW(causal_call(), Error);
 }
 
 // Head dim 256 (one Q buffer; 80-key blocks; no softcap / ALiBi: the library's reach there).
