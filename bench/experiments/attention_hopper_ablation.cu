@@ -25,6 +25,9 @@
 // --pairs: the one-CTA kernel in CTA pairs that load each K / V block once, multicast into both
 // (pairs, kBlockN=176_pairs; kCluster 2), against the library and the same kernel alone, without a
 // mask: d 128 2k..16k, d 256 2k..4k.
+// --wide-persistent: d 128 8k..16k, causal and not: the persistent kernel on 176-key blocks with its
+// masked blocks peeled off (persistent_176_peel) and without (persistent_176), and its library form
+// from 2k keys on 128 (persistent_peel_late), against the library's one-CTA kernel on 176 (kBlockN=176).
 // --sweep: only the library, pingpong+overlap, kBlockN=176, persistent and persistent_176 at
 // d 128, seqlen 512..16k. --sweep64: the library, 3_consumers, 3_consumers_tail, persistent,
 // persistent_3c_n96 and persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
@@ -88,7 +91,7 @@
 // --tail-keys: d 256's persistent kernel (peeled) with each warpgroup's last block cut to its first
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
-// Usage: experiment_attention_hopper_ablation [--sweep | --pairs | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
+// Usage: experiment_attention_hopper_ablation [--sweep | --pairs | --wide-persistent | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --exp-turns2 | --exp-turns3 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
@@ -539,8 +542,15 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   if constexpr (kD <= 128)
     variants.push_back({"persistent_lazy", [&] { launch_persistent<kD, 0, true, true, 2, true>(p, h.stream()); }});
   // ... with 176-key blocks (the one-CTA kernel's from 8k keys at d 128).
-  if constexpr (kD == 128)
+  if constexpr (kD == 128) {
     variants.push_back({"persistent_176", [&] { launch_persistent<kD, 176>(p, h.stream()); }});
+    // ... with the masked blocks peeled off (kPeelMask, the library's from 2k keys on 128; its O store
+    // waited for late needs two Q buffers, which 176-key blocks leave no room for).
+    variants.push_back({"persistent_176_peel", [&] {
+                          detail::launch_attn_hopper_persistent_as<__nv_bfloat16, 128, false, 2, 176, false, false, true, false, 0, 2, 0,
+                                                                   false>(p, DType::kBF16, h.stream());
+                        }});
+  }
   // ... with three consumer warpgroups (192-row tiles; 152 registers each: 128-key blocks spilled
   // 48 bytes, 96 and 112 do not).
   if constexpr (kD == 64) {
@@ -712,7 +722,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name == "persistent_176" || name.rfind("persistent_n64", 0) == 0 || name.rfind("persistent_n48", 0) == 0 ||
+        name.rfind("persistent_176", 0) == 0 || name.rfind("persistent_n64", 0) == 0 || name.rfind("persistent_n48", 0) == 0 ||
         name.rfind("persistent_n32", 0) == 0 || name.rfind("2ctas_n", 0) == 0 || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
@@ -838,6 +848,11 @@ int main(int argc, char** argv) {
     for (int64_t s : swept({2048, 4096, 8192, 16384})) run_config<128>(h, {s, 128, false}, all_ok, d128);
     const std::vector<std::string> d256 = {"rung4_library", "pingpong+overlap", "pairs"};
     for (int64_t s : swept({2048, 4096})) run_config<256>(h, {s, 256, false}, all_ok, d256);
+  } else if (mode == "--wide-persistent") {  // d 128 8k..16k: the persistent kernel's library form on 176-key blocks
+    const std::vector<std::string> names = {"rung4_library", "kBlockN=176", "persistent_176", "persistent_176_peel",
+                                            "persistent_peel_late"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
   } else if (mode == "--sweep256") {  // d 256, 512..4k: 80- against 64-key blocks, one-CTA against persistent
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=64", "persistent_n80", "persistent_n64"};
     for (bool causal : {false, true})
@@ -1039,7 +1054,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --pairs, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --pairs, --wide-persistent, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }
