@@ -24,6 +24,18 @@ template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpTo = kHeadDim == 128 ? 4096 : 1024;
 template <int kHeadDim>
 constexpr int kAttnHopperPersistentUpToCausal = kHeadDim == 128 ? 4096 : kHeadDim == 256 ? 1024 : 2048;
+// Head dim 128, plain causal (no left window) without softcap / ALiBi: the persistent kernel (peeled,
+// the O store waited for late, 128-key blocks) up to 8k keys, +2.1..+2.2% at 8k over the one-CTA kernel
+// on 176-key blocks; at 16k 0.6% slower, and without a mask 0.6% slower at 8k (H200, 2026-11-29,
+// 75a94e2, two runs; docs/ladder/attention.md).
+constexpr int kAttnHopperPersistentUpToPlainCausal128 = 8192;
+// Keys up to which rung 4 takes the persistent kernel at this head dim, with softcap / ALiBi
+// (score_mod) or not, causal (window_right 0) or not, with a left window (window_left >= 0) or not.
+template <int kHeadDim>
+constexpr int attn_hopper_persistent_reach(bool score_mod, bool causal, int window_left) {
+  if (kHeadDim == 128 && !score_mod && causal && window_left < 0) return kAttnHopperPersistentUpToPlainCausal128;
+  return causal ? kAttnHopperPersistentUpToCausal<kHeadDim> : kAttnHopperPersistentUpTo<kHeadDim>;
+}
 // Keys (seqlen_k, varlen: the longest) from which head dim 128's persistent kernel without softcap /
 // ALiBi splits its block loop around the masked blocks (kPeelMask): +1.0..+1.9% at 2k-4k keys, causal
 // and not; -1.3..+0.8% at 512-1k (H100, 2026-11-27, 04c899d and 0ef6df2, two runs;
@@ -168,7 +180,9 @@ constexpr int attn_hopper_key_block(int headdim, bool score_mod, bool causal, in
   if (headdim == 64 && !score_mod && causal && window_left >= 0 && seqlen_k > kAttnHopperPersistentThreeAboveCausal &&
       seqlen_k <= kAttnHopperPersistentUpToCausal<64>)
     return kAttnHopperPersistentThreeBlockN;
-  if (headdim == 128 && !score_mod && seqlen_k >= kAttnHopperWideBlocksFrom) return 176;  // above the persistent kernel's range
+  if (headdim == 128 && !score_mod && seqlen_k >= kAttnHopperWideBlocksFrom &&
+      seqlen_k > attn_hopper_persistent_reach<128>(score_mod, causal, window_left))
+    return 176;  // above the persistent kernel's range
   if (headdim == 256 && score_mod && seqlen_k <= kAttnHopperNarrowBlocksUpTo) return 64;
   if (headdim == 256 && !score_mod && seqlen_k <= (causal ? kAttnHopperOwnOUpToCausal256 : kAttnHopperOwnOUpTo256)) return 64;
   return attn_hopper_default_key_block(headdim);  // kernels/attention/params.h

@@ -446,10 +446,11 @@ void launch_attn_hopper_hdim(const AttnFwdParams& p, DType dtype, cudaStream_t s
       // keys, slower beyond, causal +1.9% at 2k, where three consumer warpgroups in it win by 4.4%
       // (kAttnHopperPersistentThreeAboveCausal; hence the thresholds; below them it wins by more);
       // d 256 without softcap / ALiBi (one Q buffer) +3.4% at 512 keys, causal +2.4% at 512-1k
-      // (595fb66). Under CUDA-graph capture only if its counters exist on this stream already (capture allows
+      // (595fb66); d 128 plain causal up to 8k keys since 2026-11-29 (kAttnHopperPersistentUpToPlainCausal128).
+      // Under CUDA-graph capture only if its counters exist on this stream already (capture allows
       // no cudaMalloc): a first call captured on a fresh stream takes the one-CTA kernel.
       if constexpr (kHeadDim == 64 || kHeadDim == 128 || (kHeadDim == 256 && !kScoreMod))
-        if (p.seqlen_k <= (p.window_right == 0 ? kAttnHopperPersistentUpToCausal<kHeadDim> : kAttnHopperPersistentUpTo<kHeadDim>) &&
+        if (p.seqlen_k <= attn_hopper_persistent_reach<kHeadDim>(kScoreMod, p.window_right == 0, p.window_left) &&
             (!capturing(stream) ||
              workspace_if_ready(stream, kAttnHopperPersistentCounterBytes, Workspace::kCounters) != nullptr)) {
           if constexpr (kHeadDim == 64 && !kScoreMod) {

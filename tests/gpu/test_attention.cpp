@@ -282,6 +282,10 @@ TEST(Attention, Rung4WideKeyBlocks) {
     c.causal = causal;
     check_case(DType::kBF16, c, {3}, rng);
   }
+  // Plain causal at 8k keys: the persistent kernel's reach there (kAttnHopperPersistentUpToPlainCausal128).
+  Case pc = fixed(2, 300, 8192, 2, 1, 128);
+  pc.causal = true;
+  check_case(DType::kBF16, pc, {3}, rng);
   Case w = fixed(1, 300, 8192, 4, 1, 128);
   w.wl = 700, w.wr = 50;
   check_case(DType::kF16, w, {3}, rng);
