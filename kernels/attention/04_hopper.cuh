@@ -757,7 +757,9 @@ __device__ __forceinline__ void hopper_attn_fill_ones(uint32_t (&ones)[64]) {
 // check): each K and V block is loaded once for the pair, each CTA's producer issuing half of its
 // 64-column boxes multicast into both CTAs' shared memory (at the same offsets, completing on both
 // CTAs' "full" barriers); a stage is free again once the consumer warps of both CTAs have released
-// it (each arrives on its own CTA's "empty" barrier and on the peer's).
+// it (each arrives on its own CTA's "empty" barrier and on the peer's). Measured 3-6% slower than
+// the same kernel alone at d 128 and 256 (H200, 2026-11-29, 750a7ed; docs/ladder/attention.md): an
+// ablation switch, not the library's.
 template <typename T, int kHeadDim, bool kScoreMod, bool kPingpong, bool kOverlap, int kBlockNArg = 0, bool kPaged = false,
           bool kPinWait = (kHeadDim == 128), bool kDescAdvance = true, bool kRescaleUnderQk = false, int kConsumers = 2,
           bool kLazyRescale = kAttnLazyRescaleDefault<T, kHeadDim>, bool kTreeReduce = kAttnTreeReduceDefault<T, kHeadDim>,
