@@ -28,6 +28,8 @@
 // --wide-persistent: d 128 8k..16k, causal and not: the persistent kernel on 176-key blocks with its
 // masked blocks peeled off (persistent_176_peel) and without (persistent_176), and its library form
 // from 2k keys on 128 (persistent_peel_late), against the library's one-CTA kernel on 176 (kBlockN=176).
+// --narrow128: d 128 512..1k, causal and not: the library's persistent form (persistent_late) on 64-key
+// blocks (two and four K/V stages) and 96-key blocks.
 // --sweep: only the library, pingpong+overlap, kBlockN=176, persistent and persistent_176 at
 // d 128, seqlen 512..16k. --sweep64: the library, 3_consumers, 3_consumers_tail, persistent,
 // persistent_3c_n96 and persistent_3c_n112 at d 64, seqlen 512..16k. --sweep256: the library, pingpong+overlap (80-key
@@ -91,7 +93,7 @@
 // --tail-keys: d 256's persistent kernel (peeled) with each warpgroup's last block cut to its first
 // 32, 48 or 64 keys where its rows see no more of it (*_tail32 .., kHalfLast with kTailKeys), 512..1k,
 // causal and not.
-// Usage: experiment_attention_hopper_ablation [--sweep | --pairs | --wide-persistent | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
+// Usage: experiment_attention_hopper_ablation [--sweep | --pairs | --wide-persistent | --narrow128 | --sweep64 | --sweep256 | --tree | --persistent-pingpong | --fp8 | --seq128
 //        | --store-probe | --late-wait | --late-wait2 | --exp-turns | --exp-turns2 | --exp-turns3 | --tail-order | --tail-order2 | --direct-o | --own-o | --stage-o3 | --sum | --two-ctas | --one-stage | --tail | --nomask | --peel | --half | --lag | --lag2
 //        | --tail-keys]
 //        [out.json]
@@ -418,6 +420,12 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
       variants.push_back({"persistent_exp_turns", [exp_turns] { exp_turns(std::false_type{}); }});
       variants.push_back({"persistent_serial_turns", [exp_turns] { exp_turns(std::true_type{}); }});
     }
+    if constexpr (kD == 128) {
+      // ... on narrower key blocks (64, 96; 64 also on four K/V stages), the library's form below 2k keys.
+      add("persistent_n64_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 64, false, false, false, false, 0, 2, 0, true>(a...); });
+      add("persistent_n64_s4_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 64, false, false, false, false, 0, 4, 0, true>(a...); });
+      add("persistent_n96_late", [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 96, false, false, false, false, 0, 2, 0, true>(a...); });
+    }
     if constexpr (kD == 128)
       add("persistent_late_stsm",
           [](auto&&... a) { detail::launch_attn_hopper_persistent_as<B, 128, false, 2, 0, false, false, false, false, 0, 2, 0, true, false, true>(a...); });
@@ -722,7 +730,7 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
     const std::string name = var.name;
     const bool other_order =
         name == "rung3_fa2" || name.rfind("kBlockN=", 0) == 0 || name.rfind("3_consumers_n", 0) == 0 ||
-        name.rfind("persistent_176", 0) == 0 || name.rfind("persistent_n64", 0) == 0 || name.rfind("persistent_n48", 0) == 0 ||
+        name.rfind("persistent_176", 0) == 0 || name.rfind("persistent_n64", 0) == 0 || name.rfind("persistent_n96", 0) == 0 || name.rfind("persistent_n48", 0) == 0 ||
         name.rfind("persistent_n32", 0) == 0 || name.rfind("2ctas_n", 0) == 0 || name.rfind("persistent_3c", 0) == 0 ||
         name == "before_1126" || name.find("eager") != std::string::npos || name.find("lazy") != std::string::npos ||
         name.find("chain") != std::string::npos || name.find("tree") != std::string::npos || name.find("_tail") != std::string::npos ||
@@ -853,6 +861,11 @@ int main(int argc, char** argv) {
                                             "persistent_peel_late"};
     for (bool causal : {false, true})
       for (int64_t s : swept({8192, 16384})) run_config<128>(h, {s, 128, causal}, all_ok, names);
+  } else if (mode == "--narrow128") {  // d 128 512..1k: the persistent kernel on 64- and 96-key blocks
+    const std::vector<std::string> names = {"rung4_library", "persistent_late", "persistent_n64_late", "persistent_n64_s4_late",
+                                            "persistent_n96_late"};
+    for (bool causal : {false, true})
+      for (int64_t s : swept({512, 1024})) run_config<128>(h, {s, 128, causal}, all_ok, names);
   } else if (mode == "--sweep256") {  // d 256, 512..4k: 80- against 64-key blocks, one-CTA against persistent
     const std::vector<std::string> names = {"rung4_library", "pingpong+overlap", "kBlockN=64", "persistent_n80", "persistent_n64"};
     for (bool causal : {false, true})
@@ -1054,7 +1067,7 @@ int main(int argc, char** argv) {
       run_config<256>(h, {2048, 256, causal}, all_ok);
     }
   } else {
-    std::fprintf(stderr, "unknown mode %s (--sweep, --pairs, --wide-persistent, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
+    std::fprintf(stderr, "unknown mode %s (--sweep, --pairs, --wide-persistent, --narrow128, --sweep64, --sweep256, --tree, --persistent-pingpong, --fp8, --seq128, --store-probe, --late-wait, --late-wait2, --exp-turns, --exp-turns2, --exp-turns3, --tail-order, --tail-order2, --direct-o, --own-o, --stage-o3, --sum, --two-ctas, --one-stage, --tail, --nomask, --peel, --half, --lag, --lag2, --tail-keys)\n",
                  mode.c_str());
     return 2;
   }
