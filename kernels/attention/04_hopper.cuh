@@ -930,19 +930,23 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
 #pragma unroll
     for (int x = 0; x < Tr::kBoxes; ++x) tma_load_4d(sq + x * kM * 128, &args.q, x * Tr::kBoxCols, q_row, h, qb, &q_full);
   };
+  // The kBoxes 64-column boxes of a K or V block (its first row `row` of `map`) into dst; kCluster:
+  // this CTA's share of them, multicast into both CTAs of the pair.
+  const auto load_kv_block = [&](unsigned char* dst, const CUtensorMap* map, int row, uint64_t* bar) {
+#pragma unroll
+    for (int x = 0; x < Tr::kBoxes; ++x) {
+      if constexpr (kCluster > 1) {
+        if (x % kCluster == static_cast<int>(rank)) tma_load_4d_multicast(dst + x * kN * 128, map, x * Tr::kBoxCols, row, hk, qb, bar, 0x3);
+      } else {
+        tma_load_4d(dst + x * kN * 128, map, x * Tr::kBoxCols, row, hk, qb, bar);
+      }
+    }
+  };
   const auto load_k = [&](int i) {
     const int s = i % kStages, row = k_row + (n_begin + i) * kN;
     mbarrier_wait(&k_empty[s], ((i / kStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(&k_full[s], Tr::kKBytes);  // kCluster: half of them from the peer
-#pragma unroll
-    for (int x = 0; x < Tr::kBoxes; ++x) {
-      if constexpr (kCluster > 1) {
-        if (x % kCluster == static_cast<int>(rank))
-          tma_load_4d_multicast(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s], 0x3);
-      } else {
-        tma_load_4d(sk + s * Tr::kKBytes + x * kN * 128, &args.k, x * Tr::kBoxCols, row, hk, qb, &k_full[s]);
-      }
-    }
+    load_kv_block(sk + s * Tr::kKBytes, &args.k, row, &k_full[s]);
   };
   const auto load_v = [&](int i) {
     const int s = i % kStages, row = k_row + (n_begin + i) * kN;
@@ -958,15 +962,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + (kSpecialized ? 1 : 0)), k
       // V^T of batch b (head dims x keys of this sequence, from key 0): one box of the block's chunks.
       tma_load_5d(sv + s * Tr::kVBytes, &args.v, 0, 0, (n_begin + i) * (kN / Tr::kVtChunk), hk, b, &v_full[s]);
     } else {
-#pragma unroll
-      for (int x = 0; x < Tr::kBoxes; ++x) {
-        if constexpr (kCluster > 1) {
-          if (x % kCluster == static_cast<int>(rank))
-            tma_load_4d_multicast(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s], 0x3);
-        } else {
-          tma_load_4d(sv + s * Tr::kVBytes + x * kN * 128, &args.v, x * Tr::kBoxCols, row, hk, qb, &v_full[s]);
-        }
-      }
+      load_kv_block(sv + s * Tr::kVBytes, &args.v, row, &v_full[s]);
     }
   };
   if (kSpecialized && wg == 0) {  // producer

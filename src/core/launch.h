@@ -21,15 +21,10 @@
 
 namespace flashlab::detail {
 
-// FLASHLAB_LAUNCH with programmatic stream serialization (programmatic dependent launch): the
-// kernel's blocks may start once every block of the kernel before it on `stream` has executed
-// griddepcontrol.launch_dependents (or exited); it must execute griddepcontrol.wait before it
-// reads what that kernel writes.
+// FLASHLAB_LAUNCH through cudaLaunchKernelEx with one launch attribute.
 template <typename... Params, typename... Args>
-void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+void launch_with_attribute(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                           cudaLaunchAttribute attr, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -39,6 +34,18 @@ void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   config.numAttrs = 1;
   check::note_launch();
   FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// FLASHLAB_LAUNCH with programmatic stream serialization (programmatic dependent launch): the
+// kernel's blocks may start once every block of the kernel before it on `stream` has executed
+// griddepcontrol.launch_dependents (or exited); it must execute griddepcontrol.wait before it
+// reads what that kernel writes.
+template <typename... Params, typename... Args>
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  launch_with_attribute(kernel, grid, block, smem, stream, attr, std::forward<Args>(args)...);
 }
 
 // FLASHLAB_LAUNCH in thread-block clusters of `cluster` blocks along x (grid.x a multiple of it);
@@ -51,15 +58,7 @@ void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   attr.val.clusterDim.x = cluster;
   attr.val.clusterDim.y = 1;
   attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  check::note_launch();
-  FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  launch_with_attribute(kernel, grid, block, smem, stream, attr, std::forward<Args>(args)...);
 }
 
 // Multiprocessor count of the current device (cached per device).
