@@ -239,6 +239,17 @@ void launch_attn_hopper_variant(const AttnFwdParams& p, DType dtype, cudaStream_
   }
 }
 
+// The one-CTA kernel with the library's switches (two consumer warpgroups, pingpong, overlap) on
+// kBlockN-key blocks, in CTA pairs that load each K / V block once, multicast into both (kCluster 2;
+// attn_hopper_pairs, checked). Measured slower than the same kernel alone: the ablation's and the
+// tests', not the library's (docs/ladder/attention.md).
+template <typename T, int kHeadDim, bool kScoreMod, int kBlockN = 0>
+void launch_attn_hopper_pairs(const AttnFwdParams& p, DType dtype, cudaStream_t stream) {
+  launch_attn_hopper_variant<T, kHeadDim, kScoreMod, true, true, kBlockN, false, (kHeadDim == 128), true, false, 2,
+                             kernels::kAttnLazyRescaleDefault<T, kHeadDim>, kernels::kAttnTreeReduceDefault<T, kHeadDim>, true, false,
+                             false, false, false, 2>(p, dtype, stream);
+}
+
 // The persistent kernel's two counters (next tile, CTAs done), in the stream's counters workspace.
 constexpr int64_t kAttnHopperPersistentCounterBytes = 2 * sizeof(int);
 

@@ -140,19 +140,11 @@ AttnFwdParams params(const Config& c, int64_t batch, int64_t heads, void* q, voi
 template <int kD, bool kPingpong, bool kOverlap, int kBlockN = 0, bool kPinWait = (kD == 128), bool kDescAdvance = true,
           bool kRescaleUnderQk = false, int kConsumers = 2, bool kLazyRescale = kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
           bool kTreeReduce = kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, bool kSpecialized = true, bool kSplitTail = false,
-          bool kSumByMma = false, bool kNoMask = false, int kCluster = 1>
+          bool kSumByMma = false, bool kNoMask = false>
 void launch(const AttnFwdParams& p, cudaStream_t s) {
   detail::launch_attn_hopper_variant<__nv_bfloat16, kD, false, kPingpong, kOverlap, kBlockN, false, kPinWait, kDescAdvance,
                                      kRescaleUnderQk, kConsumers, kLazyRescale, kTreeReduce, kSpecialized, kSumByMma, kSplitTail, false,
-                                     kNoMask, kCluster>(p, DType::kBF16, s);
-}
-
-// The library's one-CTA kernel (two consumer warpgroups, pingpong, overlap) on kBlockN-key blocks in
-// CTA pairs that load each K / V block once, multicast into both (kCluster 2; no causal / window).
-template <int kD, int kBlockN = 0>
-void launch_pairs(const AttnFwdParams& p, cudaStream_t s) {
-  launch<kD, true, true, kBlockN, (kD == 128), true, false, 2, kernels::kAttnLazyRescaleDefault<__nv_bfloat16, kD>,
-         kernels::kAttnTreeReduceDefault<__nv_bfloat16, kD>, true, false, false, false, 2>(p, s);
+                                     kNoMask>(p, DType::kBF16, s);
 }
 
 // The persistent kernel (bf16, no softcap / ALiBi); kArgs: launch_attn_hopper_persistent's
@@ -320,8 +312,10 @@ void run_config(bench::Harness& h, const Config& c, bool& all_ok, const std::vec
   // (pairs), and 176 keys at d 128 (kBlockN=176_pairs).
   if constexpr (kD == 128 || kD == 256)
     if (!c.causal) {
-      variants.push_back({"pairs", [&] { launch_pairs<kD>(p, h.stream()); }});
-      if constexpr (kD == 128) variants.push_back({"kBlockN=176_pairs", [&] { launch_pairs<kD, 176>(p, h.stream()); }});
+      variants.push_back({"pairs", [&] { detail::launch_attn_hopper_pairs<__nv_bfloat16, kD, false>(p, DType::kBF16, h.stream()); }});
+      if constexpr (kD == 128)
+        variants.push_back(
+            {"kBlockN=176_pairs", [&] { detail::launch_attn_hopper_pairs<__nv_bfloat16, kD, false, 176>(p, DType::kBF16, h.stream()); }});
     }
   // One consumer warpgroup on 64-row tiles, two CTAs an SM (kConsumers 1): each CTA's first block
   // and epilogue under the other's block loop; no pingpong turns (one warpgroup), 128-key blocks at

@@ -114,14 +114,8 @@ void run_rung4(const TensorView& q, const TensorView& k, const TensorView& v, co
     ASSERT_TRUE(detail::attn_hopper_pairs(p, 128));
     HALF_DTYPE_SWITCH(q.dtype, T, [&] {
       BOOL_SWITCH(p.softcap > 0.f || p.alibi_slopes != nullptr, kScoreMod, [&] {
-        constexpr bool kLazy128 = kernels::kAttnLazyRescaleDefault<T, 128>, kTree128 = kernels::kAttnTreeReduceDefault<T, 128>;
-        constexpr bool kLazy256 = kernels::kAttnLazyRescaleDefault<T, 256>, kTree256 = kernels::kAttnTreeReduceDefault<T, 256>;
-        if (p.headdim == 128)
-          detail::launch_attn_hopper_variant<T, 128, kScoreMod, true, true, 0, false, true, true, false, 2, kLazy128, kTree128, true, false,
-                                             false, false, false, 2>(p, q.dtype, nullptr);
-        else if constexpr (!kScoreMod)
-          detail::launch_attn_hopper_variant<T, 256, false, true, true, 0, false, false, true, false, 2, kLazy256, kTree256, true, false,
-                                             false, false, false, 2>(p, q.dtype, nullptr);
+        if (p.headdim == 128) detail::launch_attn_hopper_pairs<T, 128, kScoreMod>(p, q.dtype, nullptr);
+        else if constexpr (!kScoreMod) detail::launch_attn_hopper_pairs<T, 256, false>(p, q.dtype, nullptr);
       });
     });
     return;
@@ -462,12 +456,7 @@ TEST(AttentionPersistent, PairsSameAsRung4) {
   EXPECT_FALSE(detail::attn_hopper_pairs(p, 128));
   p.window_left = -1, p.window_right = 0;  // causal
   EXPECT_FALSE(detail::attn_hopper_pairs(p, 128));
-  const auto causal_call = [&] {
-    detail::launch_attn_hopper_variant<__nv_bfloat16, 128, false, true, true, 0, false, true, true, false, 2,
-                                       kernels::kAttnLazyRescaleDefault<__nv_bfloat16, 128>,
-                                       kernels::kAttnTreeReduceDefault<__nv_bfloat16, 128>, true, false, false, false, false, 2>(
-        p, DType::kBF16, nullptr);
-  };
+  const auto causal_call = [&] { detail::launch_attn_hopper_pairs<__nv_bfloat16, 128, false>(p, DType::kBF16, nullptr); };
   EXPECT_THROW(causal_call(), Error);
 }
 
